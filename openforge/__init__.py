@@ -1,0 +1,41 @@
+"""openforge: train LLM agents inside the real harness they are deployed with.
+
+The public API is what ``__all__`` lists; everything else is internal and may change.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import ConfigError, ForgeError, StoreError
+from .harness import Harness, HarnessResult, RolloutContext
+from .task import Task
+from .trajectory import (
+    SegmentValidationError,
+    Trajectory,
+    TrajectoryGroup,
+    build_segments,
+    validate_segments,
+)
+from .types import BreakReason, CallStatus, ModelCall, RolloutStatus, Segment
+
+__all__ = [
+    "BreakReason",
+    "CallStatus",
+    "ConfigError",
+    "ForgeError",
+    "Harness",
+    "HarnessResult",
+    "ModelCall",
+    "RolloutContext",
+    "RolloutStatus",
+    "Segment",
+    "SegmentValidationError",
+    "StoreError",
+    "Task",
+    "Trajectory",
+    "TrajectoryGroup",
+    "__version__",
+    "build_segments",
+    "validate_segments",
+]

@@ -1,0 +1,57 @@
+"""The ``forge`` command line: a typer app assembled from one module per command group.
+
+Each ``openforge/cli/<group>.py`` exposes ``register(app)``; heavy imports stay inside commands so
+``forge --version`` is instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from .. import __version__
+
+app = typer.Typer(
+    name="forge",
+    help="openforge: train LLM agents inside the real harness they are deployed with.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command-group modules under openforge/cli/, each with register(app).
+GROUPS = ["trajectories"]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"openforge {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+) -> None:
+    """openforge: train LLM agents inside the real harness they are deployed with."""
+
+
+for _group in GROUPS:
+    importlib.import_module(f"{__package__}.{_group}").register(app)
+
+
+def main() -> None:
+    from ..errors import ForgeError
+
+    try:
+        app()
+    except ForgeError as e:  # our errors are for humans: no traceback
+        from rich.console import Console
+
+        Console(stderr=True).print(f"[bold red]error:[/] {e}")
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""The openforge exception tree. A failed rollout is data (a status on its trajectory), not a crash;
+these exceptions are for callers' mistakes and for infrastructure the framework cannot work around.
+
+::
+
+    ForgeError
+    ├── ConfigError            bad config / CLI input (all problems listed at once)
+    ├── StoreError             corrupt, foreign or unreadable store / export file
+    ├── BackendError           the policy back-end failed or timed out (→ infra_error)
+    │   └── BackendTimeout
+    ├── HarnessError           harness not installed, crashed, misconfigured (→ harness_error)
+    │   └── HarnessNotInstalled
+    ├── EnvironmentError_      environment setup or verifier failed (→ env_error)
+    ├── SandboxError           launcher could not provision / a pod was lost (→ infra_error)
+    └── ProxyError             wire-level problem, carries an HTTP status and the API's error shape
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendTimeout",
+    "ConfigError",
+    "EnvironmentError_",
+    "ForgeError",
+    "HarnessError",
+    "HarnessNotInstalled",
+    "ProxyError",
+    "SandboxError",
+    "StoreError",
+]
+
+
+class ForgeError(Exception):
+    """Base class of every error openforge raises on purpose."""
+
+
+class ConfigError(ForgeError):
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
+
+
+class StoreError(ForgeError):
+    pass
+
+
+class BackendError(ForgeError):
+    pass
+
+
+class BackendTimeout(BackendError):
+    pass
+
+
+class HarnessError(ForgeError):
+    pass
+
+
+class HarnessNotInstalled(HarnessError):
+    pass
+
+
+class EnvironmentError_(ForgeError):  # noqa: N801 - avoid shadowing the builtin EnvironmentError
+    pass
+
+
+class SandboxError(ForgeError):
+    pass
+
+
+class ProxyError(ForgeError):
+    def __init__(self, message: str, status: int = 400, *, param: str | None = None, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.param = param
+        self.kind = kind

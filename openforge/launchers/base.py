@@ -1,0 +1,97 @@
+"""Launcher and Sandbox interfaces: where one rollout's processes run.
+
+Owns: :class:`Launcher` (provisions one :class:`Sandbox` per rollout), :class:`Sandbox` (runs
+processes inside the rollout's isolation, moves files in and out, is torn down without leaving
+anything behind), :class:`SandboxSpec`, :class:`ExecResult`.
+
+Implementations: ``local.py`` (process group + namespaces + rlimits) and ``kubernetes.py``
+(one pod per rollout).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..task import Task
+
+__all__ = ["ExecResult", "Launcher", "Sandbox", "SandboxSpec"]
+
+
+@dataclass
+class ExecResult:
+    returncode: int | None  # None when killed for the budget
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+
+@dataclass
+class SandboxSpec:
+    """What the launcher needs to provision one rollout's sandbox."""
+
+    rollout_id: str
+    task: Task
+    proxy_url: str  # the proxy as seen from the driver, e.g. http://127.0.0.1:8765
+    api_key: str  # per-rollout secret
+    env: dict[str, str] = field(default_factory=dict)
+    network: bool = False  # allow network beyond the proxy (off by default)
+
+
+class Sandbox(abc.ABC):
+    """One rollout's isolated place to run processes."""
+
+    #: Host path of the rollout's working directory (local) or a staging dir mirroring it (k8s).
+    workdir: Path
+    #: Private HOME for the harness (config files, caches); inside the sandbox.
+    home: Path
+    #: Base URL of the proxy as reachable from *inside* the sandbox (no trailing slash).
+    proxy_url: str
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        timeout_s: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` inside the sandbox in its own process group; on timeout kill the whole
+        group (SIGTERM, then SIGKILL) and return ``timed_out=True``."""
+
+    @abc.abstractmethod
+    async def read_file(self, path: str | Path) -> bytes: ...
+
+    @abc.abstractmethod
+    async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Kill every process, remove every temp dir / pod. Idempotent."""
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class Launcher(abc.ABC):
+    """Provisions sandboxes. Subclasses implement :meth:`start`."""
+
+    name: str = "launcher"
+
+    @abc.abstractmethod
+    async def start(self, spec: SandboxSpec) -> Sandbox:
+        """Provision and return a ready sandbox for one rollout."""
+
+    async def provision(self, spec: SandboxSpec) -> Sandbox:
+        return await self.start(spec)
+
+    async def aclose(self) -> None:
+        """Release launcher-wide resources (remove orphans). Idempotent."""

@@ -1,0 +1,338 @@
+"""Trajectories and the token-exact segment builder.
+
+Owns: :class:`Trajectory`, :class:`TrajectoryGroup`, :func:`build_segments`,
+:func:`validate_segments` and :class:`SegmentValidationError`. Pure functions, no I/O.
+
+``build_segments`` turns the recorded calls of one rollout into training segments. A call whose
+prompt ids *extend* an open segment (the segment's ids are a prefix of the prompt) continues it:
+the new prompt tokens go in with loss mask 0, the generated tokens with mask 1 and their
+behaviour logprobs. Several lineages stay open at once and a call joins the one it extends with
+the longest match, so a main agent interleaved with sub-agents merges into one segment per
+lineage. A call that extends no lineage starts a segment whose ``break_reason`` says why.
+
+Cost is linear in the total number of prompt tokens: each call is compared against a lineage
+only after an O(1) probe of the lineage's length and last tokens, and the comparison itself is a
+C-level slice compare.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .types import TRAJECTORY_VERSION, BreakReason, CallStatus, ModelCall, RolloutStatus, Segment
+
+__all__ = [
+    "SegmentValidationError",
+    "Trajectory",
+    "TrajectoryGroup",
+    "build_segments",
+    "validate_segments",
+]
+
+Detokenize = Callable[[Sequence[int]], str]
+
+THINK_MARKERS = ("<think>", "<thinking>", "<|thinking|>")
+
+
+class SegmentValidationError(ValueError):
+    """A segment breaks the token-exact invariants (a bug in whoever produced it)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Builder
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Lineage:
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    calls: list[int]
+    reason: BreakReason
+    system_prefix_len: int
+    # (start, end, call_index) of each generated span, in ids coordinates
+    spans: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+def _extends(prompt: list[int], lin: _Lineage) -> bool:
+    n = len(lin.ids)
+    if n > len(prompt) or n == 0:
+        return False
+    # O(1) probes first: almost every non-matching lineage differs at its last token.
+    if prompt[n - 1] != lin.ids[-1] or prompt[n >> 1] != lin.ids[n >> 1]:
+        return False
+    return prompt[:n] == lin.ids
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi]; slice compares keep it C-speed
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _classify(
+    call: ModelCall, lineages: list[_Lineage], calls: Sequence[ModelCall], detokenize: Detokenize | None
+) -> BreakReason:
+    prompt = call.prompt_ids
+    best, best_k = None, -1
+    for lin in lineages:
+        k = _common_prefix(lin.ids, prompt)
+        if k > best_k:
+            best, best_k = lin, k
+    assert best is not None
+    span = next(((s, e, ci) for s, e, ci in best.spans if s <= best_k < e), None)
+    if span is not None:
+        s, _e, ci = span
+        gen = calls[ci]
+        if gen.has_reasoning or (detokenize is not None and _has_think(detokenize(gen.output_ids))):
+            new_text = detokenize(prompt[s:]) if detokenize is not None else ""
+            if detokenize is None or not _has_think(new_text):
+                return BreakReason.THINKING_STRIPPED
+        if detokenize is not None:
+            old_text = detokenize(best.ids[s:])
+            new_text = detokenize(prompt[s:])
+            if new_text.startswith(old_text.rstrip()) or old_text.startswith(new_text.rstrip()):
+                return BreakReason.TEMPLATE_DRIFT
+        return BreakReason.HISTORY_REWRITTEN
+    if detokenize is not None and best_k < len(best.ids):
+        # Divergence in context tokens: same text tokenized differently is drift, not a rewrite.
+        if detokenize(best.ids) and detokenize(prompt).startswith(detokenize(best.ids)):
+            return BreakReason.TEMPLATE_DRIFT
+    sys_len = call.system_prefix_len if call.system_prefix_len is not None else best.system_prefix_len
+    if sys_len > 0 and best_k >= sys_len and best.system_prefix_len == sys_len:
+        return BreakReason.HISTORY_REWRITTEN
+    if call.system_prefix_len is None and best.system_prefix_len <= 0:
+        # No renderer hint: a call that keeps most of the lineage's first prompt is the same agent.
+        first_prompt = len(calls[best.calls[0]].prompt_ids) if best.calls else 0
+        if first_prompt and best_k * 2 >= first_prompt:
+            return BreakReason.HISTORY_REWRITTEN
+    return BreakReason.NEW_LINEAGE
+
+
+def _has_think(text: str) -> bool:
+    return any(m in text for m in THINK_MARKERS)
+
+
+def build_segments(
+    calls: Iterable[ModelCall],
+    *,
+    reward: float = 0.0,
+    gamma: float = 1.0,
+    detokenize: Detokenize | None = None,
+) -> tuple[list[Segment], dict[int, str]]:
+    """Turn one rollout's calls into training segments.
+
+    Returns ``(segments, skipped)`` where ``skipped`` maps the index of every call that trains no
+    token to the reason (``not_exact``, ``error``, ``cancelled``, ``empty``, ``duplicate_retry``).
+
+    ``reward`` is the rollout's terminal reward; a segment's reward is
+    ``reward * gamma ** (calls after the segment's last trained call)``. ``detokenize`` (optional)
+    lets the classifier tell template drift (same text, other tokens) from a rewritten history.
+    """
+    ordered = sorted(calls, key=lambda c: c.index)
+    by_index = {c.index: c for c in ordered}
+    if len(by_index) != len(ordered):
+        raise ValueError("duplicate call index in one rollout")
+    lineages: list[_Lineage] = []
+    seen_prompts: dict[tuple[int, int, int], list[ModelCall]] = {}
+    skipped: dict[int, str] = {}
+
+    for call in ordered:
+        if not call.exact:
+            skipped[call.index] = "not_exact"
+            continue
+        if call.status != CallStatus.OK:
+            skipped[call.index] = str(call.status)
+            continue
+        if not call.output_ids or len(call.output_logprobs) != len(call.output_ids):
+            skipped[call.index] = "empty"
+            continue
+        prompt = call.prompt_ids
+        key = (len(prompt), prompt[-1] if prompt else -1, hash(tuple(prompt[-64:])))
+        twins = [c for c in seen_prompts.get(key, ()) if c.prompt_ids == prompt]
+        seen_prompts.setdefault(key, []).append(call)
+
+        target: _Lineage | None = None
+        for lin in lineages:
+            if _extends(prompt, lin) and (target is None or len(lin.ids) > len(target.ids)):
+                target = lin
+        if target is None:
+            if twins:
+                if any(t.output_ids == call.output_ids for t in twins):
+                    skipped[call.index] = "duplicate_retry"
+                    continue
+                reason = BreakReason.RETRY
+            elif not lineages:
+                reason = BreakReason.FIRST
+            else:
+                reason = _classify(call, lineages, by_index, detokenize)
+            target = _Lineage(
+                ids=[], mask=[], logprobs=[], calls=[], reason=reason,
+                system_prefix_len=call.system_prefix_len or 0,
+            )
+            lineages.append(target)
+        new = len(prompt) - len(target.ids)
+        target.ids.extend(prompt[len(target.ids):])
+        target.mask.extend([0] * new)
+        target.logprobs.extend([0.0] * new)
+        start = len(target.ids)
+        target.ids.extend(call.output_ids)
+        target.mask.extend([1] * len(call.output_ids))
+        target.logprobs.extend(call.output_logprobs)
+        target.spans.append((start, len(target.ids), call.index))
+        target.calls.append(call.index)
+
+    position = {c.index: i for i, c in enumerate(ordered)}
+    segments = []
+    for lin in lineages:
+        after = len(ordered) - 1 - position[lin.calls[-1]]
+        seg_reward = reward * (gamma**after) if gamma != 1.0 else reward
+        segments.append(
+            Segment(
+                input_ids=lin.ids,
+                loss_mask=lin.mask,
+                logprobs=lin.logprobs,
+                call_indices=lin.calls,
+                break_reason=lin.reason,
+                reward=seg_reward,
+            )
+        )
+    return segments, skipped
+
+
+# --------------------------------------------------------------------------------------------
+# Validator
+# --------------------------------------------------------------------------------------------
+
+
+def validate_segments(calls: Iterable[ModelCall], segments: Sequence[Segment]) -> None:
+    """Check the token-exact invariants; raise :class:`SegmentValidationError` on the first breach.
+
+    For each segment, in order of its ``call_indices``: the segment's ids before the call's
+    output are exactly the call's ``prompt_ids``; the next tokens are exactly its ``output_ids``
+    with mask 1 and its logprobs; every other token has mask 0 and logprob 0. Only trainable
+    calls appear, and no call is trained twice.
+    """
+    by_index = {c.index: c for c in calls}
+    trained: set[int] = set()
+    for si, seg in enumerate(segments):
+        n = len(seg.input_ids)
+        if len(seg.loss_mask) != n or len(seg.logprobs) != n:
+            raise SegmentValidationError(f"segment {si}: lengths differ")
+        if not seg.call_indices:
+            raise SegmentValidationError(f"segment {si}: trains no call")
+        expected_mask = [0] * n
+        prev = -1
+        for ci in seg.call_indices:
+            if ci in trained:
+                raise SegmentValidationError(f"segment {si}: call {ci} is trained twice")
+            trained.add(ci)
+            if ci <= prev:
+                raise SegmentValidationError(f"segment {si}: call indices not increasing at {ci}")
+            prev = ci
+            call = by_index.get(ci)
+            if call is None:
+                raise SegmentValidationError(f"segment {si}: unknown call {ci}")
+            if not call.trainable:
+                raise SegmentValidationError(f"segment {si}: call {ci} is not trainable (exact/status/empty)")
+            p, o = len(call.prompt_ids), len(call.output_ids)
+            if seg.input_ids[:p] != call.prompt_ids:
+                raise SegmentValidationError(f"segment {si}: context before call {ci} differs from its prompt_ids")
+            if seg.input_ids[p : p + o] != call.output_ids:
+                raise SegmentValidationError(f"segment {si}: tokens after call {ci}'s prompt are not its output_ids")
+            lp = seg.logprobs[p : p + o]
+            if any(not _same_float(a, b) for a, b in zip(lp, call.output_logprobs)):
+                raise SegmentValidationError(f"segment {si}: logprobs of call {ci} do not align")
+            expected_mask[p : p + o] = [1] * o
+        if seg.loss_mask != expected_mask:
+            bad = next(i for i, (a, b) in enumerate(zip(seg.loss_mask, expected_mask)) if a != b)
+            raise SegmentValidationError(
+                f"segment {si}: loss_mask is {seg.loss_mask[bad]} at token {bad}, expected {expected_mask[bad]} "
+                "(mask must be 1 exactly on generated tokens)"
+            )
+        for i, (m, lp) in enumerate(zip(seg.loss_mask, seg.logprobs)):
+            if not m and lp != 0.0:
+                raise SegmentValidationError(f"segment {si}: context token {i} carries a logprob")
+
+
+def _same_float(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+# --------------------------------------------------------------------------------------------
+# Trajectory
+# --------------------------------------------------------------------------------------------
+
+
+class Trajectory(BaseModel):
+    """One rollout: its calls, the segments built from them, status and reward (JSON version 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = TRAJECTORY_VERSION
+    rollout_id: str
+    task_id: str
+    harness: str | None = None
+    environment: str | None = None
+    status: RolloutStatus = RolloutStatus.SUCCESS
+    reward: float = 0.0
+    rewards: dict[str, float] = Field(default_factory=dict)
+    calls: list[ModelCall] = Field(default_factory=list)
+    segments: list[Segment] = Field(default_factory=list)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def trainable(self) -> bool:
+        return self.status.trainable
+
+    def build(self, *, gamma: float = 1.0, detokenize: Detokenize | None = None) -> Trajectory:
+        """Return a copy with segments rebuilt from the calls and validated."""
+        segments, skipped = build_segments(self.calls, reward=self.reward, gamma=gamma, detokenize=detokenize)
+        validate_segments(self.calls, segments)
+        metrics = dict(self.metrics)
+        metrics["skipped_calls"] = {str(k): v for k, v in skipped.items()}
+        return self.model_copy(update={"segments": segments, "metrics": metrics})
+
+    def validate_segments(self) -> None:
+        validate_segments(self.calls, self.segments)
+
+    def to_json(self, **kw: Any) -> str:
+        return self.model_dump_json(**kw)
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Trajectory:
+        return cls.model_validate_json(data)
+
+
+class TrajectoryGroup(BaseModel):
+    """The rollouts of one task that GRPO normalises together."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    trajectories: list[Trajectory] = Field(default_factory=list)
+
+    @property
+    def valid(self) -> list[Trajectory]:
+        """Rollouts that count for training (infra failures discarded, policy failures kept)."""
+        return [t for t in self.trajectories if t.trainable]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.valid]

@@ -1,0 +1,166 @@
+"""Core data types that cross every boundary: one recorded model call, one training segment,
+and the rollout status taxonomy.
+
+Owns: :class:`ModelCall`, :class:`Segment`, :class:`RolloutStatus`, :class:`CallStatus`,
+:class:`BreakReason`. Pure data (pydantic v2), no I/O. The JSON shape is DESIGN's trajectory
+contract, version 1.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "TRAJECTORY_VERSION",
+    "BreakReason",
+    "CallStatus",
+    "ModelCall",
+    "RolloutStatus",
+    "Segment",
+    "WireAPI",
+]
+
+TRAJECTORY_VERSION = 1
+
+WireAPI = Literal["chat", "responses", "messages", "completions", "unknown"]
+
+
+class _StrEnum(str, Enum):
+    """``enum.StrEnum`` for Python 3.10: members compare and serialise as their value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class RolloutStatus(_StrEnum):
+    """How a rollout ended.
+
+    ``success`` / ``policy_failure`` / ``timeout`` are the policy's doing and are trained on
+    (a timeout is a wall-clock budget the policy overran, reward 0). ``harness_error``,
+    ``env_error``, ``infra_error`` and ``cancelled`` are infrastructure failures: discarded,
+    never scored 0.
+    """
+
+    SUCCESS = "success"
+    POLICY_FAILURE = "policy_failure"
+    TIMEOUT = "timeout"
+    HARNESS_ERROR = "harness_error"
+    ENV_ERROR = "env_error"
+    INFRA_ERROR = "infra_error"
+    CANCELLED = "cancelled"
+
+    @property
+    def trainable(self) -> bool:
+        """True for outcomes that say something about the policy (kept for training)."""
+        return self in _TRAINABLE
+
+    @property
+    def is_infra_failure(self) -> bool:
+        return not self.trainable
+
+
+_TRAINABLE = frozenset({RolloutStatus.SUCCESS, RolloutStatus.POLICY_FAILURE, RolloutStatus.TIMEOUT})
+
+
+class CallStatus(_StrEnum):
+    """Outcome of one model call served by the proxy."""
+
+    OK = "ok"
+    ERROR = "error"  # back-end error or timeout: an infra failure of the call
+    CANCELLED = "cancelled"  # client went away mid-generation
+
+
+class BreakReason(_StrEnum):
+    """Why a new training segment began (DESIGN: segment ``break_reason``)."""
+
+    FIRST = "first"
+    NEW_LINEAGE = "new_lineage"
+    HISTORY_REWRITTEN = "history_rewritten"
+    THINKING_STRIPPED = "thinking_stripped"
+    TEMPLATE_DRIFT = "template_drift"
+    RETRY = "retry"
+
+
+class ModelCall(BaseModel):
+    """One model API call as served and recorded by the proxy.
+
+    ``prompt_ids`` are the exact tokens the policy was conditioned on and ``output_ids`` the
+    exact tokens it generated, with ``output_logprobs`` aligned one-to-one (behaviour policy).
+    ``exact`` is false when the ids were computed after the fact (a teacher API that returns
+    text only): such calls are fit for SFT export, never for RL.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    api: WireAPI = "chat"
+    request: dict[str, Any] = Field(default_factory=dict)
+    response: dict[str, Any] = Field(default_factory=dict)
+    prompt_ids: list[int] = Field(default_factory=list)
+    output_ids: list[int] = Field(default_factory=list)
+    output_logprobs: list[float] = Field(default_factory=list)
+    exact: bool = True
+    finish_reason: str | None = None
+    started_at: float = 0.0
+    latency_s: float = 0.0
+    status: CallStatus = CallStatus.OK
+    error: str | None = None
+    model: str | None = None
+    # Number of leading prompt tokens that render the lineage-defining prefix (tools + the
+    # leading system/developer messages). Set by the renderer; used to tell a rewritten history
+    # of the same agent (`history_rewritten`) from another agent (`new_lineage`).
+    system_prefix_len: int | None = None
+    # True when the generated output contained reasoning (e.g. a <think> block).
+    has_reasoning: bool = False
+    sampling: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_logprobs(self) -> ModelCall:
+        if self.output_logprobs and len(self.output_logprobs) != len(self.output_ids):
+            raise ValueError(
+                f"call {self.index}: {len(self.output_logprobs)} logprobs for {len(self.output_ids)} output tokens"
+            )
+        return self
+
+    @property
+    def trainable(self) -> bool:
+        """An exact, successful call with generated tokens and their logprobs."""
+        return (
+            self.exact
+            and self.status == CallStatus.OK
+            and bool(self.output_ids)
+            and len(self.output_logprobs) == len(self.output_ids)
+        )
+
+
+class Segment(BaseModel):
+    """One training sequence: ``input_ids`` with ``loss_mask`` 1 exactly on policy-generated tokens.
+
+    ``logprobs`` has one entry per input token: the behaviour logprob under mask 1, 0.0 elsewhere.
+    ``call_indices`` are the calls whose generated tokens this segment trains, in order.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float]
+    call_indices: list[int]
+    break_reason: BreakReason
+    reward: float = 0.0
+
+    @model_validator(mode="after")
+    def _check_lengths(self) -> Segment:
+        n = len(self.input_ids)
+        if len(self.loss_mask) != n or len(self.logprobs) != n:
+            raise ValueError(
+                f"segment lengths differ: input_ids={n} loss_mask={len(self.loss_mask)} logprobs={len(self.logprobs)}"
+            )
+        return self
+
+    @property
+    def num_trained_tokens(self) -> int:
+        return sum(self.loss_mask)
