@@ -108,10 +108,9 @@ def _classify(
             if new_text.startswith(old_text.rstrip()) or old_text.startswith(new_text.rstrip()):
                 return BreakReason.TEMPLATE_DRIFT
         return BreakReason.HISTORY_REWRITTEN
-    if detokenize is not None and best_k < len(best.ids):
-        # Divergence in context tokens: same text tokenized differently is drift, not a rewrite.
-        if detokenize(best.ids) and detokenize(prompt).startswith(detokenize(best.ids)):
-            return BreakReason.TEMPLATE_DRIFT
+    # Divergence in context tokens: the same text tokenized differently is drift, not a rewrite.
+    if detokenize is not None and best_k < len(best.ids) and detokenize(prompt).startswith(detokenize(best.ids) or "\0"):
+        return BreakReason.TEMPLATE_DRIFT
     sys_len = call.system_prefix_len if call.system_prefix_len is not None else best.system_prefix_len
     if sys_len > 0 and best_k >= sys_len and best.system_prefix_len == sys_len:
         return BreakReason.HISTORY_REWRITTEN

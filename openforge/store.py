@@ -1,0 +1,474 @@
+"""Durable trajectory store: an append-only call log and finished trajectories in SQLite (WAL).
+
+Owns: :class:`TrajectoryStore` (the embedded default store), :func:`export_trajectories` (JSONL /
+Parquet) and :func:`load_trajectories` (reads a store, JSONL or Parquet file back).
+
+Durability: ``append_call`` returns only after the call's transaction is committed with
+``synchronous=FULL`` (the WAL is fsynced), so an acknowledged call survives ``kill -9`` of the
+writer. Writes go through one writer thread per store that *group-commits* whatever is queued
+(many rollouts appending at once share one fsync); readers use their own connections, which WAL
+lets run beside the writer. Several processes may write the same file (SQLite's lock +
+``busy_timeout``).
+
+Token ids are stored as int32 arrays and logprobs as float64 arrays (lossless). A call's prompt is
+stored as a delta against the previous call of the same rollout (shared prefix length + tail), so
+the log grows linearly with a multi-turn rollout, not quadratically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sqlite3
+import threading
+import time
+from array import array
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .errors import StoreError
+from .trajectory import Trajectory, _common_prefix
+from .types import ModelCall
+
+__all__ = ["TrajectoryStore", "export_trajectories", "load_trajectories"]
+
+FORMAT = "openforge-store"
+SCHEMA_VERSION = 1
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rollouts (
+    rollout_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, harness TEXT, environment TEXT,
+    metadata TEXT NOT NULL DEFAULT '{}', created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS calls (
+    rollout_id TEXT NOT NULL, idx INTEGER NOT NULL, meta TEXT NOT NULL,
+    prompt_base INTEGER NOT NULL, prompt_prefix INTEGER NOT NULL, prompt_tail BLOB NOT NULL,
+    output BLOB NOT NULL, logprobs BLOB NOT NULL, PRIMARY KEY (rollout_id, idx));
+CREATE TABLE IF NOT EXISTS trajectories (
+    rollout_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, status TEXT NOT NULL, reward REAL NOT NULL,
+    data TEXT NOT NULL, finished_at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS trajectories_task ON trajectories (task_id);
+"""
+
+_ID_FIELDS = ("prompt_ids", "output_ids", "output_logprobs")
+
+
+def _ints(b: bytes) -> list[int]:
+    a = array("i")
+    a.frombytes(b)
+    return a.tolist()
+
+
+def _floats(b: bytes) -> list[float]:
+    a = array("d")
+    a.frombytes(b)
+    return a.tolist()
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not an openforge store file")
+    with path.open("rb") as f:
+        head = f.read(16)
+    if head and head != _SQLITE_MAGIC:
+        raise StoreError(f"{path} is not an openforge store (not a SQLite database)")
+
+
+class TrajectoryStore:
+    """SQLite-backed store of calls and trajectories. Thread-safe; use one instance per process."""
+
+    def __init__(self, path: str | Path, *, timeout_s: float = 30.0):
+        self.path = Path(path)
+        _check_file(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._timeout = timeout_s
+        self._local = threading.local()
+        self._queue: queue.Queue[tuple[list[tuple[str, tuple[Any, ...]]], Future[None]] | None] = queue.Queue()
+        self._tails: dict[str, tuple[int, list[int]]] = {}  # rollout -> (idx, prompt+output of last call)
+        self._tails_lock = threading.Lock()
+        self._closed = False
+        conn = None
+        try:
+            conn = self._connect()
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:
+                raise StoreError(f"{self.path} is a SQLite database but not an openforge store")
+            with conn:
+                conn.executescript(_SCHEMA)
+                fmt = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+                if not fmt:
+                    conn.execute("INSERT INTO meta VALUES ('format', ?), ('schema', ?)", (FORMAT, str(SCHEMA_VERSION)))
+                elif fmt.get("format") != FORMAT:
+                    raise StoreError(f"{self.path} is a SQLite database but not an openforge store")
+                elif int(fmt.get("schema", "0")) > SCHEMA_VERSION:
+                    raise StoreError(f"{self.path} was written by a newer openforge (schema {fmt['schema']})")
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a readable openforge store: {e}") from None
+        finally:
+            if conn is not None:
+                conn.close()
+        self._writer = threading.Thread(target=self._write_loop, name="openforge-store-writer", daemon=True)
+        self._writer.start()
+
+    # ---------------------------------------------------------------- connections
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute(f"PRAGMA busy_timeout={int(self._timeout * 1000)}")
+        return conn
+
+    def _reader(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self._connect()
+        return conn
+
+    # ---------------------------------------------------------------- writer thread
+    def _write_loop(self) -> None:
+        conn = self._connect()
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                batch = [item]
+                while True:  # group commit: take everything already queued
+                    try:
+                        nxt = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        self._queue.put(None)
+                        break
+                    batch.append(nxt)
+                self._commit(conn, batch)
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _commit(conn: sqlite3.Connection, batch: list[tuple[list[tuple[str, tuple[Any, ...]]], Future[None]]]) -> None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            errors: dict[int, BaseException] = {}
+            for i, (ops, _) in enumerate(batch):
+                conn.execute("SAVEPOINT op")
+                try:
+                    for sql, params in ops:
+                        conn.execute(sql, params)
+                    conn.execute("RELEASE op")
+                except sqlite3.Error as e:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    errors[i] = e
+            conn.execute("COMMIT")
+        except BaseException as e:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            for _, fut in batch:
+                fut.set_exception(StoreError(f"store write failed: {e}"))
+            return
+        for i, (_, fut) in enumerate(batch):
+            if i in errors:
+                fut.set_exception(StoreError(f"store write failed: {errors[i]}"))
+            else:
+                fut.set_result(None)
+
+    def _submit(self, ops: list[tuple[str, tuple[Any, ...]]]) -> Future[None]:
+        if self._closed:
+            raise StoreError(f"store {self.path} is closed")
+        fut: Future[None] = Future()
+        self._queue.put((ops, fut))
+        return fut
+
+    # ---------------------------------------------------------------- writes
+    def open_rollout(
+        self,
+        rollout_id: str,
+        task_id: str,
+        harness: str | None = None,
+        environment: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        """Register a rollout (idempotent)."""
+        self._submit(
+            [
+                (
+                    "INSERT OR IGNORE INTO rollouts VALUES (?, ?, ?, ?, ?, ?)",
+                    (rollout_id, task_id, harness, environment, json.dumps(metadata or {}), time.time()),
+                )
+            ]
+        ).result()
+
+    def _call_ops(self, rollout_id: str, call: ModelCall) -> list[tuple[str, tuple[Any, ...]]]:
+        prompt = call.prompt_ids
+        base, prefix = -1, 0
+        with self._tails_lock:
+            prev = self._tails.get(rollout_id)
+            if prev is not None and prev[0] < call.index:
+                k = _common_prefix(prev[1], prompt)
+                if k > 0:
+                    base, prefix = prev[0], k
+            self._tails[rollout_id] = (call.index, prompt + call.output_ids)
+        meta = call.model_dump(mode="json", exclude=set(_ID_FIELDS))
+        return [
+            (
+                "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    rollout_id,
+                    call.index,
+                    json.dumps(meta),
+                    base,
+                    prefix,
+                    array("i", prompt[prefix:]).tobytes(),
+                    array("i", call.output_ids).tobytes(),
+                    array("d", call.output_logprobs).tobytes(),
+                ),
+            )
+        ]
+
+    def append_call(self, rollout_id: str, call: ModelCall) -> None:
+        """Append one call; returns once it is durable. Appending the same index twice is an error."""
+        self._submit(self._call_ops(rollout_id, call)).result()
+
+    async def aappend_call(self, rollout_id: str, call: ModelCall) -> None:
+        """Async :meth:`append_call`: awaits durability without blocking the event loop."""
+        await asyncio.wrap_future(self._submit(self._call_ops(rollout_id, call)))
+
+    def put_trajectory(self, traj: Trajectory) -> None:
+        """Store (or replace) a finished trajectory; its segments are validated first."""
+        traj.validate_segments()
+        self._submit(
+            [
+                (
+                    "INSERT OR IGNORE INTO rollouts VALUES (?, ?, ?, ?, ?, ?)",
+                    (traj.rollout_id, traj.task_id, traj.harness, traj.environment, json.dumps(traj.metadata), time.time()),
+                ),
+                (
+                    "INSERT OR REPLACE INTO trajectories VALUES (?, ?, ?, ?, ?, ?)",
+                    (traj.rollout_id, traj.task_id, str(traj.status), traj.reward, traj.to_json(), time.time()),
+                ),
+            ]
+        ).result()
+        with self._tails_lock:
+            self._tails.pop(traj.rollout_id, None)
+
+    async def aput_trajectory(self, traj: Trajectory) -> None:
+        await asyncio.to_thread(self.put_trajectory, traj)
+
+    # ---------------------------------------------------------------- reads
+    def calls(self, rollout_id: str) -> list[ModelCall]:
+        """All recorded calls of a rollout, in index order, with their exact token ids."""
+        rows = self._reader().execute(
+            "SELECT idx, meta, prompt_base, prompt_prefix, prompt_tail, output, logprobs FROM calls "
+            "WHERE rollout_id = ? ORDER BY idx",
+            (rollout_id,),
+        )
+        full: dict[int, list[int]] = {}
+        out: list[ModelCall] = []
+        for idx, meta, base, prefix, tail, output, logprobs in rows:
+            prompt = (full[base][:prefix] if base >= 0 else []) + _ints(tail)
+            out_ids = _ints(output)
+            try:
+                call = ModelCall.model_validate(
+                    {**json.loads(meta), "prompt_ids": prompt, "output_ids": out_ids, "output_logprobs": _floats(logprobs)}
+                )
+            except (ValidationError, KeyError, ValueError) as e:
+                raise StoreError(f"{self.path}: call {idx} of rollout {rollout_id} is corrupt: {e}") from None
+            full[idx] = prompt + out_ids
+            out.append(call)
+        return out
+
+    def rollouts(self) -> list[dict[str, Any]]:
+        rows = self._reader().execute(
+            "SELECT r.rollout_id, r.task_id, r.harness, r.environment, t.status, t.reward, "
+            "(SELECT COUNT(*) FROM calls c WHERE c.rollout_id = r.rollout_id) "
+            "FROM rollouts r LEFT JOIN trajectories t USING (rollout_id) ORDER BY r.created_at"
+        )
+        keys = ("rollout_id", "task_id", "harness", "environment", "status", "reward", "num_calls")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def get_trajectory(self, rollout_id: str) -> Trajectory | None:
+        row = self._reader().execute("SELECT data FROM trajectories WHERE rollout_id = ?", (rollout_id,)).fetchone()
+        return None if row is None else _parse_traj(row[0], f"{self.path}:{rollout_id}")
+
+    def trajectories(self, *, task_id: str | None = None, status: str | None = None) -> Iterator[Trajectory]:
+        sql, params = "SELECT rollout_id, data FROM trajectories WHERE 1=1", []
+        if task_id is not None:
+            sql += " AND task_id = ?"
+            params.append(task_id)
+        if status is not None:
+            sql += " AND status = ?"
+            params.append(status)
+        for rid, data in self._reader().execute(sql + " ORDER BY finished_at", params).fetchall():
+            yield _parse_traj(data, f"{self.path}:{rid}")
+
+    # ---------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._writer.join()
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    def __enter__(self) -> TrajectoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _parse_traj(data: str | bytes, where: str) -> Trajectory:
+    try:
+        return Trajectory.model_validate_json(data)
+    except ValidationError as e:
+        raise StoreError(f"{where}: not a valid trajectory (version 1): {e.error_count()} problem(s), first: "
+                         f"{e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
+
+
+# -------------------------------------------------------------------- export / load
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    segment = pa.struct(
+        [
+            ("input_ids", pa.list_(pa.int32())),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("logprobs", pa.list_(pa.float64())),
+            ("call_indices", pa.list_(pa.int32())),
+            ("break_reason", pa.string()),
+            ("reward", pa.float64()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("version", pa.int32()),
+            ("rollout_id", pa.string()),
+            ("task_id", pa.string()),
+            ("harness", pa.string()),
+            ("environment", pa.string()),
+            ("status", pa.string()),
+            ("reward", pa.float64()),
+            ("rewards", pa.string()),  # JSON
+            ("calls", pa.string()),  # JSON list of ModelCall
+            ("segments", pa.list_(segment)),
+            ("metrics", pa.string()),  # JSON
+            ("error", pa.string()),
+            ("metadata", pa.string()),  # JSON
+        ]
+    )
+
+
+def _import_pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise StoreError("Parquet needs pyarrow: pip install 'openforge[parquet]'") from None
+    return pyarrow
+
+
+def export_trajectories(trajs: Iterable[Trajectory], out: str | Path, fmt: str | None = None) -> int:
+    """Write trajectories to ``out`` as ``jsonl`` (one trajectory JSON per line) or ``parquet``.
+
+    Returns the number written. The format defaults to the file suffix.
+    """
+    out = Path(out)
+    fmt = (fmt or out.suffix.lstrip(".")).lower()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "jsonl":
+        n = 0
+        tmp = out.with_name(out.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for t in trajs:
+                f.write(t.to_json())
+                f.write("\n")
+                n += 1
+        tmp.replace(out)
+        return n
+    if fmt == "parquet":
+        pa = _import_pyarrow()
+        rows = []
+        for t in trajs:
+            d = t.model_dump(mode="json")
+            rows.append(
+                {
+                    **{k: d[k] for k in ("version", "rollout_id", "task_id", "harness", "environment", "status", "reward", "error")},
+                    "rewards": json.dumps(d["rewards"]),
+                    "calls": json.dumps(d["calls"]),
+                    "segments": d["segments"],
+                    "metrics": json.dumps(d["metrics"]),
+                    "metadata": json.dumps(d["metadata"]),
+                }
+            )
+        table = pa.Table.from_pylist(rows, schema=_arrow_schema())
+        tmp = out.with_name(out.name + ".tmp")
+        pa.parquet.write_table(table, tmp)
+        tmp.replace(out)
+        return len(rows)
+    raise StoreError(f"unknown export format {fmt!r} (use jsonl or parquet)")
+
+
+def load_trajectories(path: str | Path) -> list[Trajectory]:
+    """Read trajectories from a store, a ``.jsonl`` export or a ``.parquet`` export."""
+    path = Path(path)
+    if not path.is_file():
+        raise StoreError(f"{path}: no such file")
+    with path.open("rb") as f:
+        head = f.read(16)
+    if head == _SQLITE_MAGIC:
+        with TrajectoryStore(path) as store:
+            return list(store.trajectories())
+    if head[:4] == b"PAR1":
+        pa = _import_pyarrow()
+        try:
+            table = pa.parquet.read_table(path)
+        except Exception as e:
+            raise StoreError(f"{path}: unreadable Parquet file: {e}") from None
+        missing = {"rollout_id", "calls", "segments"} - set(table.column_names)
+        if missing:
+            raise StoreError(f"{path}: not an openforge trajectory export (missing columns {sorted(missing)})")
+        out = []
+        for row in table.to_pylist():
+            data = {
+                **row,
+                "rewards": json.loads(row["rewards"] or "{}"),
+                "calls": json.loads(row["calls"] or "[]"),
+                "metrics": json.loads(row["metrics"] or "{}"),
+                "metadata": json.loads(row["metadata"] or "{}"),
+            }
+            out.append(_parse_traj(json.dumps(data), f"{path}:{row['rollout_id']}"))
+        return out
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text.lstrip().startswith("{"):
+        try:  # a single trajectory.json (possibly pretty-printed)
+            whole = json.loads(text)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict):
+            return [_parse_traj(text, str(path))]
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except json.JSONDecodeError as e:
+            raise StoreError(f"{path}:{lineno}: not JSON ({e.msg}); expected one trajectory per line") from None
+        out.append(_parse_traj(line, f"{path}:{lineno}"))
+    return out
