@@ -1,0 +1,278 @@
+"""The built-in CPU trainer: GRPO (and SFT) steps in plain PyTorch on the back-end's own model.
+
+Owns: :class:`CPUTrainerConfig`, :class:`CPUTrainer` (AdamW, gradient accumulation over
+length-sorted micro-batches of segments, grad clipping, checkpoint save/resume, weight
+publication to the serving back-end), :func:`token_logprobs` (memory-aware logprobs of the target
+tokens) and :func:`pack_microbatches`.
+
+Memory. The full-vocabulary ``log_softmax`` over ``[B, T, 49152]`` is the memory hog of a step
+(0.8 GB per copy for 8 × 512 tokens). :func:`token_logprobs` runs the decoder once, then computes
+``lm_head → log_softmax → gather`` in chunks of positions under activation checkpointing, so only
+``[B, T]`` logprobs stay alive and each chunk's logits are rebuilt during backward.
+
+Consistency. The trainer computes ``log_softmax(logits / temperature)`` in fp32 with the model in
+eval mode (no dropout), the exact quantity :class:`~openforge.proxy.backends.transformers.
+TransformersBackend` records, so importance ratios start at 1 (|Δ| ≈ 1e-5; bf16 would be ~0.2).
+The step reports that gap as ``behaviour_logprob_gap``.
+
+Weights. When the trainer holds the back-end's own module (the default) the update *is* the new
+policy; the caller pauses the proxy around :meth:`CPUTrainer.step` (pause → step → resume), see
+:meth:`CPUTrainer.publish`. Otherwise :meth:`publish` swaps the new state dict into the back-end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .grpo import LossAgg, TrainSample, policy_loss
+
+__all__ = ["CPUTrainer", "CPUTrainerConfig", "pack_microbatches", "token_logprobs"]
+
+
+class CPUTrainerConfig(BaseModel):
+    """Optimiser and loss settings of the built-in trainer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(2e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0, description="must equal the sampling temperature of the rollouts")
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.28, ge=0)
+    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the initial weights (0 = no reference model)")
+    loss_agg: LossAgg = "rollout-mean"
+    norm_adv_by_std: bool = True
+    ppo_epochs: int = Field(1, ge=1, description="optimizer steps per batch of rollouts")
+    micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
+    logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")
+    autocast_bf16: bool = Field(False, description="bf16 autocast (faster; breaks fp32 ratio consistency)")
+    threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice)")
+    seed: int = 0
+
+
+def pack_microbatches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group indices into micro-batches whose padded size ``len(batch) * max(len)`` ≤ ``max_tokens``.
+
+    Longest first, so padding stays small; a sequence longer than the budget gets its own batch.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        longest = lengths[cur[0]] if cur else lengths[i]
+        if cur and (len(cur) + 1) * longest > max_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperature: float = 1.0,
+                   chunk: int = 128) -> Any:
+    """``[B, T-1]`` logprobs of ``input_ids[:, 1:]`` under ``model`` (fp32, chunked, checkpointed).
+
+    Works for decoder-only HF models exposing ``get_decoder()`` / ``get_output_embeddings()``;
+    other models fall back to one full-logits forward pass.
+    """
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    targets = input_ids[:, 1:]
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if decoder is None or head is None or softcap:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+        return torch.log_softmax(logits / temperature, -1).gather(-1, targets[..., None])[..., 0]
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+
+    def piece(h: Any, t: Any) -> Any:
+        logits = head(h).float() / temperature
+        return (logits.gather(-1, t[..., None])[..., 0] - torch.logsumexp(logits, -1))
+
+    outs = []
+    for s in range(0, hidden.shape[1], chunk):
+        h, t = hidden[:, s:s + chunk], targets[:, s:s + chunk]
+        if torch.is_grad_enabled() and h.requires_grad:
+            outs.append(checkpoint(piece, h, t, use_reentrant=False))
+        else:
+            outs.append(piece(h, t))
+    return torch.cat(outs, 1)
+
+
+LossKind = Literal["grpo", "sft"]
+
+
+class CPUTrainer:
+    """AdamW on ``model`` (the back-end's module by default); one :meth:`step` per batch."""
+
+    def __init__(self, model: Any, config: CPUTrainerConfig | None = None, *, pad_id: int = 0):
+        import torch
+
+        self.model = model
+        self.config = config or CPUTrainerConfig()
+        self.pad_id = pad_id
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        torch.manual_seed(self.config.seed)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, betas=self.config.betas,
+                                           weight_decay=self.config.weight_decay)
+        self.step_count = 0
+        self.ref_state: dict[str, Any] | None = None
+        if self.config.kl_coef > 0:
+            self.ref_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    # ---------------------------------------------------------------- batching
+    def _tensors(self, batch: Sequence[TrainSample]) -> dict[str, Any]:
+        import torch
+
+        T = max(s.num_tokens for s in batch)
+        B = len(batch)
+        ids = torch.full((B, T), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, T), dtype=torch.long)
+        old = torch.zeros((B, T - 1))
+        w = torch.zeros((B, T - 1))
+        for i, s in enumerate(batch):
+            n = s.num_tokens
+            ids[i, :n] = torch.tensor(s.input_ids)
+            attn[i, :n] = 1
+            # position j of the targets predicts token j+1
+            old[i, : n - 1] = torch.tensor(s.old_logprobs[1:])
+            w[i, : n - 1] = torch.tensor(s.token_weights[1:], dtype=torch.float32)
+        adv = torch.tensor([s.advantage for s in batch])
+        return {"ids": ids, "attn": attn, "old": old, "w": w, "adv": adv}
+
+    def _ref_logprobs(self, t: dict[str, Any]) -> Any:
+        """Logprobs under the reference (initial) weights, computed by swapping them in briefly."""
+        import torch
+
+        assert self.ref_state is not None
+        current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        try:
+            self.model.load_state_dict(self.ref_state)
+            with torch.no_grad():
+                return token_logprobs(self.model, t["ids"], t["attn"], temperature=self.config.temperature,
+                                      chunk=self.config.logprob_chunk)
+        finally:
+            self.model.load_state_dict(current)
+
+    # ---------------------------------------------------------------- steps
+    def step(self, samples: Sequence[TrainSample], *, kind: LossKind = "grpo",
+             progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
+        """One optimizer step (``ppo_epochs`` of them for GRPO) over ``samples``; returns metrics."""
+        import contextlib
+
+        import torch
+
+        if not samples:
+            return {"skipped": 1.0, "trained_tokens": 0.0}
+        cfg = self.config
+        t0 = time.perf_counter()
+        batches = pack_microbatches([s.num_tokens for s in samples], cfg.micro_batch_tokens)
+        epochs = cfg.ppo_epochs if kind == "grpo" else 1
+        agg: dict[str, float] = {}
+        gap_sum, gap_n, loss_sum = 0.0, 0, 0.0
+        grad_norm = 0.0
+        for epoch in range(epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for bi, idx in enumerate(batches):
+                t = self._tensors([samples[i] for i in idx])
+                ref = self._ref_logprobs(t) if (kind == "grpo" and self.ref_state is not None) else None
+                amp = (torch.autocast("cpu", dtype=torch.bfloat16) if cfg.autocast_bf16
+                       else contextlib.nullcontext())
+                with amp:
+                    logp = token_logprobs(self.model, t["ids"], t["attn"], temperature=cfg.temperature,
+                                          chunk=cfg.logprob_chunk)
+                mask = t["w"] > 0
+                if kind == "grpo":
+                    loss, m = policy_loss(logp, t["old"], t["adv"], t["w"], clip_low=cfg.clip_low,
+                                          clip_high=cfg.clip_high, ref_logprobs=ref, kl_coef=cfg.kl_coef)
+                    if epoch == 0:
+                        gap_sum += float(((logp.detach() - t["old"]).abs() * mask).sum())
+                        gap_n += int(mask.sum())
+                    for k, v in m.items():
+                        agg[k] = agg.get(k, 0.0) + v * len(idx)
+                else:
+                    loss = -(t["w"] * logp).sum()
+                loss.backward()
+                loss_sum += float(loss.detach())
+                if progress:
+                    progress(epoch * len(batches) + bi + 1, epochs * len(batches))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+            self.optimizer.step()
+            self.step_count += 1
+        dt = time.perf_counter() - t0
+        tokens = sum(s.num_tokens for s in samples) * epochs
+        out = {
+            "loss": loss_sum / epochs,
+            "grad_norm": grad_norm,
+            "segments": float(len(samples)),
+            "micro_batches": float(len(batches)),
+            "tokens": float(tokens),
+            "trained_tokens": float(sum(s.num_trained_tokens for s in samples)),
+            "train_time_s": dt,
+            "train_tokens_per_s": tokens / dt if dt > 0 else 0.0,
+        }
+        if kind == "grpo":
+            out.update({k: v / (len(samples) * epochs) for k, v in agg.items()})
+            out["behaviour_logprob_gap"] = gap_sum / max(gap_n, 1)
+        return out
+
+    # ---------------------------------------------------------------- weights
+    async def publish(self, backend: Any) -> None:
+        """Make the back-end serve the new weights (no-op when it serves this very module)."""
+        if getattr(backend, "model", None) is self.model:
+            return
+        await backend.swap_weights({k: v.detach() for k, v in self.model.state_dict().items()})
+
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write weights (HF ``save_pretrained``), optimizer state and step count to ``path``."""
+        import torch
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step_count}, path / "trainer_state.pt")
+        (path / "trainer.json").write_text(json.dumps({"step": self.step_count, **(extra or {})}, indent=2))
+        return path
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Resume from :meth:`save`'s directory; returns its ``trainer.json`` (step + extras)."""
+        import torch
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"no checkpoint weights (*.safetensors) in {path}")
+        state: dict[str, Any] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are not saved twice
+        if bad or unexpected:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"checkpoint {path} does not fit the model: missing {bad[:3]}, unexpected {unexpected[:3]}")
+        if hasattr(self.model, "tie_weights"):
+            self.model.tie_weights()
+        st = path / "trainer_state.pt"
+        if st.is_file():
+            blob = torch.load(st, weights_only=False)
+            self.optimizer.load_state_dict(blob["optimizer"])
+            self.step_count = int(blob["step"])
+        meta = path / "trainer.json"
+        return json.loads(meta.read_text()) if meta.is_file() else {"step": self.step_count}
