@@ -48,8 +48,9 @@ def main() -> None:
         app()
     except ForgeError as e:  # our errors are for humans: no traceback
         from rich.console import Console
+        from rich.text import Text
 
-        Console(stderr=True).print(f"[bold red]error:[/] {e}")
+        Console(stderr=True, soft_wrap=True).print(Text("error: ", style="bold red") + Text(str(e)))
         raise SystemExit(2) from None
 
 

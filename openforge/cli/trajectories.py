@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 group = typer.Typer(help="Inspect and export recorded trajectories.", no_args_is_help=True)
@@ -9,3 +11,95 @@ group = typer.Typer(help="Inspect and export recorded trajectories.", no_args_is
 
 def register(app: typer.Typer) -> None:
     app.add_typer(group, name="trajectories")
+
+
+def _load(source: Path, rollout_id: str | None):
+    from ..errors import StoreError
+    from ..store import TrajectoryStore, load_trajectories
+
+    if not source.exists():
+        raise StoreError(f"{source}: no such file")
+    with source.open("rb") as f:
+        is_store = f.read(16) == b"SQLite format 3\x00"
+    if is_store and rollout_id:
+        with TrajectoryStore(source) as store:
+            traj = store.get_trajectory(rollout_id)
+            if traj is None:
+                calls = store.calls(rollout_id)
+                if not calls:
+                    known = ", ".join(r["rollout_id"] for r in store.rollouts()[:10]) or "none"
+                    raise StoreError(f"{source}: no rollout {rollout_id!r} (known: {known})")
+                from ..trajectory import Trajectory
+
+                row = next((r for r in store.rollouts() if r["rollout_id"] == rollout_id), {})
+                traj = Trajectory(rollout_id=rollout_id, task_id=row.get("task_id") or "unknown",
+                                  harness=row.get("harness"), environment=row.get("environment"), calls=calls,
+                                  metadata={"unfinished": True}).build()
+            return [traj]
+    trajs = load_trajectories(source)
+    if rollout_id:
+        trajs = [t for t in trajs if t.rollout_id == rollout_id]
+        if not trajs:
+            raise StoreError(f"{source}: no rollout {rollout_id!r}")
+    return trajs
+
+
+@group.command("show")
+def show(
+    source: Path = typer.Argument(..., help="trajectory.json, a .jsonl/.parquet export, or a store (.db)"),
+    rollout_id: str = typer.Argument(None, help="Rollout id (required for a store holding several)"),
+    max_tokens: int = typer.Option(300, help="Show at most this many trailing tokens per segment"),
+) -> None:
+    """Show calls and segments; trained (mask 1) tokens are highlighted, context tokens dimmed."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console()
+    for traj in _load(source, rollout_id):
+        head = Table.grid(padding=(0, 2))
+        for k, v in [("rollout", traj.rollout_id), ("task", traj.task_id), ("harness", traj.harness),
+                     ("environment", traj.environment), ("status", str(traj.status)), ("reward", f"{traj.reward:g}")]:
+            head.add_row(Text(k, style="bold"), str(v))
+        if traj.error:
+            head.add_row(Text("error", style="bold red"), traj.error)
+        console.print(head)
+        calls = Table(title=f"{len(traj.calls)} calls", title_justify="left")
+        for col in ("#", "api", "prompt", "output", "finish", "exact", "status", "latency"):
+            calls.add_column(col, justify="right" if col in ("#", "prompt", "output", "latency") else "left")
+        for c in traj.calls:
+            calls.add_row(str(c.index), c.api, str(len(c.prompt_ids)), str(len(c.output_ids)), c.finish_reason or "",
+                          "yes" if c.exact else "[yellow]no[/]", str(c.status), f"{c.latency_s:.2f}s")
+        console.print(calls)
+        for si, seg in enumerate(traj.segments):
+            trained = sum(seg.loss_mask)
+            console.print(
+                f"[bold]segment {si}[/] break_reason=[cyan]{seg.break_reason}[/] calls={seg.call_indices} "
+                f"tokens={len(seg.input_ids)} trained={trained} reward={seg.reward:g}"
+            )
+            start = max(0, len(seg.input_ids) - max_tokens)
+            text = Text("… " if start else "")
+            for tok, m in zip(seg.input_ids[start:], seg.loss_mask[start:]):
+                text.append(f"{tok} ", style="bold green" if m else "dim")
+            console.print(text)
+        skipped = traj.metrics.get("skipped_calls")
+        if skipped:
+            console.print(f"[yellow]calls not trained:[/] {skipped}")
+        console.print("[dim]legend: [bold green]trained token[/] (loss_mask=1), context token (mask 0)[/]")
+
+
+@group.command("export")
+def export(
+    store: Path = typer.Argument(..., help="Store file (.db) or an export to convert"),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl or parquet"),
+    out: Path = typer.Option(..., "--out", help="Output path"),
+    status: str = typer.Option(None, help="Only trajectories with this status"),
+) -> None:
+    """Export trajectories to JSONL or Parquet (readable back with openforge.store.load_trajectories)."""
+    from rich.console import Console
+
+    from ..store import export_trajectories
+
+    trajs = [t for t in _load(store, None) if status is None or str(t.status) == status]
+    n = export_trajectories(trajs, out, fmt)
+    Console().print(f"wrote {n} trajectories to {out}")

@@ -1,0 +1,59 @@
+from typer.testing import CliRunner
+
+from openforge.cli.main import app
+from openforge.store import TrajectoryStore, load_trajectories
+from openforge.trajectory import Trajectory
+from openforge.types import ModelCall
+
+runner = CliRunner()
+
+
+def _traj(rid, reward=1.0, status="success"):
+    calls = [ModelCall(index=0, prompt_ids=[1, 2, 3], output_ids=[41, 42], output_logprobs=[-0.1, -0.2], system_prefix_len=1),
+             ModelCall(index=1, prompt_ids=[1, 2, 3, 41, 42, 5], output_ids=[43], output_logprobs=[-0.3], system_prefix_len=1)]
+    return Trajectory(rollout_id=rid, task_id="t", harness="react", status=status, reward=reward, calls=calls).build()
+
+
+def test_show_json_and_store(tmp_path):
+    f = tmp_path / "trajectory.json"
+    f.write_text(_traj("r1").model_dump_json())
+    res = runner.invoke(app, ["trajectories", "show", str(f)])
+    assert res.exit_code == 0, res.output
+    assert "r1" in res.output and "break_reason=first" in res.output and "trained=3" in res.output
+    db = tmp_path / "s.db"
+    with TrajectoryStore(db) as s:
+        s.put_trajectory(_traj("r2"))
+        s.append_call("open", ModelCall(index=0, prompt_ids=[1], output_ids=[2], output_logprobs=[-1.0]))
+    res = runner.invoke(app, ["trajectories", "show", str(db), "r2"])
+    assert res.exit_code == 0 and "r2" in res.output
+    res = runner.invoke(app, ["trajectories", "show", str(db), "open"])  # unfinished rollout: built from the call log
+    assert res.exit_code == 0 and "segment 0" in res.output
+    res = runner.invoke(app, ["trajectories", "show", str(db), "zzz"])
+    assert res.exit_code != 0 and "no rollout 'zzz'" in str(res.exception)
+
+
+def test_export(tmp_path):
+    db = tmp_path / "s.db"
+    with TrajectoryStore(db) as s:
+        s.put_trajectory(_traj("a"))
+        s.put_trajectory(_traj("b", 0.0, "infra_error"))
+    for fmt in ("jsonl", "parquet"):
+        out = tmp_path / f"x.{fmt}"
+        res = runner.invoke(app, ["trajectories", "export", str(db), "--format", fmt, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        assert [t.rollout_id for t in load_trajectories(out)] == ["a", "b"]
+    out = tmp_path / "ok.jsonl"
+    runner.invoke(app, ["trajectories", "export", str(db), "--out", str(out), "--status", "success"])
+    assert [t.rollout_id for t in load_trajectories(out)] == ["a"]
+
+
+def test_cli_error_is_clean(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("nope\n")
+    p = subprocess.run([sys.executable, "-m", "openforge.cli.main", "trajectories", "show", str(bad)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "not JSON" in p.stderr and "Traceback" not in p.stderr
