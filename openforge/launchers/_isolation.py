@@ -1,0 +1,204 @@
+"""Isolation primitives of the local launcher: namespace detection, cgroups (v1 and v2), rlimits,
+and the scrubbed environment a sandboxed process starts with.
+
+Owns: :func:`detect_isolation` (``bwrap`` > ``unshare`` > ``none``, probed once),
+:class:`CgroupSet` (one rollout's memory / cpu / pids cgroups where writable), :func:`rlimit_preexec`,
+:func:`scrub_env`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+__all__ = ["CgroupSet", "detect_isolation", "rlimit_preexec", "scrub_env"]
+
+#: Host variables a sandboxed process keeps; everything else (API keys, tokens, cloud creds) is dropped.
+KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "LC_ALL", "LC_CTYPE", "COLORTERM", "NO_COLOR")
+
+
+def scrub_env(home: Path, tmpdir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a sandboxed process: a short allow-list of host variables plus HOME,
+    TMPDIR, USER and whatever the caller passes explicitly."""
+    env = {k: v for k, v in os.environ.items() if k in KEEP_ENV or k.startswith("LC_")}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    env.update(HOME=str(home), TMPDIR=str(tmpdir), USER="agent", LOGNAME="agent", SHELL="/bin/sh")
+    env.update(extra or {})
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def detect_isolation() -> tuple[str, str]:
+    """Return ``(mode, reason)``: ``bwrap`` (mount+pid+net+user namespaces), ``unshare`` (network
+    namespace only) or ``none``; ``reason`` says why a stronger mode was not available."""
+    reasons = []
+    bwrap = shutil.which("bwrap")
+    if bwrap:
+        try:
+            r = subprocess.run(
+                [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-all",
+                 "--unshare-user", "--die-with-parent", "--", "true"],
+                capture_output=True, timeout=20,
+            )
+            if r.returncode == 0:
+                return "bwrap", ""
+            reasons.append(f"bwrap failed: {r.stderr.decode(errors='replace').strip()[:200]}")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            reasons.append(f"bwrap failed: {e}")
+    else:
+        reasons.append("bubblewrap (bwrap) is not installed")
+    unshare = shutil.which("unshare")
+    if unshare:
+        try:
+            r = subprocess.run([unshare, "--net", "--map-root-user", "--", "true"], capture_output=True, timeout=20)
+            if r.returncode == 0:
+                return "unshare", "; ".join(reasons)
+            reasons.append(f"unshare -n failed: {r.stderr.decode(errors='replace').strip()[:200]}")
+        except (OSError, subprocess.TimeoutExpired) as e:
+            reasons.append(f"unshare failed: {e}")
+    return "none", "; ".join(reasons)
+
+
+def _own_cgroup_v1(controller: str) -> Path | None:
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            if controller in ctrls.split(","):
+                return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+    except OSError:
+        pass
+    return None
+
+
+def _own_cgroup_v2() -> Path | None:
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                p = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+                return p if (p / "cgroup.controllers").exists() else None
+    except OSError:
+        pass
+    return None
+
+
+class CgroupSet:
+    """Per-rollout cgroups for memory, CPU and pids, created where writable (v1 or v2).
+
+    ``paths`` lists the directories created; :meth:`attach` moves the calling process in (used in a
+    ``preexec_fn``); :meth:`remove` kills what is left inside and removes the directories.
+    """
+
+    def __init__(self, name: str, *, memory_mb: int | None, cpu: float | None, max_procs: int | None):
+        self.paths: list[Path] = []
+        self.limited: set[str] = set()
+        v2 = _own_cgroup_v2()
+        if v2 is not None:
+            self._make_v2(v2 / name, memory_mb, cpu, max_procs)
+        else:
+            self._make_v1(name, memory_mb, cpu, max_procs)
+
+    def _try(self, d: Path, files: dict[str, str], what: str) -> None:
+        try:
+            d.mkdir()
+        except OSError:
+            return
+        self.paths.append(d)
+        try:
+            for f, v in files.items():
+                (d / f).write_text(v)
+            self.limited.add(what)
+        except OSError:
+            pass
+
+    def _make_v1(self, name: str, memory_mb: int | None, cpu: float | None, max_procs: int | None) -> None:
+        if memory_mb:
+            base = _own_cgroup_v1("memory")
+            if base and os.access(base, os.W_OK):
+                self._try(base / name, {"memory.limit_in_bytes": str(memory_mb * 1024 * 1024)}, "memory")
+        if cpu:
+            base = _own_cgroup_v1("cpu")
+            if base and os.access(base, os.W_OK):
+                period = 100_000
+                self._try(base / name, {"cpu.cfs_period_us": str(period),
+                                        "cpu.cfs_quota_us": str(max(1000, int(cpu * period)))}, "cpu")
+        if max_procs:
+            base = _own_cgroup_v1("pids")
+            if base and os.access(base, os.W_OK):
+                self._try(base / name, {"pids.max": str(max_procs)}, "pids")
+
+    def _make_v2(self, d: Path, memory_mb: int | None, cpu: float | None, max_procs: int | None) -> None:
+        files = {}
+        if memory_mb:
+            files["memory.max"] = str(memory_mb * 1024 * 1024)
+        if cpu:
+            files["cpu.max"] = f"{max(1000, int(cpu * 100_000))} 100000"
+        if max_procs:
+            files["pids.max"] = str(max_procs)
+        try:
+            d.mkdir()
+        except OSError:
+            return
+        self.paths.append(d)
+        for f, v in files.items():
+            try:
+                (d / f).write_text(v)
+                self.limited.add(f.split(".")[0])
+            except OSError:
+                pass
+
+    def attach(self, pid: int | None = None) -> None:
+        for d in self.paths:
+            try:
+                (d / "cgroup.procs").write_text(str(pid or os.getpid()))
+            except OSError:
+                pass
+
+    def remove(self) -> None:
+        from ._reaper import remove_cgroup
+
+        for d in self.paths:
+            remove_cgroup(str(d))
+        self.paths = []
+
+
+def rlimit_preexec(
+    *, memory_mb: int | None, cpu_s: float | None, max_open_files: int | None, max_procs: int | None,
+    cgroups: CgroupSet | None = None,
+) -> Callable[[], None]:
+    """A ``preexec_fn`` that joins the cgroups and lowers rlimits (raising is impossible without
+    CAP_SYS_RESOURCE, so each limit is ``min(requested, current hard limit)``). Memory falls back to
+    RLIMIT_DATA (not RLIMIT_AS: Node and Chromium reserve far more address space than they use)."""
+    cg_limited = cgroups.limited if cgroups else set()
+    nproc_base = 0
+    if max_procs and "pids" not in cg_limited and os.getuid() != 0:
+        nproc_base = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())
+
+    def lower(which: int, value: int) -> None:
+        _soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass
+
+    def preexec() -> None:
+        if cgroups is not None:
+            cgroups.attach()
+        if memory_mb and "memory" not in cg_limited:
+            lower(resource.RLIMIT_DATA, memory_mb * 1024 * 1024)
+        if cpu_s:
+            lower(resource.RLIMIT_CPU, max(1, int(cpu_s)))
+        if max_open_files:
+            lower(resource.RLIMIT_NOFILE, max_open_files)
+        if max_procs and "pids" not in cg_limited and os.getuid() != 0:
+            # RLIMIT_NPROC counts every process of the user, not just ours (and root ignores it).
+            lower(resource.RLIMIT_NPROC, nproc_base + max_procs)
+
+    return preexec

@@ -1,0 +1,364 @@
+"""The local launcher: each rollout in its own temp dir, process group and (where the kernel allows)
+namespaces, with a wall-clock budget, resource limits and a scrubbed environment.
+
+Owns: :class:`LocalLauncher`, :class:`LocalSandbox`.
+
+Isolation, strongest available first (probed once, see ``_isolation.detect_isolation``):
+
+* ``bwrap`` — bubblewrap: new mount, pid, user, net, ipc and uts namespaces; the host file system
+  read-only, ``/tmp``, ``/root``, ``/home`` and the sandboxes' base dir replaced by empty tmpfs, the
+  rollout's own dir bound back read-write at the same path (so host and sandbox paths agree), hidden
+  paths masked. The network namespace has only ``lo``: the proxy and the environment's services
+  arrive as bind-mounted Unix sockets, forwarded to ``127.0.0.1:PORT`` by a tiny in-sandbox init
+  (``_fwd.py``), so unmodified TCP-only harnesses work and nothing else is reachable.
+* ``unshare`` — a network namespace only (``unshare -n --map-root-user``), same forwarding.
+* ``none`` — a plain process group; a warning says the network is not isolated.
+
+Every sandbox process runs in cgroups (memory, cpu, pids; v1 or v2, where writable) and under
+lowered rlimits. Nothing outlives the driver: ``close`` kills process trees and removes the temp
+dir and cgroups; a watchdog process (``_reaper.py``) does the same if the driver is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import SandboxError
+from ._isolation import CgroupSet, detect_isolation, rlimit_preexec, scrub_env
+from ._reaper import kill_tree
+from .base import ExecResult, Launcher, Sandbox, SandboxSpec
+
+__all__ = ["LocalLauncher", "LocalSandbox"]
+
+log = logging.getLogger(__name__)
+_HERE = Path(__file__).resolve().parent
+_FWD = str(_HERE / "_fwd.py")
+_REAPER = str(_HERE / "_reaper.py")
+SANDBOX_UID = 1000
+FIRST_PORT = 18000
+
+
+class LocalLauncher(Launcher):
+    """Provision :class:`LocalSandbox` es. ``isolation`` is ``auto`` (strongest available),
+    ``bwrap``, ``unshare`` or ``none``; asking for one that is not available is an error."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        base_dir: str | Path | None = None,
+        isolation: str = "auto",
+        grace_s: float = 2.0,
+        cgroups: bool = True,
+        ro_binds: Sequence[str] = (),
+    ):
+        mode, why = detect_isolation()
+        if isolation == "auto":
+            self.isolation = mode
+        elif isolation in ("bwrap", "unshare", "none"):
+            order = ["none", "unshare", "bwrap"]
+            if order.index(isolation) > order.index(mode):
+                raise SandboxError(f"isolation {isolation!r} is not available here ({why})")
+            self.isolation = isolation
+        else:
+            raise SandboxError(f"unknown isolation {isolation!r}: use auto, bwrap, unshare or none")
+        if self.isolation != "bwrap":
+            log.warning(
+                "local launcher: %s; %s. Install bubblewrap (apt-get install bubblewrap) for full isolation.",
+                why or "namespaces unavailable",
+                "the network is NOT isolated" if self.isolation == "none" else "only the network is isolated",
+            )
+        self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes")
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.grace_s = grace_s
+        self.use_cgroups = cgroups
+        self.ro_binds = list(ro_binds)
+        self._reaper: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+        self._sandboxes: set[LocalSandbox] = set()
+        self.sweep_stale()
+
+    # -- the watchdog --------------------------------------------------------------------------
+
+    def _watch(self, line: str) -> None:
+        with self._lock:
+            if self._reaper is None or self._reaper.poll() is not None:
+                self._reaper = subprocess.Popen(
+                    [sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, start_new_session=True,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
+                )
+            try:
+                assert self._reaper.stdin is not None
+                self._reaper.stdin.write((line + "\n").encode())
+                self._reaper.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass
+
+    def sweep_stale(self) -> list[Path]:
+        """Remove sandbox dirs left by drivers that are gone (belt and braces for the watchdog)."""
+        removed = []
+        for d in self.base_dir.iterdir():
+            try:
+                owner = int((d / ".owner").read_text())
+            except (OSError, ValueError):
+                continue
+            if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
+                shutil.rmtree(d, ignore_errors=True)
+                removed.append(d)
+        return removed
+
+    # -- Launcher API --------------------------------------------------------------------------
+
+    async def start(self, spec: SandboxSpec) -> LocalSandbox:
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.rollout_id)[:48]
+        root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=self.base_dir))
+        self._watch(f"+dir {root}")
+        (root / ".owner").write_text(str(os.getpid()))
+        sbx = LocalSandbox(self, spec, root)
+        self._sandboxes.add(sbx)
+        try:
+            await sbx._init()
+        except BaseException:
+            await sbx.close()
+            raise
+        return sbx
+
+    async def aclose(self) -> None:
+        for sbx in list(self._sandboxes):
+            await sbx.close()
+        with self._lock:
+            if self._reaper is not None:
+                with contextlib.suppress(OSError):
+                    assert self._reaper.stdin is not None
+                    self._reaper.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._reaper.wait(5)
+                self._reaper = None
+
+
+class LocalSandbox(Sandbox):
+    """One rollout's sandbox on this machine; see the module docstring."""
+
+    def __init__(self, launcher: LocalLauncher, spec: SandboxSpec, root: Path):
+        self.launcher, self.spec, self.root = launcher, spec, root
+        self.workdir, self.home = root / "work", root / "home"
+        self.tmpdir = root / "tmp"
+        self.isolation = launcher.isolation
+        self._maps: list[tuple[int, str]] = []  # (in-sandbox port, host unix socket)
+        self._host_fwd: list[asyncio.base_events.Server] = []
+        self._procs: set[int] = set()
+        self._closed = False
+        self.proxy_url = spec.proxy_url.rstrip("/")
+        res = spec.task.resources
+        self.cgroups: CgroupSet | None = None
+        if launcher.use_cgroups:
+            self.cgroups = CgroupSet(f"openforge-{root.name}", memory_mb=res.memory_mb, cpu=res.cpu,
+                                     max_procs=res.max_processes)
+            for p in self.cgroups.paths:
+                launcher._watch(f"+cg {p}")
+
+    async def _init(self) -> None:
+        for d in (self.workdir, self.home, self.tmpdir):
+            d.mkdir(mode=0o755)
+        isolated_net = self.isolation != "none" and not self.spec.network
+        if self.spec.proxy_uds and isolated_net:
+            self.proxy_url = await self.expose(self.spec.proxy_uds)
+
+    @property
+    def limits(self) -> dict[str, str]:
+        """Which limit is enforced how (``cgroup`` or ``rlimit``), for logs and tests."""
+        cg = self.cgroups.limited if self.cgroups else set()
+        return {k: ("cgroup" if k in cg else "rlimit") for k in ("memory", "cpu", "pids")}
+
+    async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:
+        uds_path = str(uds_path)
+        if self.isolation == "none" or self.spec.network:
+            # No namespace: a forwarder on the host's loopback, on a free port.
+            async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                try:
+                    ur, uw = await asyncio.open_unix_connection(uds_path)
+                except OSError:
+                    w.close()
+                    return
+                await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
+
+            server = await asyncio.start_server(handle, "127.0.0.1", port or 0)
+            self._host_fwd.append(server)
+            return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        port = port or FIRST_PORT + len(self._maps)
+        self._maps.append((port, uds_path))
+        return f"http://127.0.0.1:{port}"
+
+    def _resolve(self, path: str | Path) -> Path:
+        p = Path(path)
+        p = (self.workdir / p) if not p.is_absolute() else p
+        real = p.resolve()
+        if not real.is_relative_to(self.root.resolve()):
+            raise SandboxError(f"path {path} is outside the sandbox {self.root}")
+        return real
+
+    async def read_file(self, path: str | Path) -> bytes:
+        p = self._resolve(path)
+        try:
+            return await asyncio.to_thread(p.read_bytes)
+        except OSError as e:
+            raise SandboxError(f"cannot read {path} in the sandbox: {e.strerror or e}") from e
+
+    async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
+        p = self._resolve(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(p.write_bytes, data)
+        p.chmod(mode)
+
+    def _command(self, argv: Sequence[str], cwd: Path) -> list[str]:
+        maps: list[str] = []
+        for port, sock in self._maps:
+            maps += ["--map", f"127.0.0.1:{port}={sock}"]
+        init = [sys.executable, "-I", "-S", _FWD, *maps, "--", *argv]
+        if self.isolation == "unshare":
+            return ["unshare", "--net", "--map-root-user", "--", sys.executable, "-I", "-S", _FWD, "--lo-up",
+                    *maps, "--", *argv] if not self.spec.network else list(argv)
+        if self.isolation != "bwrap":
+            return list(argv)
+        cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for t in ("/tmp", "/var/tmp", "/run", "/root", "/home", str(self.launcher.base_dir)):
+            if Path(t).is_dir():
+                cmd += ["--tmpfs", t]
+        for h in self.spec.hidden_paths:
+            if Path(h).is_dir():
+                cmd += ["--tmpfs", h]
+            elif Path(h).exists():
+                cmd += ["--ro-bind", "/dev/null", h]
+        for b in [*_tool_dirs(), *self.launcher.ro_binds]:
+            cmd += ["--ro-bind", b, b]
+        cmd += ["--bind", str(self.root), str(self.root)]
+        for _, sock in self._maps:
+            cmd += ["--bind", sock, sock]
+        cmd += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        if self.spec.network:
+            cmd += ["--share-net"]
+        cmd += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--hostname", "sandbox",
+                "--chdir", str(cwd), "--"]
+        return cmd + (init if (maps and not self.spec.network) else list(argv))
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        timeout_s: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        if self._closed:
+            raise SandboxError("the sandbox is closed")
+        if not argv:
+            raise SandboxError("exec needs a command")
+        cwd_p = self._resolve(cwd) if cwd is not None else self.workdir
+        full_env = scrub_env(self.home, self.tmpdir, {**self.spec.env, **(env or {})})
+        res = self.spec.task.resources
+        budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
+        preexec = rlimit_preexec(
+            memory_mb=res.memory_mb, cpu_s=budget * max(res.cpu, 1.0) + 5, max_open_files=res.max_open_files,
+            max_procs=res.max_processes, cgroups=self.cgroups,
+        )
+        t0 = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._command(argv, cwd_p), cwd=str(cwd_p), env=full_env,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec,
+            )
+        except OSError as e:
+            return ExecResult(127, "", f"cannot run {argv[0]!r}: {e.strerror or e}", time.monotonic() - t0)
+        self._procs.add(proc.pid)
+        self.launcher._watch(f"+pid {proc.pid}")
+        timed_out = False
+        try:
+            try:
+                out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=budget)
+            except asyncio.TimeoutError:
+                timed_out = True
+                await self._terminate(proc)
+                out, err = await proc.communicate()
+        except BaseException:  # cancelled (Ctrl-C, rollout budget): leave nothing running
+            kill_tree(proc.pid)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(proc.wait())
+            raise
+        finally:
+            self._procs.discard(proc.pid)
+            self.launcher._watch(f"-pid {proc.pid}")
+        rc = None if timed_out else proc.returncode
+        return ExecResult(rc, out.decode(errors="replace"), err.decode(errors="replace"),
+                          time.monotonic() - t0, timed_out=timed_out)
+
+    async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM the whole tree, give it ``grace_s``, then SIGKILL what is left."""
+        kill_tree(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), self.launcher.grace_s)
+        except asyncio.TimeoutError:
+            pass
+        kill_tree(proc.pid, signal.SIGKILL)
+        await proc.wait()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for pid in list(self._procs):
+            kill_tree(pid)
+            self.launcher._watch(f"-pid {pid}")
+        for s in self._host_fwd:
+            s.close()
+        if self.cgroups is not None:
+            paths = list(self.cgroups.paths)
+            self.cgroups.remove()
+            for p in paths:
+                self.launcher._watch(f"-cg {p}")
+        await asyncio.to_thread(shutil.rmtree, self.root, True)
+        self.launcher._watch(f"-dir {self.root}")
+        self.launcher._sandboxes.discard(self)
+
+
+def _tool_dirs() -> list[str]:
+    """Directories under /root or /home that hold tools (the Python install, PATH entries such as
+    ~/.pyenv, ~/.nvm, ~/.local): bound back read-only over the tmpfs that hides the home dirs."""
+    cands = [sys.base_prefix, sys.prefix, *os.environ.get("PATH", "").split(os.pathsep)]
+    out: list[str] = []
+    for c in cands:
+        if not c:
+            continue
+        for p in {Path(c), Path(c).resolve()}:
+            parts = p.parts
+            if len(parts) >= 3 and parts[1] in ("root", "home"):
+                top = Path(*parts[: 3 if parts[1] == "root" else 4])
+                if top.is_dir() and str(top) not in out and top.name not in (".ssh", ".aws", ".config"):
+                    out.append(str(top))
+    return out
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            writer.close()
