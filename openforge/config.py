@@ -1,0 +1,273 @@
+"""Run configuration: pydantic models (``extra="forbid"``), YAML loading, ``key=value`` overrides.
+
+Owns: :class:`RunConfig` and its sections (:class:`ModelConfig`, :class:`EnvConfig`,
+:class:`HarnessConfig`, :class:`LauncherConfig`, :class:`RolloutConfig`, :class:`SFTConfig`,
+:class:`TrainerConfig`, :class:`VerlConfig`), :func:`parse_overrides`, :func:`apply_overrides`,
+:func:`load_config` (YAML file or dict + preset + overrides → validated config) and
+:func:`dump_config`.
+
+Every problem is reported at once: unknown keys, bad types, bad values and malformed overrides are
+gathered into one :class:`~openforge.errors.ConfigError`, each named by its dotted key
+(``rollout.group_size: Input should be greater than or equal to 2``), before anything starts.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError
+from .train.cpu import CPUTrainerConfig
+
+__all__ = [
+    "EnvConfig",
+    "HarnessConfig",
+    "LauncherConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SFTConfig",
+    "TrainerConfig",
+    "VerlConfig",
+    "apply_overrides",
+    "dump_config",
+    "load_config",
+    "parse_overrides",
+]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    """The policy: ``smollm2-135m`` (embedded CPU default) or a local HF directory; for veRL a HF
+    id or path the GPU nodes can load."""
+
+    name: str = "smollm2-135m"
+
+
+class EnvConfig(_Section):
+    """Which tasks: an environment name, its split, an optional named subset, explicit ids."""
+
+    name: str = "claw"
+    split: Literal["train", "eval"] = "train"
+    subset: str | None = Field(None, description="a named subset of the environment, e.g. 'easy'")
+    task_ids: list[str] | None = None
+    max_tasks: int | None = Field(None, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class HarnessConfig(_Section):
+    name: str = "react"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class LauncherConfig(_Section):
+    name: str = "local"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class RolloutConfig(_Section):
+    """How rollouts are sampled. ``temperature`` is enforced by the proxy and used by the trainer."""
+
+    group_size: int = Field(4, ge=2, description="rollouts per task (GRPO group)")
+    tasks_per_step: int = Field(4, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    max_tokens: int = Field(256, ge=1, description="cap on generated tokens per model call")
+    concurrency: int = Field(4, ge=1, description="rollouts in flight at once")
+    timeout_s: float | None = Field(None, gt=0, description="wall-clock budget per rollout (default: the task's)")
+
+
+class SFTConfig(_Section):
+    """Supervised warm-start (``claw-grpo`` cpu preset) or the whole job (``claw-sft``).
+
+    ``teacher`` is ``reference`` (the tasks' reference solutions replayed as a scripted policy through
+    the real harness and proxy) or a back-end spec (``openai:URL``, ``transformers:PATH``, ...).
+    """
+
+    enabled: bool = False
+    teacher: str = "reference"
+    k: int = Field(1, ge=1, description="teacher rollouts per task")
+    epochs: int = Field(3, ge=1)
+    batch_size: int = Field(8, ge=1, description="trajectories per optimizer step")
+    lr: float = Field(5e-5, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+    data: str | None = Field(None, description="an exported SFT file (token format) instead of a teacher")
+    cache: bool = Field(True, description="reuse a warm-start already trained with the same settings")
+
+
+class VerlConfig(_Section):
+    """What the veRL launcher turns into ``verl.trainer.main_ppo`` overrides."""
+
+    n_gpus_per_node: int = Field(1, ge=1)
+    nnodes: int = Field(1, ge=1)
+    train_batch_size: int = Field(8, ge=1, description="task groups per step")
+    ppo_mini_batch_size: int = Field(8, ge=1)
+    max_prompt_length: int = Field(4096, ge=16)
+    max_response_length: int = Field(4096, ge=16)
+    max_model_len: int = Field(16384, ge=64)
+    ppo_max_token_len_per_gpu: int = Field(32768, ge=64)
+    tensor_model_parallel_size: int = Field(1, ge=1)
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
+    tool_parser: str = "hermes"
+    agent_workers: int = Field(8, ge=1)
+    total_epochs: int = Field(1, ge=1)
+    episode_timeout_s: float = Field(1800.0, gt=0)
+    filter_groups: bool = Field(False, description="DAPO dynamic sampling: drop zero-variance groups")
+    extra_overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
+
+
+class TrainerConfig(_Section):
+    backend: Literal["cpu", "verl"] = "cpu"
+    steps: int = Field(2, ge=0, description="GRPO steps (0: rollouts and metrics only)")
+    checkpoint_every: int = Field(1, ge=0, description="save every N steps (0: only at the end)")
+    resume: bool = Field(True, description="continue from the run directory's latest checkpoint")
+    cpu: CPUTrainerConfig = Field(default_factory=CPUTrainerConfig)
+    verl: VerlConfig = Field(default_factory=VerlConfig)
+
+
+class RunConfig(_Section):
+    """One training run (``forge recipe NAME`` or ``forge.run(config)``)."""
+
+    recipe: str = "custom"
+    algorithm: Literal["grpo", "sft"] = "grpo"
+    run_dir: str | None = Field(None, description="default: runs/<recipe>-<UTC time>")
+    cache_dir: str | None = Field(None, description="default: $OPENFORGE_CACHE or ~/.cache/openforge")
+    seed: int = 0
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    harness: HarnessConfig = Field(default_factory=HarnessConfig)
+    launcher: LauncherConfig = Field(default_factory=LauncherConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunConfig:
+        problems = []
+        if "temperature" not in self.trainer.cpu.model_fields_set:
+            self.trainer.cpu.temperature = self.rollout.temperature  # the trainer follows the sampler
+        elif self.trainer.backend == "cpu" and self.trainer.cpu.temperature != self.rollout.temperature:
+            problems.append(
+                f"trainer.cpu.temperature ({self.trainer.cpu.temperature}) must equal rollout.temperature "
+                f"({self.rollout.temperature}): the trainer rescales logits by the sampling temperature"
+            )
+        if self.algorithm == "sft" and self.trainer.backend == "verl":
+            problems.append("algorithm=sft runs on the cpu trainer; use trainer.backend=cpu")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+# ------------------------------------------------------------------------------------ overrides
+
+
+def parse_overrides(items: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """``["a.b=1", "c=[x, y]"]`` → (nested dict, problems). Values are parsed as YAML scalars/lists."""
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key or any(not p for p in key.split(".")):
+            problems.append(f"{item!r}: overrides look like key.path=value")
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = out
+        parts = key.split(".")
+        for p in parts[:-1]:
+            nxt = node.setdefault(p, {})
+            if not isinstance(nxt, dict):
+                problems.append(f"{item!r}: {p} was already set to a value")
+                break
+            node = nxt
+        else:
+            node[parts[-1]] = value
+    return out, problems
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``overrides`` into a copy of ``base`` (dicts merge, everything else replaces)."""
+    out = copy.deepcopy(base)
+    for k, v in overrides.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = apply_overrides(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _format_errors(err: ValidationError) -> list[str]:
+    problems = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        problems.append(f"{loc}: {msg}")
+    return problems
+
+
+def load_config(
+    source: str | Path | dict[str, Any] | RunConfig | None = None,
+    *,
+    preset: str | None = None,
+    overrides: list[str] | tuple[str, ...] | dict[str, Any] = (),
+) -> RunConfig:
+    """Build a validated :class:`RunConfig` from a YAML file / dict, a preset and overrides.
+
+    A source may carry ``presets: {name: {...}}``; ``preset`` merges one of them over the base.
+    Raises one :class:`ConfigError` listing every problem.
+    """
+    problems: list[str] = []
+    if isinstance(source, RunConfig):
+        data: dict[str, Any] = source.model_dump(mode="json")
+    elif isinstance(source, (str, Path)):
+        path = Path(source)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"{path}: {e.strerror or e}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+    else:
+        data = copy.deepcopy(source or {})
+    presets = data.pop("presets", {}) or {}
+    data.pop("description", None)
+    if preset is not None:
+        if preset not in presets:
+            problems.append(f"preset {preset!r} is not defined (available: {', '.join(presets) or 'none'})")
+        else:
+            data = apply_overrides(data, presets[preset] or {})
+    if isinstance(overrides, dict):
+        ov, bad = overrides, []
+    else:
+        ov, bad = parse_overrides(list(overrides))
+    problems += bad
+    data = apply_overrides(data, ov)
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as e:
+        problems += _format_errors(e)
+        cfg = None
+    if problems or cfg is None:
+        raise ConfigError(problems)
+    return cfg
+
+
+def dump_config(cfg: RunConfig, path: str | Path) -> Path:
+    """Write the resolved config as YAML (what the run actually used)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    return path
