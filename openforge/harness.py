@@ -1,24 +1,43 @@
 """The :class:`Harness` base class and the :class:`RolloutContext` a harness runs in.
 
 Owns: ``Harness`` (one abstract method, :meth:`Harness.run`), ``RolloutContext`` (everything a
-harness needs to point a real agent process at the proxy), ``HarnessResult`` (what came out).
-The framework owns sandboxing, timeouts and classification; a harness only says what to run.
+harness needs to point a real agent process at the proxy), ``HarnessResult`` (what came out), and
+the framework side of a harness run: :meth:`Harness.execute` classifies every way a run can end
+(crash / config error / not installed → ``harness_error`` with a clear message; budget exceeded →
+``timeout``), :meth:`RolloutContext.exec` runs a process through the sandbox with the remaining
+budget (the sandbox kills the whole process group: SIGTERM, then SIGKILL) and captures
+stdout/stderr/exit code. :class:`CliHarness` (in ``openforge.harnesses.cli``) is the convenience
+subclass for harnesses that are a command line.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
+import time
+import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .errors import ConfigError, HarnessError, HarnessNotInstalled
 from .types import RolloutStatus
 
 if TYPE_CHECKING:
-    from .launchers.base import Sandbox
+    from .launchers.base import ExecResult, Sandbox
     from .task import Task
 
-__all__ = ["Harness", "HarnessResult", "RolloutContext"]
+__all__ = ["Harness", "HarnessResult", "RolloutContext", "tail"]
+
+#: Seconds a harness gets on top of its budget to be killed and reaped before execute() gives up.
+KILL_GRACE_S = 15.0
+
+
+def tail(text: str, n: int = 1200) -> str:
+    """The last ``n`` characters of ``text`` (for error messages)."""
+    text = text.strip()
+    return text if len(text) <= n else "…" + text[-n:]
 
 
 @dataclass
@@ -33,6 +52,9 @@ class RolloutContext:
     anthropic_base_url: str  # {proxy}/r/{rollout_id}
     model: str = "openforge-policy"
     budget_s: float = 300.0
+    #: Extra environment for every process of the harness (e.g. DISPLAY set by an environment).
+    env: dict[str, str] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.monotonic)
 
     @property
     def workdir(self) -> Path:
@@ -40,7 +62,70 @@ class RolloutContext:
 
     @property
     def home(self) -> Path:
+        """The rollout's private HOME: every config file a harness writes goes below it."""
         return self.sandbox.home
+
+    @property
+    def instruction(self) -> str:
+        return self.task.instruction
+
+    def remaining_s(self) -> float:
+        """Seconds left of the wall-clock budget (never negative)."""
+        return max(0.0, self.budget_s - (time.monotonic() - self.started_at))
+
+    def base_env(self) -> dict[str, str]:
+        """Environment every harness process gets: private HOME/XDG dirs, the proxy endpoints and
+        secret under the names the OpenAI and Anthropic SDKs read, and loopback-only hints."""
+        home = str(self.home)
+        env = {
+            "HOME": home,
+            "XDG_CONFIG_HOME": f"{home}/.config",
+            "XDG_CACHE_HOME": f"{home}/.cache",
+            "XDG_DATA_HOME": f"{home}/.local/share",
+            "XDG_STATE_HOME": f"{home}/.local/state",
+            "OPENAI_BASE_URL": self.openai_base_url,
+            "OPENAI_API_KEY": self.api_key,
+            "ANTHROPIC_BASE_URL": self.anthropic_base_url,
+            "ANTHROPIC_API_KEY": self.api_key,
+            "OPENFORGE_API_KEY": self.api_key,
+            "OPENFORGE_MODEL": self.model,
+            "OPENFORGE_ROLLOUT_ID": self.rollout_id,
+            "NO_PROXY": "127.0.0.1,localhost,::1",
+            "no_proxy": "127.0.0.1,localhost,::1",
+            "DO_NOT_TRACK": "1",
+            "CI": "1",
+        }
+        env.update(self.env)
+        return env
+
+    async def write_home_file(self, relpath: str, data: str | bytes, mode: int = 0o600) -> Path:
+        """Write a config file below the private HOME (through the sandbox) and return its path."""
+        path = self.home / relpath
+        await self.sandbox.write_file(path, data.encode() if isinstance(data, str) else data, mode)
+        return path
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        stdin: bytes | None = b"",
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` in the sandbox with the base env plus ``env``, in the workdir, limited to
+        the remaining budget (or ``timeout_s`` if smaller). Stdin is empty (closed) by default."""
+        budget = self.remaining_s()
+        limit = budget if timeout_s is None else min(timeout_s, budget)
+        if limit <= 0:
+            from .launchers.base import ExecResult
+
+            return ExecResult(returncode=None, stdout="", stderr="budget exhausted before start",
+                              duration_s=0.0, timed_out=True)
+        full_env = self.base_env()
+        full_env.update(env or {})
+        return await self.sandbox.exec(list(argv), env=full_env, cwd=cwd or self.workdir,
+                                       timeout_s=limit, stdin=stdin)
 
 
 @dataclass
@@ -57,13 +142,93 @@ class HarnessResult:
     final_text: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def ok(self) -> bool:
+        return self.status is None
+
+    @classmethod
+    def from_exec(cls, res: ExecResult, *, harness: str, budget_s: float | None = None) -> HarnessResult:
+        """Classify a finished process: killed for the budget → ``timeout``; non-zero exit →
+        ``harness_error`` with the tail of its stderr/stdout; zero → normal end (status None)."""
+        out = cls(exit_code=res.returncode, stdout=res.stdout, stderr=res.stderr, duration_s=res.duration_s)
+        if res.timed_out:
+            out.status = RolloutStatus.TIMEOUT
+            limit = f" of {budget_s:.0f}s" if budget_s is not None else ""
+            out.error = f"{harness} exceeded its wall-clock budget{limit} and was killed"
+        elif res.returncode != 0:
+            out.status = RolloutStatus.HARNESS_ERROR
+            detail = tail(res.stderr) or tail(res.stdout) or "(no output)"
+            how = f"exit code {res.returncode}" if res.returncode is not None else "no exit code"
+            if res.returncode is not None and res.returncode < 0:
+                how = f"killed by signal {-res.returncode}"
+            out.error = f"{harness} crashed ({how}): {detail}"
+        return out
+
 
 class Harness(abc.ABC):
-    """Subclass and implement :meth:`run`. ``wire_api`` says which API the harness speaks."""
+    """Subclass and implement :meth:`run`. ``wire_api`` says which API the harness speaks.
+
+    Callers use :meth:`execute`, which never raises for a failed run: every failure becomes a
+    :class:`HarnessResult` whose ``status`` says what kind it was.
+    """
 
     name: ClassVar[str] = "harness"
     wire_api: ClassVar[str] = "chat"  # chat | responses | messages
+    #: One line telling a user how to get the harness (shown by `forge harness list` and errors).
+    install_hint: ClassVar[str] = ""
 
     @abc.abstractmethod
     async def run(self, ctx: RolloutContext) -> HarnessResult:
         """Run the agent on ``ctx.task`` until it stops; return what happened."""
+
+    def check_installed(self) -> None:
+        """Raise :class:`HarnessNotInstalled` (with how to install) if the harness cannot run.
+        The default (a pure-Python harness) has nothing to check."""
+        return None
+
+    def ro_paths(self) -> list[str]:
+        """Host paths the harness must see inside the sandbox (its install dir, interpreter); a
+        launcher that hides parts of the host file system binds these read-only."""
+        return []
+
+    def is_installed(self) -> bool:
+        try:
+            self.check_installed()
+        except HarnessError:
+            return False
+        return True
+
+    async def execute(self, ctx: RolloutContext) -> HarnessResult:
+        """Run the harness with the framework's guarantees: a hard wall-clock limit and
+        classification of every failure (never raises except for cancellation)."""
+        t0 = time.monotonic()
+        try:
+            self.check_installed()
+            res = await asyncio.wait_for(self.run(ctx), timeout=ctx.remaining_s() + KILL_GRACE_S)
+        except asyncio.TimeoutError:
+            res = HarnessResult(status=RolloutStatus.TIMEOUT,
+                                error=f"{self.name} did not return within its budget of {ctx.budget_s:.0f}s")
+        except HarnessNotInstalled as e:
+            res = HarnessResult(status=RolloutStatus.HARNESS_ERROR, error=f"{self.name} is not installed: {e}")
+        except (HarnessError, ConfigError) as e:
+            res = HarnessResult(status=RolloutStatus.HARNESS_ERROR, error=f"{self.name} failed: {e}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            tb = tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 2000)
+            res = HarnessResult(status=RolloutStatus.HARNESS_ERROR,
+                                error=f"{self.name} raised {type(e).__name__}: {e}", stderr=tb)
+        if not res.duration_s:
+            res.duration_s = time.monotonic() - t0
+        res.extra.setdefault("harness", self.name)
+        return res
+
+    def describe(self) -> dict[str, Any]:
+        """Name, wire API, install state and hint (for `forge harness list`)."""
+        try:
+            self.check_installed()
+            state, detail = True, ""
+        except HarnessError as e:
+            state, detail = False, str(e)
+        return {"name": self.name, "wire_api": self.wire_api, "installed": state,
+                "install": self.install_hint, "detail": detail}

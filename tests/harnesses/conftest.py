@@ -1,0 +1,36 @@
+"""Fixtures for harness tests: a real local launcher whose sandboxes can see the harness installs,
+and a helper that builds a RolloutContext for a sandbox."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from openforge.harness import RolloutContext
+from openforge.harnesses import installer
+from openforge.task import Task
+
+
+@pytest.fixture
+async def launcher():
+    from openforge.launchers.local import LocalLauncher
+
+    binds = sorted({sys.prefix, str(Path(__file__).resolve().parents[2]), str(installer.cache_dir())}
+                   - {"/"})
+    la = LocalLauncher(ro_binds=[b for b in binds if Path(b).exists()], grace_s=1.0)
+    yield la
+    await la.aclose()
+
+
+@pytest.fixture
+def make_ctx():
+    def make(sandbox, rollout_id: str, instruction: str = "say hi", *, budget_s: float = 60.0,
+             base: str | None = None, api_key: str = "sk-test") -> RolloutContext:
+        base = (base or sandbox.proxy_url).rstrip("/")
+        task = Task(id=f"t-{rollout_id}", instruction=instruction, timeout_s=budget_s)
+        return RolloutContext(rollout_id=rollout_id, task=task, sandbox=sandbox, api_key=api_key,
+                              openai_base_url=f"{base}/r/{rollout_id}/v1",
+                              anthropic_base_url=f"{base}/r/{rollout_id}", budget_s=budget_s)
+    return make
