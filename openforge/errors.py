@@ -61,7 +61,7 @@ class HarnessNotInstalled(HarnessError):
     pass
 
 
-class EnvironmentError_(ForgeError):  # noqa: N801 - avoid shadowing the builtin EnvironmentError
+class EnvironmentError_(ForgeError):
     pass
 
 
