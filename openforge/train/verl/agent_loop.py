@@ -1,0 +1,164 @@
+"""``OpenForgeAgentLoop``: one openforge rollout per veRL agent-loop session (verl 0.9.1, V1 trainer).
+
+Owns: :class:`OpenForgeAgentLoop`, :class:`GroupBarrier` and the per-worker-process episode
+runtime. Registered through ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` (see
+:mod:`openforge.train.verl.launch`); veRL creates one instance per session and passes the YAML
+entry's extra keys as keyword arguments.
+
+Per session: the task comes from the dataset row's ``extra_info["task"]``; the rollout runs through
+an openforge proxy living in this AgentLoopWorker process whose back-end is
+:class:`~openforge.train.verl.backend.VerlServerBackend` (token-in/token-out through
+``server_manager.generate``, sticky on the rollout id), with the harness in a local or Kubernetes
+sandbox; the verifier scores it; the trajectory's segments become one ``AgentLoopOutput`` each,
+the reward on the last. A rollout that ends in an infrastructure failure fails its *whole group*:
+all sessions of the uid meet at a :class:`GroupBarrier` and raise together, so veRL marks the
+group failed and refills it instead of training on a partial group or scoring the failure 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+from ...task import Task
+from ...trajectory import Trajectory
+from .backend import VerlServerBackend
+from .outputs import to_agent_loop_outputs
+
+__all__ = ["GroupBarrier", "OpenForgeAgentLoop"]
+
+EpisodeRunner = Callable[[Task, str], Awaitable[Trajectory]]
+
+
+class GroupBarrier:
+    """The sessions of one task group report ok/failed; everyone learns whether all were ok."""
+
+    def __init__(self, n: int, timeout_s: float):
+        self.n = n
+        self.timeout_s = timeout_s
+        self.results: list[bool] = []
+        self.reasons: list[str] = []
+        self.done = asyncio.Event()
+        self.readers = 0
+        self.timed_out = False
+
+    async def report(self, ok: bool, reason: str = "") -> bool:
+        self.results.append(ok)
+        if not ok:
+            self.reasons.append(reason)
+            self.done.set()  # one failure decides the group: siblings need not wait for the rest
+        if len(self.results) >= self.n:
+            self.done.set()
+        try:
+            await asyncio.wait_for(self.done.wait(), self.timeout_s)
+        except asyncio.TimeoutError:
+            self.timed_out = True
+            self.reasons.append(f"only {len(self.results)}/{self.n} sessions reported within {self.timeout_s:.0f}s")
+            return False
+        finally:
+            self.readers += 1
+        return all(self.results) and len(self.results) >= self.n
+
+
+_GROUPS: dict[str, GroupBarrier] = {}
+_RUNTIMES: dict[int, Any] = {}
+
+
+def _load(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+class OpenForgeAgentLoop(AgentLoopBase):
+    """veRL agent loop running an unmodified harness against an in-process openforge proxy."""
+
+    def __init__(self, *args: Any, harness: str = "react", harness_options: dict | None = None,
+                 launcher: str = "local", launcher_options: dict | None = None, environment: str = "claw",
+                 environment_options: dict | None = None, episode_timeout_s: float = 1800.0,
+                 max_tokens: int = 1024, max_model_len: int | None = None, runner: str | None = None,
+                 **kwargs: Any):
+        kwargs.pop("name", None)
+        super().__init__(*args, **kwargs)
+        self.episode_timeout_s = float(episode_timeout_s)
+        self.max_tokens = int(max_tokens)
+        self.max_model_len = int(max_model_len or self.rollout_config.get("max_model_len") or 32768)
+        self.settings = {
+            "harness": harness, "harness_options": dict(harness_options or {}),
+            "launcher": launcher, "launcher_options": dict(launcher_options or {}),
+            "environment": environment, "environment_options": dict(environment_options or {}),
+        }
+        self.runner_ref = runner
+        key = id(self.server_manager)
+        if key not in _RUNTIMES:
+            backend = VerlServerBackend(self.server_manager, self.tokenizer, max_model_len=self.max_model_len)
+            _RUNTIMES[key] = {"backend": backend, "runner": None, "lock": asyncio.Lock()}
+        self.runtime = _RUNTIMES[key]
+
+    @property
+    def backend(self) -> VerlServerBackend:
+        return self.runtime["backend"]
+
+    async def _runner(self) -> EpisodeRunner:
+        """The per-process episode runner (proxy + launcher + harness + environment), built once."""
+        async with self.runtime["lock"]:
+            if self.runtime["runner"] is None:
+                if self.runner_ref:
+                    factory = _load(self.runner_ref)
+                else:
+                    from ...forge import episode_runner as factory
+                self.runtime["runner"] = await factory(backend=self.backend, max_tokens=self.max_tokens,
+                                                       **self.settings)
+            return self.runtime["runner"]
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> list[Any]:
+        uid = str(kwargs.get("uid", "nouid"))
+        sid = kwargs.get("session_id", 0)
+        step = int(kwargs.get("global_steps", 0) or 0)
+        info = kwargs.get("extra_info") or {}
+        task_json = info.get("task")
+        if not task_json:
+            raise ValueError("openforge agent loop: dataset row has no extra_info['task'] (build it with "
+                             "openforge.train.verl.launch.build_dataset)")
+        task = Task.model_validate_json(task_json) if isinstance(task_json, str) else Task.model_validate(task_json)
+        n = int(info.get("group_size") or self.rollout_config.get("n") or 1)
+        rollout_id = f"{uid}-{sid}-{uuid.uuid4().hex[:6]}"
+        self.backend.open_rollout(rollout_id, sampling_params)
+        traj: Trajectory | None = None
+        reason = ""
+        t0 = time.monotonic()
+        try:
+            runner = await self._runner()
+            traj = await asyncio.wait_for(runner(task, rollout_id), self.episode_timeout_s)
+        except asyncio.TimeoutError:
+            reason = f"episode exceeded {self.episode_timeout_s:.0f}s"
+        except Exception as e:  # infra: sandbox, proxy, harness crash
+            reason = f"{type(e).__name__}: {e}"
+        finally:
+            steps = self.backend.close_rollout(rollout_id)
+        if traj is not None and not traj.trainable:
+            reason = f"rollout {rollout_id} ended in {traj.status}: {traj.error or ''}".strip()
+        elif traj is not None and not any(s.num_trained_tokens for s in traj.segments):
+            reason = f"rollout {rollout_id} recorded no trainable model call"
+        ok = traj is not None and not reason
+        barrier = _GROUPS.setdefault(uid, GroupBarrier(n, timeout_s=self.episode_timeout_s + 60))
+        group_ok = await barrier.report(ok, reason)
+        if barrier.readers >= barrier.n or barrier.timed_out:
+            _GROUPS.pop(uid, None)
+        if not group_ok:
+            raise RuntimeError(f"openforge: infra failure in task group {uid} ({task.id}); veRL refills the group: "
+                               + "; ".join(barrier.reasons))
+        assert traj is not None
+        lo, hi = steps if steps else (step, step)
+        outs = to_agent_loop_outputs(traj, global_steps=step, min_global_steps=lo, max_global_steps=hi)
+        for o in outs:
+            o.metrics.generate_sequences = time.monotonic() - t0
+        return outs

@@ -1,0 +1,77 @@
+"""A proxy back-end that generates through veRL's ``server_manager`` (token in, token out).
+
+Owns: :class:`VerlServerBackend`. Inside a veRL AgentLoopWorker the openforge proxy renders each
+harness request to prompt ids itself and calls ``server_manager.generate(request_id=<rollout id>,
+prompt_ids=..., sampling_params=...)``: the rollout id is veRL's sticky-routing key (every call of a
+rollout hits one vLLM replica's prefix cache), sampling comes from veRL (``temperature``, ``top_p``,
+``top_k`` of the run, never from the harness), ``logprobs`` is always on and ``max_tokens`` is
+always explicit (veRL's default collapses to 1 token for long agent prompts). The weight versions
+a rollout saw (``min/max_global_steps``) are kept per rollout for the rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import BackendError
+from ...proxy.backends.base import Backend, GenContext, Generation, SamplingParams
+
+__all__ = ["VerlServerBackend"]
+
+_FINISH = {"completed": "stop", "stop": "stop", "length": "length", "aborted": "cancelled"}
+
+
+class VerlServerBackend(Backend):
+    """Serve proxy calls from a veRL ``LLMServerClient``."""
+
+    exact = True
+    name = "verl"
+
+    def __init__(self, server_manager: Any, tokenizer: Any, *, max_model_len: int,
+                 sampling: dict[str, Any] | None = None):
+        self.server_manager = server_manager
+        self._tokenizer = tokenizer
+        self.max_model_len = max_model_len
+        self.default_sampling = dict(sampling or {})
+        self._sampling: dict[str, dict[str, Any]] = {}
+        self.steps: dict[str, tuple[int, int]] = {}
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    def open_rollout(self, rollout_id: str, sampling: dict[str, Any]) -> None:
+        """Use veRL's sampling params (train or validation) for this rollout's calls."""
+        self._sampling[rollout_id] = dict(sampling)
+
+    def close_rollout(self, rollout_id: str) -> tuple[int, int] | None:
+        self._sampling.pop(rollout_id, None)
+        return self.steps.pop(rollout_id, None)
+
+    def sampling_params(self, prompt_len: int, params: SamplingParams, rollout_id: str) -> dict[str, Any]:
+        budget = self.max_model_len - prompt_len
+        if budget < 1:
+            raise BackendError(f"prompt of {prompt_len} tokens leaves no room under max_model_len={self.max_model_len}")
+        sp = dict(self._sampling.get(rollout_id, self.default_sampling))
+        sp.pop("max_tokens", None)
+        sp["logprobs"] = True
+        sp["max_tokens"] = min(params.max_tokens, budget)
+        if params.stop_token_ids:
+            sp["stop_token_ids"] = list(params.stop_token_ids)
+        return sp
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None) -> Generation:
+        rid = ctx.rollout_id if ctx and ctx.rollout_id else "openforge"
+        sp = self.sampling_params(len(prompt_ids), params, rid)
+        out = await self.server_manager.generate(request_id=rid, prompt_ids=list(prompt_ids), sampling_params=sp)
+        ids = list(out.token_ids)
+        lps = list(out.log_probs or [])
+        if len(lps) != len(ids):
+            raise BackendError(f"veRL returned {len(lps)} logprobs for {len(ids)} tokens (is logprobs on?)")
+        extra = getattr(out, "extra_fields", None) or {}
+        lo, hi = extra.get("min_global_steps"), extra.get("max_global_steps")
+        if lo is not None and hi is not None:
+            old = self.steps.get(rid)
+            self.steps[rid] = (int(lo), int(hi)) if old is None else (min(old[0], int(lo)), max(old[1], int(hi)))
+        return Generation(output_ids=ids, logprobs=[float(x) for x in lps],
+                          finish_reason=_FINISH.get(str(out.stop_reason), "stop"))

@@ -1,0 +1,158 @@
+"""Launch GRPO on veRL: dataset, agent-loop registration and ``verl.trainer.main_ppo`` overrides.
+
+Owns: :func:`build_dataset` (parquet with the ``prompt`` column veRL's ``RLHFDataset`` needs and the
+openforge task in ``extra_info``), :func:`agent_loop_entries` / :func:`write_agent_loop_yaml` (the
+YAML veRL reads through ``actor_rollout_ref.rollout.agent.agent_loop_config_path``),
+:func:`verl_overrides` (the Hydra overrides: GRPO, V1 sync trainer, vLLM async rollout, group
+size, batch sizes, token budgets, the openforge agent loop) and :func:`launch` (writes all of it
+into the run directory and runs ``python -m verl.trainer.main_ppo``; ``dry_run`` only prints).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from ...config import RunConfig
+    from ...task import Task
+
+__all__ = ["agent_loop_entries", "build_dataset", "launch", "verl_overrides", "write_agent_loop_yaml"]
+
+AGENT_NAME = "openforge"
+AGENT_TARGET = "openforge.train.verl.agent_loop.OpenForgeAgentLoop"
+
+
+def dataset_rows(tasks: Sequence[Task], *, environment: str, group_size: int | None = None) -> list[dict[str, Any]]:
+    """One row per task. ``prompt`` is informational (the harness builds its own prompts)."""
+    rows = []
+    for i, t in enumerate(tasks):
+        extra: dict[str, Any] = {"index": i, "task_id": t.id, "environment": environment,
+                                 "task": t.model_dump_json()}
+        if group_size:
+            extra["group_size"] = group_size
+        rows.append({
+            "prompt": [{"role": "user", "content": t.instruction}],
+            "data_source": f"openforge/{environment}",
+            "reward_model": {"style": "rule", "ground_truth": ""},
+            "extra_info": extra,
+            "agent_name": AGENT_NAME,
+        })
+    return rows
+
+
+def build_dataset(tasks: Sequence[Task], path: str | Path, *, environment: str,
+                  group_size: int | None = None) -> Path:
+    """Write the veRL dataset parquet for ``tasks``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = dataset_rows(tasks, environment=environment, group_size=group_size)
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def agent_loop_entries(cfg: RunConfig) -> list[dict[str, Any]]:
+    """The agent-loop registry entry; extra keys arrive as ``OpenForgeAgentLoop`` kwargs."""
+    return [{
+        "name": AGENT_NAME,
+        "_target_": AGENT_TARGET,
+        "harness": cfg.harness.name,
+        "harness_options": dict(cfg.harness.options),
+        "launcher": cfg.launcher.name,
+        "launcher_options": dict(cfg.launcher.options),
+        "environment": cfg.env.name,
+        "environment_options": dict(cfg.env.options),
+        "episode_timeout_s": cfg.trainer.verl.episode_timeout_s,
+        "max_tokens": cfg.rollout.max_tokens,
+        "max_model_len": cfg.trainer.verl.max_model_len,
+    }]
+
+
+def write_agent_loop_yaml(cfg: RunConfig, path: str | Path) -> Path:
+    path = Path(path).resolve()  # absolute: Ray workers on other nodes have another cwd
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(agent_loop_entries(cfg), sort_keys=False))
+    return path
+
+
+def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Path,
+                   agent_loop_path: str | Path, run_dir: str | Path) -> list[str]:
+    """Hydra overrides for ``python -m verl.trainer.main_ppo`` (verl 0.9.1, V1 trainer)."""
+    v = cfg.trainer.verl
+    n = cfg.rollout.group_size
+    ov = [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=false",
+        f"data.train_files={Path(train_file).resolve()}",
+        f"data.val_files={Path(val_file).resolve()}",
+        f"data.train_batch_size={v.train_batch_size}",
+        f"data.max_prompt_length={v.max_prompt_length}",
+        f"data.max_response_length={v.max_response_length}",
+        "data.filter_overlong_prompts=false",
+        "data.return_raw_chat=true",
+        f"actor_rollout_ref.model.path={cfg.model.name}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={v.ppo_mini_batch_size}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={v.ppo_max_token_len_per_gpu}",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        f"actor_rollout_ref.actor.optim.lr={cfg.trainer.cpu.lr}",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.mode=async",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.rollout.temperature={cfg.rollout.temperature}",
+        "actor_rollout_ref.rollout.top_p=1.0",
+        "actor_rollout_ref.rollout.top_k=-1",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={v.tensor_model_parallel_size}",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={v.gpu_memory_utilization}",
+        f"actor_rollout_ref.rollout.max_model_len={v.max_model_len}",
+        "actor_rollout_ref.rollout.calculate_log_probs=true",
+        f"actor_rollout_ref.rollout.agent.num_workers={v.agent_workers}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={Path(agent_loop_path).resolve()}",
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+        "algorithm.rollout_correction.rollout_is=token",
+        "trainer.use_v1=true",
+        "trainer.v1.trainer_mode=sync",
+        f"trainer.n_gpus_per_node={v.n_gpus_per_node}",
+        f"trainer.nnodes={v.nnodes}",
+        "trainer.logger=[console]",
+        "trainer.val_before_train=false",
+        f"trainer.total_epochs={v.total_epochs}",
+        f"trainer.default_local_dir={Path(run_dir).resolve() / 'checkpoints'}",
+        "trainer.project_name=openforge",
+        f"trainer.experiment_name={cfg.recipe}",
+    ]
+    if cfg.trainer.steps:
+        ov.append(f"trainer.total_training_steps={cfg.trainer.steps}")
+    if v.filter_groups:
+        ov += ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    return ov + list(v.extra_overrides)
+
+
+def launch(cfg: RunConfig, run_dir: str | Path, tasks: Sequence[Task], *, val_tasks: Sequence[Task] = (),
+           dry_run: bool = False, python: str | None = None) -> dict[str, Any]:
+    """Write dataset + agent-loop YAML + command into ``run_dir``; run veRL unless ``dry_run``."""
+    run_dir = Path(run_dir)
+    data = run_dir / "verl"
+    train = build_dataset(tasks, data / "train.parquet", environment=cfg.env.name, group_size=cfg.rollout.group_size)
+    val = build_dataset(list(val_tasks) or list(tasks)[:1], data / "val.parquet", environment=cfg.env.name,
+                        group_size=cfg.rollout.group_size)
+    loops = write_agent_loop_yaml(cfg, data / "agent_loops.yaml")
+    ov = verl_overrides(cfg, train_file=train, val_file=val, agent_loop_path=loops, run_dir=run_dir)
+    cmd = [python or sys.executable, "-m", "verl.trainer.main_ppo", *ov]
+    (data / "command.sh").write_text("#!/usr/bin/env bash\nset -e\n" + " \\\n  ".join(shlex.quote(c) for c in cmd) + "\n")
+    (data / "overrides.json").write_text(json.dumps(ov, indent=1))
+    result: dict[str, Any] = {"command": cmd, "train_file": str(train), "agent_loop_config": str(loops), "rc": None}
+    if not dry_run:
+        result["rc"] = subprocess.call(cmd, cwd=run_dir)
+    return result

@@ -1,0 +1,249 @@
+"""veRL integration on CPU: our rows through veRL's own GRPO code, the composed Hydra config, the
+dataset, and OpenForgeAgentLoop driven by a server_manager backed by a real transformers model.
+
+Skips with a reason when verl is not installed (pip install 'openforge[verl]')."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from openforge.config import load_config
+from openforge.task import Task
+from openforge.train.grpo import group_advantages
+from openforge.train.verl.outputs import segment_rows
+from openforge.trajectory import Trajectory
+from openforge.types import ModelCall, RolloutStatus
+
+
+def _traj(rid: str, reward: float, calls: list[ModelCall], status=RolloutStatus.SUCCESS) -> Trajectory:
+    return Trajectory(rollout_id=rid, task_id="t", reward=reward, status=status, calls=calls).build()
+
+
+def _c(i: int, prompt: list[int], out: list[int]) -> ModelCall:
+    return ModelCall(index=i, prompt_ids=prompt, output_ids=out, output_logprobs=[-0.5] * len(out))
+
+
+def test_segment_rows_split_prompt_and_response():
+    # call 1 extends call 0 (one segment), call 2 rewrites history (second segment)
+    t = _traj("a", 1.0, [_c(0, [1, 2, 3], [4, 5]), _c(1, [1, 2, 3, 4, 5, 6], [7]), _c(2, [9, 9], [8])])
+    rows = segment_rows(t)
+    assert len(rows) == 2
+    assert rows[0]["prompt_ids"] == [1, 2, 3]
+    assert rows[0]["response_ids"] == [4, 5, 6, 7]
+    assert rows[0]["response_mask"] == [1, 1, 0, 1]
+    assert rows[0]["response_logprobs"] == [-0.5, -0.5, 0.0, -0.5]
+    assert rows[1]["prompt_ids"] == [9, 9] and rows[1]["response_mask"] == [1]  # final call's segment last
+
+
+verl = pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
+
+
+def test_rows_through_verl_grpo_match_ours():
+    import torch
+    from verl.protocol import DataProto
+    from verl.trainer.ppo import core_algos
+    from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+
+    from openforge.train.verl.outputs import to_agent_loop_outputs
+
+    rewards = {"g1": [1.0, 0.0, 0.0, 1.0], "g2": [0.0, 0.0, 0.0, 1.0]}
+    keys, fields = [], []
+    for uid, rs in rewards.items():
+        for sid, r in enumerate(rs):
+            # session 0 of each group has two segments (a rewritten history)
+            calls = [_c(0, [1, 2, 3], [4, 5, 6])]
+            if sid == 0:
+                calls.append(_c(1, [7, 7], [8, 9]))
+            outs = to_agent_loop_outputs(_traj(f"{uid}-{sid}", r, calls), global_steps=3)
+            assert outs[-1].extra_fields["reward_extra_info"]["acc"] == r
+            assert all(o.extra_fields["min_global_steps"] == 3 for o in outs)
+            for i, o in enumerate(outs):
+                keys.append(f"{uid}_{sid}_{i}")
+                fields.append((uid, o.as_dict(), r if i == len(outs) - 1 else None))
+    # what veRL's worker does: copy the final reward to earlier rows, pad to a batch
+    width = max(f["responses"].numel() for _, f, _ in fields)
+    resp = torch.zeros(len(fields), width, dtype=torch.long)
+    mask = torch.zeros(len(fields), width, dtype=torch.long)
+    scores = torch.zeros(len(fields), width)
+    for j, (uid, f, _) in enumerate(fields):
+        n = f["responses"].numel()
+        resp[j, :n] = f["responses"]
+        mask[j, :n] = f["response_mask"]
+        r = rewards[uid][int(keys[j].split("_")[1])]
+        scores[j, n - 1] = r
+    data = DataProto.from_dict(
+        tensors={"responses": resp, "response_mask": mask, "token_level_rewards": scores},
+        non_tensors={"uid": __import__("numpy").array([u for u, _, _ in fields], dtype=object)},
+    )
+    out = compute_advantage_for_multi_trajectories(data, keys, core_algos.AdvantageEstimator.GRPO)
+    adv = out.batch["advantages"]
+    for j, key in enumerate(keys):
+        uid, sid, _ = key.split("_")
+        want = group_advantages(rewards[uid])[int(sid)]
+        got = adv[j][mask[j].bool()]
+        assert torch.allclose(got, torch.full_like(got, want), atol=1e-4), key
+
+
+def test_composed_config_and_dataset(tmp_path):
+    import pyarrow.parquet as pq
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from openforge.train.verl.launch import launch
+
+    cfg = load_config({"recipe": "claw-grpo"}, overrides=["trainer.backend=verl", "rollout.group_size=8",
+                                                          "trainer.verl.n_gpus_per_node=8", "model.name=Qwen/Qwen3-8B"])
+    tasks = [Task(id=f"t{i}", instruction=f"do {i}", environment="claw") for i in range(3)]
+    res = launch(cfg, tmp_path / "run", tasks, dry_run=True)
+    assert res["rc"] is None and res["command"][1:3] == ["-m", "verl.trainer.main_ppo"]
+    overrides = res["command"][3:]
+    cdir = Path(verl.__file__).parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(cdir), version_base=None):
+        c = compose(config_name="ppo_trainer", overrides=overrides)
+    assert c.algorithm.adv_estimator == "grpo" and c.trainer.use_v1 is True
+    assert c.actor_rollout_ref.rollout.n == 8 and c.trainer.n_gpus_per_node == 8
+    assert c.actor_rollout_ref.rollout.agent.default_agent_loop == "openforge"
+    rollout = omega_conf_to_dataclass(c.actor_rollout_ref.rollout)  # veRL's own validation
+    assert rollout.calculate_log_probs is True
+    import yaml
+
+    entries = yaml.safe_load(Path(res["agent_loop_config"]).read_text())
+    assert entries[0]["name"] == "openforge"
+    assert entries[0]["_target_"] == "openforge.train.verl.agent_loop.OpenForgeAgentLoop"
+    rows = pq.read_table(res["train_file"]).to_pylist()
+    assert [r["prompt"][0]["content"] for r in rows] == ["do 0", "do 1", "do 2"]
+    assert Task.model_validate_json(rows[1]["extra_info"]["task"]).id == "t1"
+    assert rows[0]["extra_info"]["group_size"] == 8
+
+
+# ------------------------------------------------------------------ the agent loop itself
+
+_RUNNER_FAIL: set[str] = set()
+
+
+async def scripted_runner_factory(*, backend, max_tokens, **settings):
+    """A test episode runner: two model calls through the veRL back-end, a rewritten second prompt,
+    reward 1 if the task id ends in an even digit. Sessions whose rollout id is listed fail (infra)."""
+    from openforge.proxy.backends.base import GenContext, SamplingParams
+
+    async def run(task: Task, rollout_id: str) -> Trajectory:
+        if any(rollout_id.startswith(p) for p in _RUNNER_FAIL):
+            raise ConnectionError("sandbox died")
+        params = SamplingParams(max_tokens=max_tokens)
+        ctx = GenContext(rollout_id=rollout_id, task_id=task.id)
+        g0 = await backend.generate([3, 4, 5], params, ctx)
+        g1 = await backend.generate([3, 4, 5, *g0.output_ids, 6], params, ctx)
+        calls = [ModelCall(index=0, prompt_ids=[3, 4, 5], output_ids=g0.output_ids, output_logprobs=g0.logprobs),
+                 ModelCall(index=1, prompt_ids=[3, 4, 5, *g0.output_ids, 6], output_ids=g1.output_ids,
+                           output_logprobs=g1.logprobs)]
+        reward = float(int(task.id[-1]) % 2 == 0)
+        return Trajectory(rollout_id=rollout_id, task_id=task.id, reward=reward, calls=calls,
+                          status=RolloutStatus.SUCCESS if reward else RolloutStatus.POLICY_FAILURE).build()
+
+    return run
+
+
+class _HFServer:
+    """server_manager stand-in answering like veRL's LLMServerClient, from a real HF model."""
+
+    def __init__(self, model):
+        from openforge.proxy.backends.transformers import TransformersBackend
+
+        self.backend = TransformersBackend(model, tokenizer=None, seed=0)
+        self.calls = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kw):
+        from verl.workers.rollout.replica import TokenOutput
+
+        from openforge.proxy.backends.base import SamplingParams
+
+        self.calls.append((request_id, dict(sampling_params)))
+        g = await self.backend.generate(prompt_ids, SamplingParams(temperature=sampling_params["temperature"],
+                                                                   max_tokens=sampling_params["max_tokens"]))
+        return TokenOutput(token_ids=g.output_ids, log_probs=g.logprobs, stop_reason="completed",
+                           extra_fields={"global_steps": 5, "min_global_steps": 4, "max_global_steps": 5})
+
+
+async def test_agent_loop_sessions_and_group_failure(tiny_llama, smollm2_tokenizer):
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from openforge.train.verl.agent_loop import OpenForgeAgentLoop
+
+    server = _HFServer(tiny_llama)
+    conf = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": 2, "max_model_len": 200,
+                                                               "prompt_length": 64, "response_length": 64}}})
+    data_conf = OmegaConf.create({})
+
+    def make():
+        return OpenForgeAgentLoop(trainer_config=DictConfigWrap(conf), server_manager=server,
+                                  tokenizer=smollm2_tokenizer, processor=None, dataset_cls=None,
+                                  data_config=DictConfigWrap(data_conf), hf_model_type="llama",
+                                  name="openforge", max_tokens=4,
+                                  runner=f"{__name__}:scripted_runner_factory")
+
+    def row(task_id: str) -> dict:
+        t = Task(id=task_id, instruction="x", environment="claw")
+        return {"extra_info": {"task": t.model_dump_json(), "group_size": 2}}
+
+    sp = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    outs = await asyncio.gather(*[make().run(sp, uid="u1", session_id=s, global_steps=5, **row("t2"))
+                                  for s in range(2)])
+    for session in outs:
+        assert len(session) == 1  # the second call extends the first: one merged segment
+        o = session[0]
+        assert o.reward_score == 1.0 and o.extra_fields["reward_extra_info"]["n_calls"] == 2.0
+        assert (o.extra_fields["min_global_steps"], o.extra_fields["max_global_steps"]) == (4, 5)
+        assert o.prompt_ids == [3, 4, 5] and o.response_mask[0] == 1 and 0 in o.response_mask
+        assert len(o.response_logprobs) == len(o.response_ids)
+        d = o.as_dict()
+        assert float(d["rm_scores"][-1]) == 1.0
+    rid, sp_sent = server.calls[0]
+    assert rid.startswith("u1-")  # sticky routing key: the rollout id
+    assert sp_sent["max_tokens"] == 4 and sp_sent["logprobs"] is True and sp_sent["temperature"] == 1.0
+
+    # one infra failure fails every session of the group (veRL then refills it)
+    _RUNNER_FAIL.add("u2-1-")
+    try:
+        res = await asyncio.gather(*[make().run(sp, uid="u2", session_id=s, global_steps=5, **row("t3"))
+                                     for s in range(2)], return_exceptions=True)
+    finally:
+        _RUNNER_FAIL.clear()
+    assert all(isinstance(r, RuntimeError) and "infra failure" in str(r) for r in res), res
+    assert "sandbox died" in str(res[0])
+    from openforge.train.verl import agent_loop as al
+
+    assert "u1" not in al._GROUPS and "u2" not in al._GROUPS
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    try:
+        from openforge.proxy.backends.transformers import load_tokenizer
+
+        return load_tokenizer("smollm2-135m")
+    except Exception as e:
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not os.environ.get("OPENFORGE_VERL_MODEL"), reason="set OPENFORGE_VERL_MODEL to a local HF model dir")
+def test_verl_grpo_on_gpu(tmp_path):
+    """One real veRL GRPO step: vLLM rollouts through the openforge proxy + react harness on claw."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from openforge.recipes import load_recipe_config
+    from openforge.train.verl.launch import launch
+
+    cfg = load_recipe_config("claw-grpo", preset="verl", overrides=[
+        f"model.name={os.environ['OPENFORGE_VERL_MODEL']}", "trainer.steps=1", "trainer.verl.train_batch_size=2",
+        "trainer.verl.ppo_mini_batch_size=2", "rollout.group_size=2", "trainer.verl.agent_workers=1"])
+    from openforge.forge import load_tasks
+
+    res = launch(cfg, tmp_path, load_tasks(cfg))
+    assert res["rc"] == 0
