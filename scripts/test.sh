@@ -22,6 +22,25 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
       || echo "warning: could not apt-get install bubblewrap/xvfb/xdotool; those tests will skip"
   fi
 fi
+# Harness end-to-end tests: Chromium + X tools (apt, as root), then the pinned harness CLIs
+# (npm: codex, claude-code, pi, openclaw + Node 24; a browser-use venv) into the harness cache.
+# Idempotent: each step is skipped when already there. Versions: openforge/harnesses/versions.py.
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  HNEED=""
+  for pkg in chromium xvfb xdotool x11-utils; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || HNEED="$HNEED $pkg"
+  done
+  command -v npm >/dev/null || HNEED="$HNEED npm"
+  if [ -n "$HNEED" ]; then
+    (apt-get install -y -qq --no-install-recommends $HNEED >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends $HNEED >/dev/null 2>&1; }) \
+      || echo "warning: could not apt-get install$HNEED; the harness tests that need them will skip"
+  fi
+fi
+for h in codex claude-code pi openclaw browser-use; do
+  python -m openforge.cli.main harness install "$h" >/dev/null 2>/tmp/openforge-harness-install.log \
+    || { echo "warning: could not install harness $h; its tests will skip:"; tail -3 /tmp/openforge-harness-install.log; }
+done
 set +e
 python -m pytest -q "$@"
 rc=$?
