@@ -1,0 +1,73 @@
+"""The openforge proxy: impersonates the model API a harness speaks (OpenAI Chat Completions, OpenAI
+Responses, Anthropic Messages — streaming and not), serves each call from the policy back-end
+token-in/token-out, and records every call token-exactly.
+
+API summary (names other modules rely on)::
+
+    from openforge.proxy import ProxyServer, parse_backend_spec, SamplingParams
+
+    backend = parse_backend_spec("scripted:script.yaml")     # | transformers:smollm2-135m | vllm:URL | openai:URL
+    async with ProxyServer(backend, store=store, uds=None) as proxy:   # uvicorn inside this event loop
+        h = proxy.create_rollout(task_id, harness="codex")   # RolloutHandle(rollout_id, api_key,
+                                                              #   openai_base_url, anthropic_base_url)
+        ...                                                   # harness calls {h.openai_base_url}/chat/completions ...
+        proxy.get_trajectory(h.rollout_id)                    # calls so far
+        traj = proxy.finish_rollout(h.rollout_id, reward=1.0) # segments built + validated
+        await proxy.pause(); ...; await proxy.resume()        # weight sync: new calls wait, in-flight finish
+
+- :class:`Backend` (``backends.base``): ``tokenizer``, ``exact``, ``async generate(prompt_ids, params,
+  ctx=None) -> Generation(output_ids, logprobs, finish_reason)``, ``async aclose()``.
+- ``backends.transformers``: :func:`load_smollm2` ``(dtype=float32) -> (model, tokenizer)`` (one-time
+  safetensors cache under ``$OPENFORGE_CACHE`` or ``~/.cache/openforge/models``), ``load_tokenizer``,
+  ``TransformersBackend(model, tokenizer)`` (``.model`` is the live torch module; ``swap_weights``).
+- ``backends.scripted.ScriptedBackend`` — YAML turns replayed per rollout (test double users want).
+- ``render.Renderer`` — chat template → ids, parser, history splicing.
+- HTTP: ``app.build_app`` (routes under ``/r/{rollout_id}`` + ``/admin``); CLI: ``forge proxy serve``.
+
+Heavy dependencies (torch, transformers) load only when a back-end needs them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "Backend",
+    "GenContext",
+    "Generation",
+    "ProxyServer",
+    "Renderer",
+    "RolloutHandle",
+    "SamplingParams",
+    "ScriptedBackend",
+    "TransformersBackend",
+    "load_smollm2",
+    "load_tokenizer",
+    "parse_backend_spec",
+]
+
+_WHERE = {
+    "Backend": "backends.base", "GenContext": "backends.base", "Generation": "backends.base",
+    "SamplingParams": "backends.base", "ProxyServer": "server", "Renderer": "render",
+    "RolloutHandle": "recorder", "ScriptedBackend": "backends.scripted",
+    "TransformersBackend": "backends.transformers", "load_smollm2": "backends.transformers",
+    "load_tokenizer": "backends.transformers", "parse_backend_spec": "backends",
+}
+
+if TYPE_CHECKING:
+    from .backends import parse_backend_spec
+    from .backends.base import Backend, GenContext, Generation, SamplingParams
+    from .backends.scripted import ScriptedBackend
+    from .backends.transformers import TransformersBackend, load_smollm2, load_tokenizer
+    from .recorder import RolloutHandle
+    from .render import Renderer
+    from .server import ProxyServer
+
+
+def __getattr__(name: str) -> Any:
+    mod = _WHERE.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)

@@ -1,0 +1,264 @@
+"""The proxy's ASGI app: per-rollout model API routes and the admin control plane.
+
+Owns: :func:`build_app` and the HTTP contract of DESIGN (routes under ``/r/{rollout_id}``:
+``POST /v1/chat/completions``, ``POST /v1/responses``, ``POST /v1/messages`` (+ ``/count_tokens``),
+``GET /v1/models``, ``HEAD /``; admin: ``POST /admin/rollouts``, ``GET /admin/rollouts/{id}``,
+``POST /admin/rollouts/{id}/finish``, ``POST /admin/pause``, ``POST /admin/resume``,
+``GET /admin/health``). Every error comes back in the called API's error shape, with a status the
+SDKs retry only when retrying can help (5xx/429 for back-end trouble, 4xx for the caller's mistakes).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from ..errors import ProxyError
+from ..types import RolloutStatus
+from .engine import ClientGone, Engine
+from .recorder import RolloutState
+from .sse import dumps
+from .wire_chat import ChatAdapter, openai_error
+from .wire_messages import MessagesAdapter, anthropic_error
+from .wire_responses import ResponsesAdapter
+
+__all__ = ["MAX_BODY_BYTES", "build_app"]
+
+log = logging.getLogger("openforge.proxy")
+MAX_BODY_BYTES = 64 * 1024 * 1024
+_CHAT, _RESP, _MSG = ChatAdapter(), ResponsesAdapter(), MessagesAdapter()
+
+
+class _Json(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return dumps(content)
+
+
+def _err(api: str, e: ProxyError) -> Response:
+    body = anthropic_error(e) if api == "messages" else openai_error(e)
+    headers = {"retry-after": "1"} if e.status in (429, 503) else None
+    return _Json(body, status_code=e.status, headers=headers)
+
+
+async def _read_json(request: Request, limit: int) -> tuple[bytes, dict[str, Any]]:
+    n = request.headers.get("content-length")
+    if n and n.isdigit() and int(n) > limit:
+        raise ProxyError(f"request body of {n} bytes exceeds the limit of {limit}", 413, kind="request_too_large")
+    chunks, size = [], 0
+    async for c in request.stream():
+        size += len(c)
+        if size > limit:
+            raise ProxyError(f"request body exceeds the limit of {limit} bytes", 413, kind="request_too_large")
+        chunks.append(c)
+    body = b"".join(chunks)
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProxyError(f"request body is not valid JSON: {e}", 400) from None
+    if not isinstance(data, dict):
+        raise ProxyError("request body must be a JSON object", 400)
+    return body, data
+
+
+def _key(request: Request) -> str | None:
+    auth = request.headers.get("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    return request.headers.get("x-api-key")
+
+
+def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str],
+              max_body: int = MAX_BODY_BYTES, on_create: Callable[[RolloutState], Any] | None = None) -> Starlette:
+    recorder = engine.recorder
+
+    def auth(request: Request) -> RolloutState:
+        rid = request.path_params["rollout_id"]
+        key = _key(request)
+        if not key:
+            raise ProxyError("missing API key: send 'Authorization: Bearer <key>' or 'x-api-key'", 401,
+                             kind="authentication_error")
+        st = recorder.get(rid)
+        if st is None:
+            raise ProxyError(f"unknown rollout {rid!r}", 401, kind="authentication_error")
+        if not secrets.compare_digest(key.encode(), st.api_key.encode()):
+            raise ProxyError(f"this API key is not valid for rollout {rid!r}", 403, kind="permission_error")
+        if st.finished is not None:
+            raise ProxyError(f"rollout {rid!r} is finished", 403, kind="permission_error")
+        return st
+
+    async def serve(request: Request, adapter: Any) -> Response:
+        api = adapter.api
+        try:
+            st = auth(request)
+            body, data = await _read_json(request, max_body)
+            try:
+                req = adapter.parse(data, st)
+            except ProxyError:
+                raise
+            except Exception as e:  # a shape the validators missed: still the caller's input
+                raise ProxyError(f"invalid request: {type(e).__name__}: {e}", 400) from None
+            retry = request.headers.get("x-stainless-retry-count", "0")
+            result = await engine.serve(st, req, body=body, retry_count=int(retry) if retry.isdigit() else 0,
+                                        disconnect=lambda: _wait_disconnect(request))
+        except ProxyError as e:
+            return _err(api, e)
+        except ClientGone:
+            return Response(status_code=499)
+        except Exception as e:  # a bug: log it, answer in the API's shape
+            log.exception("proxy error")
+            return _err(api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500, kind="api_error"))
+        if req.stream:
+            chunks = list(adapter.stream(req, result, st))
+
+            async def gen() -> Any:
+                for c in chunks:
+                    yield c
+
+            return StreamingResponse(gen(), media_type="text/event-stream",
+                                     headers={"cache-control": "no-cache", "x-openforge-call": str(result.call_index)})
+        return _Json(adapter.respond(req, result, st), headers={"x-openforge-call": str(result.call_index)})
+
+    async def chat(request: Request) -> Response:
+        return await serve(request, _CHAT)
+
+    async def responses(request: Request) -> Response:
+        return await serve(request, _RESP)
+
+    async def messages(request: Request) -> Response:
+        return await serve(request, _MSG)
+
+    async def count_tokens(request: Request) -> Response:
+        try:
+            auth(request)
+            _, data = await _read_json(request, max_body)
+            req = _MSG.parse(data, None, count_only=True)
+            r = engine.renderer
+            return _Json({"input_tokens": len(r.encode(r.text(req.messages, req.tools)))})
+        except ProxyError as e:
+            return _err("messages", e)
+
+    async def models(request: Request) -> Response:
+        try:
+            auth(request)
+        except ProxyError as e:
+            return _err("chat", e)
+        name = engine.backend.describe()
+        return _Json({"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "openforge",
+                                                  "type": "model", "display_name": name}]})
+
+    async def root(request: Request) -> Response:
+        return Response(status_code=200)
+
+    # -- admin -----------------------------------------------------------------------------------
+    def admin(request: Request) -> None:
+        if not secrets.compare_digest((_key(request) or "").encode(), admin_token.encode()):
+            raise ProxyError("admin token required (Authorization: Bearer $OPENFORGE_ADMIN_TOKEN)", 401,
+                             kind="authentication_error")
+
+    async def admin_json(request: Request) -> dict[str, Any]:
+        if not (await request.body()).strip():
+            return {}
+        return (await _read_json(request, 1 << 20))[1]
+
+    async def create(request: Request) -> Response:
+        try:
+            admin(request)
+            data = await admin_json(request)
+            meta = data.get("metadata")
+            if meta is not None and not isinstance(meta, dict):
+                raise ProxyError("'metadata' must be an object", 400, param="metadata")
+            harness = data.get("harness")
+            if harness is not None and not isinstance(harness, str):
+                raise ProxyError("'harness' must be a string", 400, param="harness")
+            st = recorder.create(data.get("task_id"), harness=harness, metadata=meta)
+            if on_create:
+                on_create(st)
+            base = f"{public_url()}/r/{st.rollout_id}"
+            return _Json({"rollout_id": st.rollout_id, "api_key": st.api_key, "openai_base_url": base + "/v1",
+                          "anthropic_base_url": base}, status_code=201)
+        except ProxyError as e:
+            return _err("chat", e)
+
+    async def get_rollout(request: Request) -> Response:
+        try:
+            admin(request)
+            traj = recorder.snapshot(request.path_params["rollout_id"])
+            if traj is None:
+                raise ProxyError(f"unknown rollout {request.path_params['rollout_id']!r}", 404, kind="not_found_error")
+            return Response(traj.model_dump_json(), media_type="application/json")
+        except ProxyError as e:
+            return _err("chat", e)
+
+    async def finish(request: Request) -> Response:
+        try:
+            admin(request)
+            data = await admin_json(request)
+            reward, status = data.get("reward"), data.get("status")
+            if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
+                raise ProxyError("'reward' must be a number", 400, param="reward")
+            if status is not None and status not in {s.value for s in RolloutStatus}:
+                raise ProxyError(f"'status' must be one of {[s.value for s in RolloutStatus]}", 400, param="status")
+            rewards = data.get("rewards")
+            if rewards is not None and not isinstance(rewards, dict):
+                raise ProxyError("'rewards' must be an object", 400, param="rewards")
+            traj = recorder.finish(request.path_params["rollout_id"], reward=reward, status=status, rewards=rewards,
+                                   error=data.get("error") if isinstance(data.get("error"), str) else None)
+            return Response(traj.model_dump_json(), media_type="application/json")
+        except ProxyError as e:
+            return _err("chat", e)
+
+    async def pause(request: Request) -> Response:
+        try:
+            admin(request)
+        except ProxyError as e:
+            return _err("chat", e)
+        await engine.pause()
+        return _Json({"paused": True})
+
+    async def resume(request: Request) -> Response:
+        try:
+            admin(request)
+        except ProxyError as e:
+            return _err("chat", e)
+        await engine.resume()
+        return _Json({"paused": False})
+
+    async def health(request: Request) -> Response:
+        return _Json({"ok": True, "paused": engine.paused, "backend": engine.backend.describe(),
+                      "rollouts": len(recorder.rollouts)})
+
+    base = "/r/{rollout_id}"
+    routes = [
+        Route("/", root, methods=["GET", "HEAD"]),
+        Route(base, root, methods=["GET", "HEAD"]),
+        Route(base + "/", root, methods=["GET", "HEAD"]),
+        Route(base + "/v1/chat/completions", chat, methods=["POST"]),
+        Route(base + "/v1/responses", responses, methods=["POST"]),
+        Route(base + "/v1/messages", messages, methods=["POST"]),
+        Route(base + "/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        Route(base + "/v1/models", models, methods=["GET"]),
+        Route("/admin/rollouts", create, methods=["POST"]),
+        Route("/admin/rollouts/{rollout_id}", get_rollout, methods=["GET"]),
+        Route("/admin/rollouts/{rollout_id}/finish", finish, methods=["POST"]),
+        Route("/admin/pause", pause, methods=["POST"]),
+        Route("/admin/resume", resume, methods=["POST"]),
+        Route("/admin/health", health, methods=["GET"]),
+    ]
+    return Starlette(routes=routes)
+
+
+async def _wait_disconnect(request: Request) -> None:
+    while True:
+        msg = await request.receive()
+        if msg["type"] == "http.disconnect":
+            return

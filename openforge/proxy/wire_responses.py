@@ -1,0 +1,270 @@
+"""OpenAI Responses wire adapter: request → canonical, result → JSON or the SSE event sequence.
+
+Owns: :class:`ResponsesAdapter`. Input items: role messages (``developer``/``system`` → system),
+``function_call`` / ``function_call_output``, ``custom_tool_call`` / ``custom_tool_call_output``,
+``reasoning``; ``instructions``; ``previous_response_id`` (kept per rollout). Tools: ``function``,
+``custom`` (freeform: rendered as a function with one string parameter ``input``), ``namespace``
+(its functions flattened; calls come back with ``namespace`` set); hosted tools (``web_search``,
+``tool_search``, …) are accepted and not offered to the policy. Streams ``response.created,
+response.in_progress, output_item.added, … deltas …, output_item.done, response.completed``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import ProxyError
+from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, text_of
+from .sse import sse
+
+__all__ = ["ResponsesAdapter"]
+
+_UNSUPPORTED = {"background": "background responses are not supported",
+                "conversation": "stored conversations are not supported; send the input items"}
+_ASSISTANT_ITEMS = {"function_call", "custom_tool_call", "reasoning"}
+
+
+def _tools(tools: Any) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, str]]:
+    if not tools:
+        return [], {}, {}
+    require(isinstance(tools, list), "'tools' must be a list", "tools")
+    out: list[dict[str, Any]] = []
+    custom: dict[str, str] = {}
+    namespace: dict[str, str] = {}
+
+    def add(t: dict[str, Any], p: str, ns: str | None) -> None:
+        typ = t.get("type")
+        if typ == "function":
+            require(isinstance(t.get("name"), str) and t["name"], f"'{p}.name' must be a non-empty string", f"{p}.name")
+            params = t.get("parameters") or {"type": "object", "properties": {}}
+            require(isinstance(params, dict), f"'{p}.parameters' must be an object", f"{p}.parameters")
+            out.append({"type": "function", "function": {"name": t["name"], "description": str(t.get("description") or ""),
+                                                         "parameters": params}})
+            if ns:
+                namespace[t["name"]] = ns
+        elif typ == "custom":
+            require(isinstance(t.get("name"), str) and t["name"], f"'{p}.name' must be a non-empty string", f"{p}.name")
+            fmt = t.get("format") or {}
+            hint = f" Input format ({fmt.get('syntax', fmt.get('type', 'text'))}): {fmt.get('definition', '')}".rstrip(": ")
+            out.append({"type": "function", "function": {
+                "name": t["name"], "description": str(t.get("description") or "") + (hint if fmt else ""),
+                "parameters": {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}}})
+            custom[t["name"]] = t["name"]
+        elif typ == "namespace":
+            inner = t.get("tools") or []
+            require(isinstance(inner, list), f"'{p}.tools' must be a list", f"{p}.tools")
+            for j, it in enumerate(inner):
+                require(isinstance(it, dict), f"'{p}.tools[{j}]' must be an object", f"{p}.tools[{j}]")
+                add(it, f"{p}.tools[{j}]", str(t.get("name") or ""))
+        elif isinstance(typ, str):
+            return  # hosted tools (web_search, tool_search, file_search, ...) are not offered to the policy
+        else:
+            raise ProxyError(f"'{p}.type' must be a string", 400, param=f"{p}.type")
+
+    for i, t in enumerate(tools):
+        require(isinstance(t, dict), f"'tools[{i}]' must be an object", f"tools[{i}]")
+        add(t, f"tools[{i}]", None)
+    return out, custom, namespace
+
+
+def _input(items: Any) -> list[dict[str, Any]]:
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    require(isinstance(items, list), "'input' must be a string or a list of items", "input")
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None  # the open assistant turn
+    pending_reasoning: list[str] = []
+
+    def assistant() -> dict[str, Any]:
+        nonlocal cur
+        if cur is None:
+            cur = {"role": "assistant", "content": ""}
+            out.append(cur)
+        return cur
+
+    for i, it in enumerate(items):
+        p = f"input[{i}]"
+        require(isinstance(it, dict), f"'{p}' must be an object", p)
+        typ = it.get("type") or ("message" if "role" in it else None)
+        if typ not in _ASSISTANT_ITEMS and not (typ == "message" and it.get("role") == "assistant"):
+            cur = None
+        if typ == "message":
+            role = it.get("role")
+            text = text_of(it.get("content"), param=f"{p}.content")
+            if role in ("system", "developer"):
+                out.append({"role": "system", "content": text})
+            elif role == "user":
+                out.append({"role": "user", "content": text})
+            elif role == "assistant":
+                a = assistant()
+                if a.get("tool_calls"):  # text after a call in one turn: start a new turn
+                    cur = None
+                    a = assistant()
+                a["content"] += text
+            else:
+                raise ProxyError(f"unsupported role {role!r} in '{p}.role'", 400, param=f"{p}.role")
+        elif typ == "reasoning":
+            parts = [s.get("text", "") for s in (it.get("content") or it.get("summary") or []) if isinstance(s, dict)]
+            a = assistant()
+            a["reasoning_content"] = (a.get("reasoning_content", "") + "\n".join(parts)).strip() or None
+            if a["reasoning_content"] is None:
+                del a["reasoning_content"]
+        elif typ in ("function_call", "custom_tool_call"):
+            require(isinstance(it.get("name"), str), f"'{p}.name' must be a string", f"{p}.name")
+            args = parse_arguments(it.get("arguments")) if typ == "function_call" else {"input": str(it.get("input", ""))}
+            assistant().setdefault("tool_calls", []).append(
+                {"id": str(it.get("call_id") or it.get("id") or ""), "type": "function",
+                 "function": {"name": it["name"], "arguments": args}})
+        elif typ in ("function_call_output", "custom_tool_call_output"):
+            out.append({"role": "tool", "content": text_of(it.get("output"), param=f"{p}.output"),
+                        "tool_call_id": str(it.get("call_id") or "")})
+        else:
+            raise ProxyError(f"unsupported input item type {typ!r} in '{p}'", 400, param=f"{p}.type")
+    del pending_reasoning
+    return out
+
+
+class ResponsesAdapter:
+    api = "responses"
+
+    def parse(self, body: dict[str, Any], st: Any = None) -> CanonicalRequest:
+        for k, why in _UNSUPPORTED.items():
+            if body.get(k):
+                raise ProxyError(f"unsupported field '{k}': {why}", 400, param=k)
+        model = body.get("model")
+        require(isinstance(model, str), "'model' must be a string", "model")
+        mt = body.get("max_output_tokens")
+        require(mt is None or (isinstance(mt, int) and not isinstance(mt, bool) and mt > 0),
+                "'max_output_tokens' must be a positive integer", "max_output_tokens")
+        stream = body.get("stream", False)
+        require(isinstance(stream, bool) or stream is None, "'stream' must be a boolean", "stream")
+        for k in ("temperature", "top_p"):
+            v = body.get(k)
+            require(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)), f"'{k}' must be a number", k)
+        require("input" in body or body.get("previous_response_id"), "'input' is required", "input")
+        messages: list[dict[str, Any]] = []
+        prev = body.get("previous_response_id")
+        if prev:
+            conv = st.responses.get(prev) if st is not None else None
+            if conv is None:
+                raise ProxyError(f"Previous response with id '{prev}' not found.", 400, param="previous_response_id")
+            messages = [m for m in conv if m.get("role") != "system"] if body.get("instructions") else list(conv)
+        instr = body.get("instructions")
+        require(instr is None or isinstance(instr, (str, list)), "'instructions' must be a string", "instructions")
+        if instr:
+            messages.insert(0, {"role": "system", "content": text_of(instr, param="instructions")})
+        messages += _input(body.get("input", []))
+        require(bool(messages), "'input' must not be empty", "input")
+        tools, custom, namespace = _tools(body.get("tools"))
+        if body.get("tool_choice") == "none":
+            tools = []
+        return CanonicalRequest(
+            api="responses", model=model, messages=messages, tools=tools, tool_choice=body.get("tool_choice"),
+            max_tokens=mt, stream=bool(stream), temperature=body.get("temperature"), top_p=body.get("top_p"),
+            response_format=(body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None,
+            extra={"custom": custom, "namespace": namespace, "previous_response_id": prev, "raw": body},
+        )
+
+    # -- output ----------------------------------------------------------------------------------
+    def _items(self, req: CanonicalRequest, r: CanonicalResult) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        if r.reasoning:
+            items.append({"type": "reasoning", "id": new_id("rs_"), "summary": [{"type": "summary_text", "text": r.reasoning}],
+                          "content": [{"type": "reasoning_text", "text": r.reasoning}], "encrypted_content": None})
+        if r.text or not r.tool_calls:
+            items.append({"type": "message", "id": new_id("msg_"), "role": "assistant", "status": "completed",
+                          "content": [{"type": "output_text", "text": r.text, "annotations": [], "logprobs": []}]})
+        for t in r.tool_calls:
+            if t.name in req.extra.get("custom", {}):
+                args = t.args_dict()
+                inp = args.get("input", "") if isinstance(args, dict) else str(args)
+                items.append({"type": "custom_tool_call", "id": new_id("ctc_"), "call_id": t.id, "name": t.name,
+                              "input": inp if isinstance(inp, str) else str(inp), "status": "completed"})
+            else:
+                item = {"type": "function_call", "id": new_id("fc_"), "call_id": t.id, "name": t.name,
+                        "arguments": t.arguments, "status": "completed"}
+                ns = req.extra.get("namespace", {}).get(t.name)
+                if ns:
+                    item["namespace"] = ns
+                items.append(item)
+        return items
+
+    def _response(self, req: CanonicalRequest, r: CanonicalResult, rid: str, output: list[dict[str, Any]],
+                  status: str) -> dict[str, Any]:
+        raw = req.extra.get("raw", {})
+        return {
+            "id": rid, "object": "response", "created_at": int(time.time()), "status": status, "model": req.model,
+            "output": output, "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if r.finish_reason == "length" and status != "in_progress" else None,
+            "instructions": raw.get("instructions") if isinstance(raw.get("instructions"), str) else None,
+            "metadata": raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {},
+            "parallel_tool_calls": bool(raw.get("parallel_tool_calls", True)),
+            "previous_response_id": req.extra.get("previous_response_id"),
+            "temperature": req.temperature, "top_p": req.top_p, "tool_choice": req.tool_choice or "auto",
+            "tools": raw.get("tools") if isinstance(raw.get("tools"), list) else [],
+            "max_output_tokens": req.max_tokens, "store": bool(raw.get("store", False)),
+            "text": {"format": {"type": "text"}}, "truncation": "disabled",
+            "usage": None if status == "in_progress" else {
+                "input_tokens": r.prompt_tokens, "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": r.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": r.prompt_tokens + r.completion_tokens},
+        }
+
+    def _remember(self, req: CanonicalRequest, r: CanonicalResult, rid: str, st: Any) -> None:
+        if st is not None:
+            st.remember_response(rid, [*req.messages, r.assistant_message()])
+
+    def respond(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> dict[str, Any]:
+        rid = new_id("resp_")
+        self._remember(req, r, rid, st)
+        return self._response(req, r, rid, self._items(req, r), "completed")
+
+    def stream(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> Iterator[bytes]:
+        rid = new_id("resp_")
+        self._remember(req, r, rid, st)
+        seq = 0
+
+        def ev(kind: str, **data: Any) -> bytes:
+            nonlocal seq
+            seq += 1
+            return sse(kind, {"type": kind, "sequence_number": seq - 1, **data})
+
+        yield ev("response.created", response=self._response(req, r, rid, [], "in_progress"))
+        yield ev("response.in_progress", response=self._response(req, r, rid, [], "in_progress"))
+        items = self._items(req, r)
+        for oi, item in enumerate(items):
+            iid, typ = item["id"], item["type"]
+            if typ == "message":
+                text = item["content"][0]["text"]
+                yield ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []})
+                part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+                yield ev("response.content_part.added", item_id=iid, output_index=oi, content_index=0, part=part0)
+                if text:
+                    yield ev("response.output_text.delta", item_id=iid, output_index=oi, content_index=0, delta=text,
+                             logprobs=[])
+                yield ev("response.output_text.done", item_id=iid, output_index=oi, content_index=0, text=text, logprobs=[])
+                yield ev("response.content_part.done", item_id=iid, output_index=oi, content_index=0,
+                         part=item["content"][0])
+            elif typ == "reasoning":
+                text = item["summary"][0]["text"]
+                yield ev("response.output_item.added", output_index=oi, item={**item, "summary": [], "content": []})
+                part = {"type": "summary_text", "text": ""}
+                yield ev("response.reasoning_summary_part.added", item_id=iid, output_index=oi, summary_index=0, part=part)
+                yield ev("response.reasoning_summary_text.delta", item_id=iid, output_index=oi, summary_index=0, delta=text)
+                yield ev("response.reasoning_summary_text.done", item_id=iid, output_index=oi, summary_index=0, text=text)
+                yield ev("response.reasoning_summary_part.done", item_id=iid, output_index=oi, summary_index=0,
+                         part={"type": "summary_text", "text": text})
+            elif typ == "function_call":
+                yield ev("response.output_item.added", output_index=oi,
+                         item={**item, "arguments": "", "status": "in_progress"})
+                yield ev("response.function_call_arguments.delta", item_id=iid, output_index=oi, delta=item["arguments"])
+                yield ev("response.function_call_arguments.done", item_id=iid, output_index=oi, name=item["name"],
+                         arguments=item["arguments"])
+            else:  # custom_tool_call
+                yield ev("response.output_item.added", output_index=oi, item={**item, "input": "", "status": "in_progress"})
+                yield ev("response.custom_tool_call_input.delta", item_id=iid, output_index=oi, delta=item["input"])
+                yield ev("response.custom_tool_call_input.done", item_id=iid, output_index=oi, input=item["input"])
+            yield ev("response.output_item.done", output_index=oi, item=item)
+        yield ev("response.completed", response=self._response(req, r, rid, items, "completed"))
