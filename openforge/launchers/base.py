@@ -44,6 +44,8 @@ class SandboxSpec:
     proxy_uds: str | None = None
     #: Host paths the sandboxed processes must not see (verifier sources, answer keys).
     hidden_paths: list[str] = field(default_factory=list)
+    #: Host paths the harness needs read-only (its install dir; ``Harness.ro_paths()``).
+    ro_paths: list[str] = field(default_factory=list)
 
 
 class Sandbox(abc.ABC):
@@ -79,6 +81,11 @@ class Sandbox(abc.ABC):
         """Make a host Unix-socket service (a mock mail server, a web app) reachable from inside the
         sandbox; return its base URL as seen from inside (``http://127.0.0.1:PORT``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot expose host services")
+
+    async def pull_workdir(self) -> Path:
+        """Make :attr:`workdir` on the host reflect the sandbox's files (a no-op locally; a copy out
+        of the pod for Kubernetes) and return it; called before a file-based verifier runs."""
+        return self.workdir
 
     @abc.abstractmethod
     async def close(self) -> None:

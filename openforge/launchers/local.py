@@ -237,13 +237,14 @@ class LocalSandbox(Sandbox):
         for t in ("/tmp", "/var/tmp", "/run", "/root", "/home", str(self.launcher.base_dir)):
             if Path(t).is_dir():
                 cmd += ["--tmpfs", t]
+        for b in [*_tool_dirs(), *self.launcher.ro_binds, *self.spec.ro_paths]:
+            if Path(b).exists():
+                cmd += ["--ro-bind", b, b]
         for h in self.spec.hidden_paths:
             if Path(h).is_dir():
                 cmd += ["--tmpfs", h]
             elif Path(h).exists():
                 cmd += ["--ro-bind", "/dev/null", h]
-        for b in [*_tool_dirs(), *self.launcher.ro_binds]:
-            cmd += ["--ro-bind", b, b]
         cmd += ["--bind", str(self.root), str(self.root)]
         for _, sock in self._maps:
             cmd += ["--bind", sock, sock]

@@ -1,0 +1,143 @@
+"""The :class:`Environment` base class: where tasks come from, how a sandbox is prepared for one,
+and how its end state is scored.
+
+Owns: :class:`Environment` (implement :meth:`Environment.tasks` and :meth:`Environment.verify`),
+:class:`VerifyResult` (reward + named sub-scores + detail), :func:`get_environment` (built-ins,
+``openforge.environments`` plugins, or a path to a folder of task directories) and
+:func:`list_environments`.
+
+The verifier runs after the agent has stopped, in the driver (outside every agent process), and
+reads state the agent cannot forge: files through :meth:`Sandbox.read_file` /
+:meth:`Sandbox.pull_workdir`, and the mock services' in-driver state. Sandbox options an
+environment needs (paths to hide from the agent, services to expose) come from
+:meth:`Environment.hidden_paths` and :meth:`Environment.setup`.
+"""
+
+from __future__ import annotations
+
+import abc
+import difflib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import ConfigError
+from .task import Task
+
+if TYPE_CHECKING:
+    from .launchers.base import Sandbox
+
+__all__ = ["Environment", "VerifyResult", "get_environment", "list_environments"]
+
+
+class VerifyResult(BaseModel):
+    """A verifier's verdict: ``reward`` (what GRPO trains on), ``rewards`` (named sub-scores for
+    analysis) and a human-readable ``detail``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reward: float
+    rewards: dict[str, float] = Field(default_factory=dict)
+    detail: str = ""
+
+    @classmethod
+    def from_checks(cls, checks: dict[str, bool], *, partial: bool = False, detail: str = "") -> VerifyResult:
+        """One sub-score per named check; reward 1.0 when all pass (or their mean if ``partial``)."""
+        rewards = {k: 1.0 if v else 0.0 for k, v in checks.items()}
+        if not rewards:
+            return cls(reward=0.0, detail=detail or "no checks")
+        reward = sum(rewards.values()) / len(rewards) if partial else float(all(checks.values()))
+        failed = [k for k, v in checks.items() if not v]
+        return cls(reward=reward, rewards=rewards, detail=detail or ("all checks passed" if not failed
+                                                                     else "failed: " + ", ".join(failed)))
+
+
+class Environment(abc.ABC):
+    """A set of executable tasks with a verifier. Subclasses implement :meth:`tasks` and
+    :meth:`verify`; :meth:`setup` and :meth:`teardown` are optional."""
+
+    name: ClassVar[str] = "custom"
+
+    @abc.abstractmethod
+    def tasks(self, split: str | None = None) -> list[Task]:
+        """All tasks, or those of ``split`` (``train`` / ``eval``)."""
+
+    def task(self, task_id: str) -> Task:
+        """The task called ``task_id``; a clear error naming close matches otherwise."""
+        tasks = {t.id: t for t in self.tasks()}
+        if task_id in tasks:
+            return tasks[task_id]
+        close = difflib.get_close_matches(task_id, tasks, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else f" ({len(tasks)} tasks: `forge env tasks {self.name}`)"
+        raise ConfigError(f"environment {self.name!r} has no task {task_id!r}{hint}")
+
+    def splits(self) -> dict[str, int]:
+        """Task counts per split."""
+        out: dict[str, int] = {}
+        for t in self.tasks():
+            out[t.split] = out.get(t.split, 0) + 1
+        return out
+
+    def hidden_paths(self, task: Task) -> list[str]:
+        """Host paths the agent must not see (verifier code, answer keys)."""
+        return []
+
+    def harness_env(self, task: Task, sandbox: Sandbox) -> dict[str, str]:
+        """Extra environment for the harness processes (e.g. ``DISPLAY``, service URLs); valid
+        after :meth:`setup`."""
+        return {}
+
+    async def setup(self, task: Task, sandbox: Sandbox) -> None:
+        """Prepare the sandbox for ``task`` (files, services). Raise to report an ``env_error``."""
+        return None
+
+    @abc.abstractmethod
+    async def verify(self, task: Task, sandbox: Sandbox) -> VerifyResult:
+        """Score the end state after the agent stopped."""
+
+    async def teardown(self, task: Task, sandbox: Sandbox) -> None:
+        """Stop what :meth:`setup` started (called always, before the sandbox is closed)."""
+        return None
+
+    def reference_solution(self, task: Task) -> list[str] | None:
+        """Shell commands that solve ``task`` (replayable as a scripted teacher), if known."""
+        sol = task.metadata.get("solution")
+        return list(sol) if sol else None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "splits": self.splits(), "doc": (type(self).__doc__ or "").strip().split("\n")[0]}
+
+
+_BUILTINS = {
+    "claw": "openforge.envs.claw:ClawEnvironment",
+    "browser": "openforge.envs.browser:BrowserEnvironment",
+    "desktop": "openforge.envs.desktop:DesktopEnvironment",
+}
+
+
+def _registry() -> Any:
+    from .plugins import ENVIRONMENTS
+
+    for name, ref in _BUILTINS.items():
+        if name not in ENVIRONMENTS:
+            ENVIRONMENTS.register(name, ref)
+    return ENVIRONMENTS
+
+
+def list_environments() -> list[str]:
+    return _registry().names()
+
+
+def get_environment(name: str | Path, **kwargs: Any) -> Environment:
+    """An environment instance by registry name, ``module:Class`` reference, or a path to a task
+    directory / a folder of task directories."""
+    p = Path(name)
+    if p.exists() and p.is_dir():
+        from .envs.taskdir import TaskDirEnvironment
+
+        return TaskDirEnvironment(p, **kwargs)
+    env = _registry().create(str(name), **kwargs)
+    if not isinstance(env, Environment):
+        raise ConfigError(f"environment {name!r} is a {type(env).__name__}, not an openforge Environment")
+    return env

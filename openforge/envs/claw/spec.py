@@ -1,0 +1,132 @@
+"""How a claw task is declared: :class:`ClawSpec` plus the check helpers its verifier is made of.
+
+Owns: :class:`ClawSpec` (instruction, seed files, setup commands, service seed, reference solution as
+shell commands, named checks), :class:`CheckContext` (what a check may inspect: the workdir's files
+on the host, read-only commands run in the sandbox after the agent stopped, and the services'
+in-driver state) and the helpers ``file_is``, ``file_has``, ``gone``, ``sh``, ``sql``, ``json_at``,
+``state``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...launchers.base import Sandbox
+from .services import ServiceState
+
+Check = Callable[["CheckContext"], Awaitable[bool]]
+
+
+@dataclass
+class CheckContext:
+    workdir: Path
+    sandbox: Sandbox
+    state: ServiceState | None
+
+    def text(self, rel: str) -> str | None:
+        p = (self.workdir / rel).resolve()
+        if not p.is_relative_to(self.workdir.resolve()) or not p.is_file():
+            return None
+        return p.read_text(errors="replace")
+
+    async def sh(self, cmd: str) -> tuple[int | None, str]:
+        r = await self.sandbox.exec(["sh", "-c", cmd], timeout_s=30, env={"GIT_CONFIG_NOSYSTEM": "1"})
+        return r.returncode, r.stdout
+
+
+@dataclass
+class ClawSpec:
+    id: str
+    category: str
+    instruction: str
+    solution: list[str]
+    checks: dict[str, Check]
+    files: dict[str, str] = field(default_factory=dict)
+    setup: list[str] = field(default_factory=list)  # shell commands run in the sandbox before the agent
+    services: dict[str, Any] | None = None  # seed of the mock services (None: no services)
+    split: str = "train"
+    easy: bool = False
+    tools: tuple[str, ...] = ("shell",)
+    subgoals: tuple[str, ...] = ()
+
+
+def file_is(rel: str, expected: str, *, strip: bool = True) -> Check:
+    async def check(c: CheckContext) -> bool:
+        t = c.text(rel)
+        return t is not None and (t.strip() == expected.strip() if strip else t == expected)
+
+    return check
+
+
+def file_has(rel: str, *needles: str) -> Check:
+    async def check(c: CheckContext) -> bool:
+        t = c.text(rel)
+        return t is not None and all(n in t for n in needles)
+
+    return check
+
+
+def gone(*rels: str) -> Check:
+    async def check(c: CheckContext) -> bool:
+        return not any((c.workdir / r).exists() for r in rels)
+
+    return check
+
+
+def sh(cmd: str, expected: str | None = None, *, rc: int = 0) -> Check:
+    """Run a read-only command in the sandbox (after the agent stopped); compare exit code / output."""
+
+    async def check(c: CheckContext) -> bool:
+        code, out = await c.sh(cmd)
+        return code == rc and (expected is None or out.strip() == expected.strip())
+
+    return check
+
+
+def sql(db: str, query: str, expected: list[tuple]) -> Check:
+    async def check(c: CheckContext) -> bool:
+        path = c.workdir / db
+        if not path.is_file():
+            return False
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                return [tuple(r) for r in con.execute(query).fetchall()] == expected
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return False
+
+    return check
+
+
+def json_at(rel: str, pred: Callable[[Any], bool]) -> Check:
+    async def check(c: CheckContext) -> bool:
+        t = c.text(rel)
+        try:
+            return t is not None and bool(pred(json.loads(t)))
+        except (ValueError, KeyError, TypeError, IndexError):
+            return False
+
+    return check
+
+
+def state(pred: Callable[[ServiceState], bool]) -> Check:
+    async def check(c: CheckContext) -> bool:
+        try:
+            return c.state is not None and bool(pred(c.state))
+        except (KeyError, TypeError, IndexError, ValueError):
+            return False
+
+    return check
+
+
+def curl(method: str, path: str, body: dict | None = None) -> str:
+    """A reference-solution command calling the services' HTTP API."""
+    data = f" -H 'content-type: application/json' -d '{json.dumps(body)}'" if body is not None else ""
+    return f"curl -sf -X {method} \"$CLAW_API{path}\"{data}"
