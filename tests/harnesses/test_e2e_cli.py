@@ -1,0 +1,50 @@
+"""The real harness CLIs (Codex, Claude Code, pi, OpenClaw) end to end against the real proxy with a
+scripted policy that makes one shell tool call and then answers, in a loopback-only sandbox.
+
+Each test skips with the reason when its CLI is not installed (scripts/test.sh installs them)."""
+
+from __future__ import annotations
+
+import pytest
+from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
+
+from openforge.errors import HarnessError
+from openforge.plugins import get_harness
+
+CASES = [
+    # (harness, constructor kwargs, expected shell tool name, its command argument, wire api)
+    ("codex", {}, "exec_command", "cmd", "responses"),
+    ("claude-code", {}, "Bash", "command", "messages"),
+    ("pi", {"wire_api": "chat"}, "bash", "command", "chat"),
+    ("pi", {"wire_api": "responses"}, "bash", "command", "responses"),
+    ("openclaw", {"wire_api": "chat"}, "exec", "command", "chat"),
+    ("openclaw", {"wire_api": "messages"}, "exec", "command", "messages"),
+]
+
+
+def _harness(name, kwargs):
+    h = get_harness(name)(**kwargs)
+    try:
+        h.check_installed()
+    except HarnessError as e:
+        pytest.skip(f"{name} is not installed here: {e}")
+    return h
+
+
+@pytest.mark.parametrize(("name", "kwargs", "tool", "arg", "api"), CASES,
+                         ids=[f"{c[0]}-{c[4]}" for c in CASES])
+async def test_cli_harness_shell_call_then_answer(tmp_path, tokenizer, name, kwargs, tool, arg, api):
+    h = _harness(name, kwargs)
+    marker = f"hello-{name}-{api}"
+    script = {"turns": [{"shell": f"echo {marker} > out.txt"}, {"text": "Done: wrote out.txt."}]}
+    run = await run_e2e(h, script, "Write a greeting to out.txt, then say done.", tmp_path=tmp_path,
+                        tokenizer=tokenizer, budget_s=180, read=("out.txt",))
+    assert run.result.ok, describe_failure(run)
+    assert run.files["out.txt"] is not None and run.files["out.txt"].decode().strip() == marker, describe_failure(run)
+    calls = tool_calls(run.traj)
+    assert calls[0][0] == tool and calls[0][1][arg] == f"echo {marker} > out.txt", calls
+    assert len(calls) == 1, calls
+    assert all(c.api == api for c in run.traj.calls), [c.api for c in run.traj.calls]
+    assert len(run.traj.calls) >= 2 and (run.traj.calls[-1].response or {}).get("text") == "Done: wrote out.txt."
+    assert run.result.final_text and "Done" in run.result.final_text, describe_failure(run)
+    assert_isolated(run)
