@@ -1,0 +1,345 @@
+"""Running rollouts: :func:`run_rollout` is the one place that sequences a rollout, and
+:func:`run_groups` runs task × group-size rollouts for GRPO.
+
+Owns the sequence ``proxy.create_rollout → launcher.provision → environment.setup → harness.execute
+→ environment.verify → proxy.finish_rollout → teardown + sandbox close (always)`` and the status
+taxonomy of the outcome:
+
+=================  ===============================================================  ==========
+status             real cause                                                       trained?
+=================  ===============================================================  ==========
+success            verifier reward ≥ ``success_threshold``                          yes
+policy_failure     the agent ended normally, verifier reward below it                yes (as is)
+timeout            the wall-clock budget ran out; the harness was killed             yes (0)
+harness_error      the harness crashed, was not installed or misconfigured          no
+env_error          environment setup or the verifier failed (or raised)             no
+infra_error        sandbox could not be provisioned / was lost, a model call failed  no (retried)
+cancelled          Ctrl-C / the caller cancelled                                    no
+=================  ===============================================================  ==========
+
+A failed rollout is data: :func:`run_rollout` returns a :class:`Trajectory` whose ``status`` and
+``error`` say what happened, and only re-raises cancellation (after recording it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .environment import Environment, VerifyResult
+from .harness import Harness, RolloutContext, tail
+from .launchers.base import Launcher, Sandbox, SandboxSpec
+from .task import Task
+from .trajectory import Trajectory, TrajectoryGroup
+from .types import CallStatus, RolloutStatus
+
+__all__ = ["GroupResults", "run_groups", "run_rollout"]
+
+S = RolloutStatus
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+async def run_rollout(
+    *,
+    harness: Harness,
+    environment: Environment,
+    task: Task,
+    launcher: Launcher,
+    proxy: Any,
+    store: Any = None,
+    budget_s: float | None = None,
+    model: str = "openforge-policy",
+    metadata: dict[str, Any] | None = None,
+    success_threshold: float = 1.0,
+    provision_timeout_s: float = 300.0,
+) -> Trajectory:
+    """Run one rollout of ``task`` with ``harness`` and return its trajectory (never raises for a
+    failed rollout; re-raises :class:`asyncio.CancelledError` after recording ``cancelled``)."""
+    budget = float(budget_s if budget_s is not None else task.timeout_s)
+    meta = dict(metadata or {})
+    timings: dict[str, float] = {}
+    status: RolloutStatus | None = None
+    error: str | None = None
+    verdict: VerifyResult | None = None
+    sandbox: Sandbox | None = None
+    cancelled = False
+    try:
+        handle = await _maybe_await(proxy.create_rollout(task.id, harness=harness.name, metadata=meta))
+    except Exception as e:  # the proxy itself is broken: nothing was recorded, make a record here
+        traj = Trajectory(rollout_id=f"failed-{uuid.uuid4().hex[:12]}", task_id=task.id, harness=harness.name,
+                          environment=environment.name, status=S.INFRA_ERROR, reward=0.0,
+                          error=f"proxy could not open the rollout: {_err(e)}", metadata=meta)
+        _store(store, traj)
+        return traj
+    rid = handle.rollout_id
+    t_start = time.monotonic()
+    try:
+        spec = SandboxSpec(
+            rollout_id=rid, task=task, proxy_url=str(getattr(proxy, "url", "") or ""), api_key=handle.api_key,
+            proxy_uds=getattr(proxy, "uds", None), hidden_paths=environment.hidden_paths(task),
+            ro_paths=list(harness.ro_paths()),
+        )
+        t = time.monotonic()
+        try:
+            sandbox = await asyncio.wait_for(launcher.provision(spec), provision_timeout_s)
+        except asyncio.TimeoutError:
+            status, error = S.INFRA_ERROR, f"{launcher.name} launcher did not provide a sandbox within {provision_timeout_s:.0f}s"
+        except Exception as e:
+            status, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
+        timings["provision_s"] = time.monotonic() - t
+        if sandbox is not None:
+            t = time.monotonic()
+            try:
+                await asyncio.wait_for(environment.setup(task, sandbox), task.setup_timeout_s)
+            except asyncio.TimeoutError:
+                status, error = S.ENV_ERROR, f"{environment.name} setup of {task.id} ran over {task.setup_timeout_s:.0f}s"
+            except Exception as e:
+                status, error = _launch_status(e, S.ENV_ERROR), f"{environment.name} setup of {task.id} failed: {_err(e)}"
+            timings["setup_s"] = time.monotonic() - t
+        if status is None and sandbox is not None:
+            base = sandbox.proxy_url.rstrip("/") + f"/r/{rid}"
+            ctx = RolloutContext(rollout_id=rid, task=task, sandbox=sandbox, api_key=handle.api_key,
+                                 openai_base_url=base + "/v1", anthropic_base_url=base, model=model,
+                                 budget_s=budget, env=environment.harness_env(task, sandbox))
+            t = time.monotonic()
+            hres = await harness.execute(ctx)
+            timings["harness_s"] = time.monotonic() - t
+            meta["harness_exit_code"] = hres.exit_code
+            if hres.final_text is not None:
+                meta["final_text"] = hres.final_text[:2000]
+            if hres.status is not None:
+                status, error = hres.status, hres.error
+                if hres.stderr and status != S.TIMEOUT:
+                    meta["harness_stderr"] = tail(hres.stderr, 2000)
+            lost = getattr(sandbox, "lost_reason", None)  # a pod evicted / node lost under the harness
+            if lost:
+                status, error = S.INFRA_ERROR, lost
+        if status is None and sandbox is not None:
+            t = time.monotonic()
+            try:
+                verdict = await asyncio.wait_for(environment.verify(task, sandbox), task.verify_timeout_s)
+                status = S.SUCCESS if verdict.reward >= success_threshold else S.POLICY_FAILURE
+            except asyncio.TimeoutError:
+                status, error = S.ENV_ERROR, f"verifier of {task.id} ran over {task.verify_timeout_s:.0f}s"
+            except Exception as e:
+                status = _launch_status(e, S.ENV_ERROR)
+                error = f"verifier of {task.id} raised {_err(e)}"
+                meta["verifier_traceback"] = tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 2000)
+            timings["verify_s"] = time.monotonic() - t
+    except asyncio.CancelledError:
+        cancelled = True
+        status, error = S.CANCELLED, "the rollout was cancelled (Ctrl-C or the caller)"
+    except Exception as e:  # a bug in a harness/environment/launcher we did not anticipate
+        status, error = S.INFRA_ERROR, f"unexpected {_err(e)}"
+        meta["traceback"] = tail(traceback.format_exc(), 3000)
+    finally:
+        if sandbox is not None:
+            await _shielded(_cleanup(environment, task, sandbox, meta))
+    assert status is not None
+    timings["total_s"] = time.monotonic() - t_start
+    reward = verdict.reward if (verdict is not None and status in (S.SUCCESS, S.POLICY_FAILURE)) else 0.0
+    rewards = verdict.rewards if verdict is not None else {}
+    if verdict is not None and verdict.detail:
+        meta["verify_detail"] = verdict.detail[:2000]
+    traj = await _shielded(_finish(proxy, rid, reward, status, rewards, error, environment.name))
+    if traj is None:
+        traj = Trajectory(rollout_id=rid, task_id=task.id, harness=harness.name, environment=environment.name,
+                          status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or status.value})")
+    failed = [c for c in traj.calls if c.status == CallStatus.ERROR]
+    if failed and traj.status not in (S.CANCELLED, S.INFRA_ERROR):  # the model back-end failed under the agent
+        traj = traj.model_copy(update={"status": S.INFRA_ERROR, "reward": 0.0,
+                                       "error": f"model call {failed[0].index} failed upstream: {failed[0].error}"
+                                                + (f" (then: {traj.error})" if traj.error else "")})
+    traj = traj.model_copy(update={
+        "harness": traj.harness or harness.name, "environment": environment.name,
+        "metrics": {**traj.metrics, **{k: round(v, 4) for k, v in timings.items()}},
+        "metadata": {**traj.metadata, **meta, "budget_s": budget, "launcher": launcher.name},
+    })
+    _store(store if store is not None else getattr(proxy, "store", None), traj)
+    if cancelled:
+        raise asyncio.CancelledError
+    return traj
+
+
+def _launch_status(e: BaseException, default: RolloutStatus = S.INFRA_ERROR) -> RolloutStatus:
+    """Errors may carry the status they imply (a pod's ImagePullBackOff → env_error)."""
+    st = getattr(e, "status", None)
+    return st if isinstance(st, RolloutStatus) else default
+
+
+async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta: dict[str, Any]) -> None:
+    try:
+        await asyncio.wait_for(environment.teardown(task, sandbox), 30)
+    except Exception as e:
+        meta["teardown_error"] = _err(e)
+    try:
+        await sandbox.close()
+    except Exception as e:
+        meta["sandbox_close_error"] = _err(e)
+
+
+async def _finish(proxy: Any, rid: str, reward: float, status: RolloutStatus, rewards: dict[str, float],
+                  error: str | None, env_name: str) -> Trajectory | None:
+    try:
+        return await _maybe_await(proxy.finish_rollout(rid, reward=reward, status=status, rewards=rewards,
+                                                       error=error, environment=env_name))
+    except Exception:
+        return None
+
+
+async def _maybe_await(value: Any) -> Any:
+    """The proxy's control calls may be plain or coroutine functions (in-process vs. remote)."""
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _shielded(coro: Any) -> Any:
+    """Run cleanup to completion even if the surrounding task is being cancelled."""
+    task = asyncio.ensure_future(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        return await task
+
+
+def _store(store: Any, traj: Trajectory) -> None:
+    if store is not None:
+        with contextlib.suppress(Exception):
+            store.put_trajectory(traj)
+
+
+# -- groups ------------------------------------------------------------------------------------
+
+
+class GroupResults(list):  # list[TrajectoryGroup] with the bookkeeping of what was discarded
+    """The groups handed to the trainer, plus ``discarded`` (every non-trainable attempt, with its
+    reason) and ``dropped`` (groups that ended with fewer than ``min_group`` valid members)."""
+
+    def __init__(self, groups: Sequence[TrajectoryGroup] = ()):
+        super().__init__(groups)
+        self.discarded: list[Trajectory] = []
+        self.dropped: list[dict[str, Any]] = []
+        self.attempts = 0
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for g in self:
+            for t in g.trajectories:
+                out[t.status.value] = out.get(t.status.value, 0) + 1
+        for t in self.discarded:
+            out[t.status.value] = out.get(t.status.value, 0) + 1
+        return out
+
+
+async def run_groups(
+    tasks: Sequence[Task],
+    group_size: int,
+    concurrency: int,
+    *,
+    harness: Harness | Callable[[], Harness],
+    environment: Environment,
+    launcher: Launcher,
+    proxy: Any,
+    store: Any = None,
+    max_retries: int = 2,
+    retry_on: Sequence[RolloutStatus] = (S.INFRA_ERROR,),
+    min_group: int = 2,
+    budget_s: float | None = None,
+    progress: bool = True,
+    **rollout_kw: Any,
+) -> GroupResults:
+    """Run ``group_size`` rollouts of each task, at most ``concurrency`` at a time.
+
+    A member whose status is in ``retry_on`` is re-run (a refill) up to ``max_retries`` times; each
+    failed attempt is kept in ``discarded`` with its reason (and stored). Non-trainable members
+    (harness/env/infra errors, cancelled) never enter a group; policy failures and timeouts do. A
+    group with fewer than ``min_group`` trainable members is dropped, never handed over as a group
+    of one (GRPO would see no variance), and recorded in ``dropped``."""
+    if group_size < 1 or concurrency < 1:
+        from .errors import ConfigError
+
+        raise ConfigError(f"group_size and concurrency must be ≥ 1 (got {group_size}, {concurrency})")
+    sem = asyncio.Semaphore(concurrency)
+    results = GroupResults()
+    members: dict[int, list[Trajectory | None]] = {i: [None] * group_size for i in range(len(tasks))}
+    bar = _Progress(len(tasks) * group_size, enabled=progress)
+
+    async def member(ti: int, slot: int) -> None:
+        task = tasks[ti]
+        for attempt in range(max_retries + 1):
+            async with sem:
+                h = harness() if callable(harness) and not isinstance(harness, Harness) else harness
+                traj = await run_rollout(harness=h, environment=environment, task=task, launcher=launcher,
+                                         proxy=proxy, store=store, budget_s=budget_s,
+                                         metadata={"group": ti, "slot": slot, "attempt": attempt}, **rollout_kw)
+            results.attempts += 1
+            if traj.status in retry_on and attempt < max_retries:
+                results.discarded.append(traj.model_copy(update={"metadata": {
+                    **traj.metadata, "discard_reason": f"{traj.status.value}, retried: {traj.error}"}}))
+                bar.note(traj)
+                continue
+            if not traj.trainable:
+                results.discarded.append(traj.model_copy(update={"metadata": {
+                    **traj.metadata, "discard_reason": f"{traj.status.value}: {traj.error}"}}))
+            else:
+                members[ti][slot] = traj
+            bar.advance(traj)
+            return
+
+    with bar:
+        await asyncio.gather(*(member(ti, s) for ti in range(len(tasks)) for s in range(group_size)))
+    for ti, task in enumerate(tasks):
+        valid = [t for t in members[ti] if t is not None]
+        if len(valid) < min(min_group, group_size):
+            results.dropped.append({"task_id": task.id, "valid": len(valid), "group_size": group_size,
+                                    "reason": f"only {len(valid)} of {group_size} rollouts were trainable "
+                                              f"(need ≥ {min(min_group, group_size)})",
+                                    "rollout_ids": [t.rollout_id for t in valid]})
+            results.discarded.extend(valid)
+            continue
+        results.append(TrajectoryGroup(task_id=task.id, trajectories=valid))
+    return results
+
+
+class _Progress:
+    """A rich progress bar with live status counts (silent when disabled)."""
+
+    def __init__(self, total: int, *, enabled: bool):
+        self.enabled, self.total = enabled, total
+        self.counts: dict[str, int] = {}
+        self._p: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._p = Progress(TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                               TextColumn("{task.fields[counts]}"), transient=False)
+            self._p.__enter__()
+            self._id = self._p.add_task("rollouts", total=self.total, counts="")
+        return self
+
+    def note(self, traj: Trajectory) -> None:
+        key = f"retried-{traj.status.value}"
+        self.counts[key] = self.counts.get(key, 0) + 1
+        self._refresh(0)
+
+    def advance(self, traj: Trajectory) -> None:
+        self.counts[traj.status.value] = self.counts.get(traj.status.value, 0) + 1
+        self._refresh(1)
+
+    def _refresh(self, n: int) -> None:
+        if self._p is not None:
+            self._p.update(self._id, advance=n, counts=" ".join(f"{k}={v}" for k, v in sorted(self.counts.items())))
+
+    def __exit__(self, *exc: object) -> None:
+        if self._p is not None:
+            self._p.__exit__(None, None, None)

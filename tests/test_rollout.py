@@ -1,0 +1,219 @@
+"""run_rollout / run_groups: every status of the taxonomy from a real cause, with the real proxy
+(scripted policy), the real react harness process, real local sandboxes and the claw environment."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from openforge.envs.claw import ClawEnvironment, reference_solution
+from openforge.errors import BackendError, SandboxError
+from openforge.harness import Harness, HarnessResult, RolloutContext
+from openforge.launchers.local import LocalLauncher
+from openforge.rollout import run_groups, run_rollout
+from openforge.store import TrajectoryStore
+from openforge.types import RolloutStatus as S
+
+pytest.importorskip("openai")
+ENV = ClawEnvironment()
+FINISH = {"tool": {"name": "finish", "arguments": {"answer": "done"}}}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    try:
+        from openforge.proxy.backends.transformers import load_tokenizer
+
+        return load_tokenizer("smollm2-135m")
+    except Exception as e:
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+
+
+@pytest.fixture
+async def rig(tmp_path, tokenizer):
+    """Returns a factory: rig(script, backend_cls=...) -> (proxy, launcher, store) inside the test's loop."""
+    from openforge.proxy.backends.scripted import ScriptedBackend
+    from openforge.proxy.server import ProxyServer
+
+    stack = []
+    store = TrajectoryStore(tmp_path / "store.db")
+    launcher = LocalLauncher(base_dir=tmp_path / "sbx", grace_s=1.0)
+
+    async def make(script, backend_cls=ScriptedBackend):
+        proxy = ProxyServer(backend_cls(script, tokenizer=tokenizer), store=store, uds=str(tmp_path / "p.sock"))
+        await proxy.start()
+        stack.append(proxy)
+        return proxy, launcher, store
+
+    yield make
+    for p in stack:
+        await p.stop()
+    await launcher.aclose()
+    store.close()
+    assert not list((tmp_path / "sbx").iterdir()), "a sandbox dir was left behind"
+
+
+def react():
+    from openforge.harnesses.react import ReactHarness
+
+    return ReactHarness(max_turns=4)
+
+
+def solve(task_id: str) -> list[dict]:
+    return [{"shell": c} for c in reference_solution(task_id)] + [FINISH]
+
+
+async def test_success_and_stored(rig):
+    proxy, launcher, store = await rig({"turns": solve("files-create-hello")})
+    task = ENV.task("files-create-hello")
+    traj = await run_rollout(harness=react(), environment=ENV, task=task, launcher=launcher, proxy=proxy, store=store)
+    assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
+    assert traj.reward == 1.0 and traj.rewards == {"hello": 1.0}
+    assert len(traj.calls) == 2 and traj.segments and traj.environment == "claw" and traj.harness == "react"
+    assert {"provision_s", "setup_s", "harness_s", "verify_s"} <= set(traj.metrics)
+    assert store.get_trajectory(traj.rollout_id).status == S.SUCCESS
+
+
+async def test_services_task_via_http_from_inside_the_sandbox(rig):
+    proxy, launcher, store = await rig({"turns": solve("issues-close")})
+    traj = await run_rollout(harness=react(), environment=ENV, task=ENV.task("issues-close"), launcher=launcher,
+                             proxy=proxy, store=store)
+    assert traj.status == S.SUCCESS and traj.reward == 1.0, (traj.error, traj.metadata)
+
+
+async def test_policy_failure_is_kept_with_reward_zero(rig):
+    proxy, launcher, store = await rig({"turns": [{"shell": "echo 'hello there' > hello.txt"}, FINISH]})
+    traj = await run_rollout(harness=react(), environment=ENV, task=ENV.task("files-create-hello"),
+                             launcher=launcher, proxy=proxy, store=store)
+    assert traj.status == S.POLICY_FAILURE and traj.reward == 0.0 and traj.trainable
+    assert "failed: hello" in traj.metadata["verify_detail"]
+
+
+async def test_budget_overrun_is_timeout(rig):
+    proxy, launcher, store = await rig({"turns": [{"shell": "sleep 600"}, FINISH]})
+    traj = await run_rollout(harness=react(), environment=ENV, task=ENV.task("files-create-hello"),
+                             launcher=launcher, proxy=proxy, store=store, budget_s=3)
+    assert traj.status == S.TIMEOUT and traj.reward == 0.0 and "budget" in traj.error
+    assert traj.metrics["harness_s"] < 3 + 10
+
+
+class Crashes(Harness):
+    """A harness whose process dies with a Python exception."""
+
+    name = "crashes"
+
+    async def run(self, ctx: RolloutContext) -> HarnessResult:
+        res = await ctx.exec([sys.executable, "-c", "raise RuntimeError('agent blew up')"])
+        return HarnessResult.from_exec(res, harness=self.name)
+
+
+async def test_crashing_harness_is_harness_error(rig):
+    proxy, launcher, store = await rig({"turns": [FINISH]})
+    traj = await run_rollout(harness=Crashes(), environment=ENV, task=ENV.task("files-create-hello"),
+                             launcher=launcher, proxy=proxy, store=store)
+    assert traj.status == S.HARNESS_ERROR and not traj.trainable
+    assert "crashes crashed (exit code 1)" in traj.error and "agent blew up" in traj.error
+
+
+class BrokenVerifier(ClawEnvironment):
+    async def verify(self, task, sandbox):
+        raise KeyError("expected_column")
+
+
+class BrokenSetup(ClawEnvironment):
+    async def setup(self, task, sandbox):
+        await sandbox.exec(["true"])
+        raise FileNotFoundError("fixture data missing")
+
+
+async def test_raising_verifier_and_setup_are_env_errors(rig):
+    proxy, launcher, _store = await rig({"turns": solve("files-create-hello")})
+    task = ENV.task("files-create-hello")
+    traj = await run_rollout(harness=react(), environment=BrokenVerifier(), task=task, launcher=launcher, proxy=proxy)
+    assert traj.status == S.ENV_ERROR and "verifier of files-create-hello raised KeyError" in traj.error
+    assert "verifier_traceback" in traj.metadata
+    traj = await run_rollout(harness=react(), environment=BrokenSetup(), task=task, launcher=launcher, proxy=proxy)
+    assert traj.status == S.ENV_ERROR and "fixture data missing" in traj.error and traj.calls == []
+
+
+async def test_upstream_failure_is_infra_error(rig):
+    from openforge.proxy.backends.scripted import ScriptedBackend
+
+    class Upstream500(ScriptedBackend):
+        async def generate(self, *a, **kw):
+            raise BackendError("upstream returned HTTP 500")
+
+    proxy, launcher, store = await rig({"turns": [FINISH]}, backend_cls=Upstream500)
+    traj = await run_rollout(harness=react(), environment=ENV, task=ENV.task("files-create-hello"),
+                             launcher=launcher, proxy=proxy, store=store)
+    assert traj.status == S.INFRA_ERROR and not traj.trainable, (traj.status, traj.error)
+    assert "500" in (traj.error or "")
+
+
+class NoSandboxes(LocalLauncher):
+    async def start(self, spec):
+        raise SandboxError("node out of pids")
+
+
+async def test_provisioning_failure_is_infra_error(rig, tmp_path):
+    proxy, _launcher, store = await rig({"turns": [FINISH]})
+    bad = NoSandboxes(base_dir=tmp_path / "sbx2")
+    traj = await run_rollout(harness=react(), environment=ENV, task=ENV.task("files-create-hello"), launcher=bad,
+                             proxy=proxy, store=store)
+    assert traj.status == S.INFRA_ERROR and "node out of pids" in traj.error
+    await bad.aclose()
+
+
+async def test_cancel_is_recorded_and_cleans_up(rig, tmp_path):
+    proxy, launcher, store = await rig({"turns": [{"shell": "sleep 600"}, FINISH]})
+    run = asyncio.create_task(run_rollout(harness=react(), environment=ENV, task=ENV.task("files-create-hello"),
+                                          launcher=launcher, proxy=proxy, store=store))
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if any(store.calls(r["rollout_id"]) for r in store.rollouts()):
+            break
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    [t] = list(store.trajectories())
+    assert t.status == S.CANCELLED
+    assert not list((tmp_path / "sbx").iterdir())
+
+
+class FlakyLauncher(LocalLauncher):
+    """Fails provisioning for one task always, and for every other task's first attempt."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.seen: set[str] = set()
+
+    async def start(self, spec):
+        key = f"{spec.task.id}/{len(self.seen)}"
+        if spec.task.id == "files-rename" or spec.task.id not in {k.split("/")[0] for k in self.seen}:
+            self.seen.add(key)
+            raise SandboxError(f"pod evicted ({key})")
+        return await super().start(spec)
+
+
+async def test_groups_retry_infra_drop_short_groups_keep_policy_failures(rig, tmp_path):
+    script = {"turns": [FINISH], "tasks": {"files-create-hello": solve("files-create-hello")}}
+    proxy, _, store = await rig(script)
+    launcher = FlakyLauncher(base_dir=tmp_path / "sbx3", grace_s=1.0)
+    tasks = [ENV.task("files-create-hello"), ENV.task("files-append-line"), ENV.task("files-rename")]
+    res = await run_groups(tasks, 2, 3, harness=react, environment=ENV, launcher=launcher, proxy=proxy,
+                           store=store, max_retries=1, progress=False)
+    await launcher.aclose()
+    by_task = {g.task_id: g for g in res}
+    assert set(by_task) == {"files-create-hello", "files-append-line"}
+    assert [t.status for t in by_task["files-create-hello"].trajectories] == [S.SUCCESS, S.SUCCESS]
+    assert [t.status for t in by_task["files-append-line"].trajectories] == [S.POLICY_FAILURE] * 2
+    assert res.dropped == [{"task_id": "files-rename", "valid": 0, "group_size": 2, "reason": res.dropped[0]["reason"],
+                            "rollout_ids": []}]
+    assert all(t.status == S.INFRA_ERROR for t in res.discarded) and len(res.discarded) >= 4
+    assert all("discard_reason" in t.metadata for t in res.discarded)
+    stored = list(store.trajectories())
+    assert len(stored) == res.attempts and {t.status for t in stored} == {S.SUCCESS, S.POLICY_FAILURE, S.INFRA_ERROR}
+    assert not list(Path(tmp_path / "sbx3").iterdir())
