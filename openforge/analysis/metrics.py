@@ -149,14 +149,14 @@ def _subgoal_scores(traj: Trajectory, subgoals: Sequence[str]) -> dict[str, floa
 def _tokens(calls: Sequence[ModelCall]) -> tuple[int, int]:
     prompt = completion = 0
     for c in calls:
-        usage = (c.response or {}).get("usage") or {}
+        usage = (c.response or {}).get("usage") or c.response or {}
         prompt += len(c.prompt_ids) or int(usage.get("prompt_tokens") or usage.get("input_tokens") or 0)
         completion += len(c.output_ids) or int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
     return prompt, completion
 
 
 def _wall_time(traj: Trajectory) -> float:
-    for key in ("wall_time_s", "wall_s", "duration_s", "elapsed_s"):
+    for key in ("wall_time_s", "wall_s", "total_s", "duration_s", "elapsed_s"):
         v = (traj.metrics or {}).get(key)
         if isinstance(v, (int, float)):
             return float(v)

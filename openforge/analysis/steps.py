@@ -11,8 +11,11 @@ and the generic-shell tool list. Pure functions over the wire JSON the proxy rec
 * messages (Anthropic Messages): ``tool_use`` blocks in ``response.content``; results are
   ``tool_result`` blocks (``tool_use_id``, ``is_error``) in later user messages.
 
+The proxy records ``response`` in its canonical form (``{"text", "reasoning", "tool_calls": [{"id",
+"name", "arguments"}], "finish_reason", ...}``, whatever the wire API); that form is read too.
 A step's result is matched by call id; ids are compared after dropping every character that is
-not a letter or digit, because some harnesses (OpenClaw) rewrite ``call_ab12`` as ``callab12``.
+not a letter or digit and a leading ``call``/``toolu``/``fc``, because some harnesses (OpenClaw)
+rewrite ``call_ab12`` as ``callab12`` and the Messages API carries the proxy's ``call_X`` as ``toolu_X``.
 The exact definitions are in docs/metrics.md.
 """
 
@@ -153,9 +156,15 @@ def is_error_result(text: str | None, flag: bool | None = None) -> bool:
 
 
 def _norm_id(call_id: Any) -> str | None:
+    """Call ids compared without punctuation and without the ``call``/``toolu``/``fc`` prefix (the
+    proxy answers the Messages API with ``toolu_X`` for its canonical ``call_X``)."""
     if call_id is None:
         return None
     s = re.sub(r"[^0-9A-Za-z]", "", str(call_id))
+    for prefix in ("toolu", "call", "fc"):
+        if s.startswith(prefix) and len(s) > len(prefix):
+            s = s[len(prefix):]
+            break
     return s or None
 
 
@@ -215,6 +224,10 @@ def _calls_in_response(call: ModelCall) -> list[tuple[str | None, str, Any]]:
     """(call_id, name, arguments) of every tool call in one recorded response."""
     resp = call.response or {}
     out: list[tuple[str | None, str, Any]] = []
+    if isinstance(resp.get("tool_calls"), list):  # the proxy's canonical record (any wire API)
+        for tc in resp["tool_calls"]:
+            if isinstance(tc, dict):
+                out.append((tc.get("id"), str(tc.get("name", "")), _parse_args(tc.get("arguments"))))
     if isinstance(resp.get("choices"), list):
         for choice in resp["choices"][:1]:
             msg = choice.get("message") or {}

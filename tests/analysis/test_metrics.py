@@ -190,3 +190,18 @@ def test_infra_failures_are_left_out() -> None:
 def test_empty_summary_is_undefined_not_zero() -> None:
     s = summarize_behaviour([])
     assert s.rollouts == 0 and s.generic_shell_share is None and s.error_recovery_rate is None
+
+
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
+def test_same_facts_from_wire_and_canonical_records(api: str) -> None:
+    steps = [
+        ("bash", {"command": "python app.py"}, FAIL),
+        ("write", {"path": "app.py", "content": "print(1)"}, "ok"),
+        ("bash", {"command": "python app.py"}, OK),
+    ]
+    wire = rollout_behaviour(traj(steps, api=api)).model_dump()
+    canon = rollout_behaviour(traj(steps, api=api, canonical=True)).model_dump()
+    for key in ("prompt_tokens", "completion_tokens"):
+        wire.pop(key), canon.pop(key)
+    assert wire == canon
+    assert (canon["failed_steps"], canon["recovered_failures"], canon["verified"]) == (1, 1, True)

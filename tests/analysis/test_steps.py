@@ -15,9 +15,10 @@ STEPS = [
 ]
 
 
+@pytest.mark.parametrize("canonical", [False, True], ids=["wire-response", "canonical-response"])
 @pytest.mark.parametrize("api", ["chat", "responses", "messages"])
-def test_extracts_steps_with_results_in_order(api: str) -> None:
-    t = traj(STEPS, api=api)
+def test_extracts_steps_with_results_in_order(api: str, canonical: bool) -> None:
+    t = traj(STEPS, api=api, canonical=canonical)
     steps = extract_steps(t.calls)
     assert [(s.name, s.arguments, s.result) for s in steps] == [
         ("bash", {"command": "echo hi > out.txt"}, "(no output)"),

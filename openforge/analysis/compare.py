@@ -1,0 +1,140 @@
+"""Side-by-side metrics of several runs (``forge compare``).
+
+Owns: :data:`COMPARE_ROWS` (which metrics, labels and formats), :func:`run_summary` (one run
+→ an :class:`EvalSummary` over a chosen step), :func:`compare_runs` and :func:`compare_table`
+(a rich table: one row per metric, one column per run).
+
+A run is anything :func:`load_run` reads: a training run directory, a ``forge eval`` output
+directory, or one trajectory file. For a training run the step to compare is selectable
+(``all`` trajectories, ``first`` or ``last`` step, or a step number): "before and after training"
+is ``--step first`` vs ``--step last`` of the same run, or two eval directories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ConfigError
+from .passk import EvalSummary, summarize_eval
+from .rundir import RunData, trajectory_step
+
+__all__ = ["COMPARE_ROWS", "compare_runs", "compare_table", "fmt_value", "run_summary"]
+
+# (key in the flattened summary, label, format) — "pct" prints 0.139 as 13.9 %.
+COMPARE_ROWS: list[tuple[str, str, str]] = [
+    ("harness", "harness", "str"),
+    ("tasks", "tasks", "int"),
+    ("trials", "trials (all)", "int"),
+    ("pass_at_1", "pass@1", "pct"),
+    ("pass_at_k", "pass@k", "pct"),
+    ("pass_hat_k", "pass^k", "pct"),
+    ("mean_reward", "mean reward", "float"),
+    ("infra_failures", "infra failures", "int"),
+    ("behaviour.generic_shell_share", "generic-shell share", "pct"),
+    ("behaviour.self_verification_rate", "self-verification", "pct"),
+    ("behaviour.required_tool_coverage", "required-tool coverage", "pct"),
+    ("behaviour.subgoal_completion", "subgoal completion", "pct"),
+    ("behaviour.plan_completion_rate", "plan completion", "pct"),
+    ("behaviour.error_recovery_rate", "error recovery", "pct"),
+    ("behaviour.success_after_failure_rate", "success after a failed step", "pct"),
+    ("behaviour.steps_per_task", "steps / task", "float"),
+    ("behaviour.tokens_per_task", "tokens / task", "int"),
+    ("behaviour.wall_time_per_task_s", "wall time / task (s)", "float"),
+]
+
+_INFRA = ("harness_error", "env_error", "infra_error", "cancelled")
+
+
+def fmt_value(value: Any, kind: str) -> str:
+    if value is None:
+        return "–"
+    if kind == "pct":
+        return f"{100 * float(value):.1f} %"
+    if kind == "int":
+        return f"{round(float(value)):,}"
+    if kind == "float":
+        return f"{float(value):.2f}"
+    return str(value)
+
+
+def _select(run: RunData, step: str) -> list:
+    trajs = run.trajectories
+    if step == "all":
+        return trajs
+    steps = run.steps
+    if not steps:
+        raise ConfigError(f"{run.path}: its trajectories carry no training step; use --step all")
+    if step == "first":
+        n = steps[0]
+    elif step == "last":
+        n = steps[-1]
+    else:
+        try:
+            n = int(step)
+        except ValueError:
+            raise ConfigError(f"--step must be all, first, last or a number, not {step!r}") from None
+        if n not in steps:
+            raise ConfigError(f"{run.path}: no trajectories at step {n} (steps: {steps[0]}..{steps[-1]})")
+    return [t for t in trajs if trajectory_step(t) == n]
+
+
+def run_summary(run: RunData, *, k: int | None = None, step: str = "all") -> EvalSummary:
+    """The eval summary of one run. ``k`` defaults to the run's ``eval.json`` k, else 1."""
+    if k is None:
+        k = int((run.eval or {}).get("k") or 1)
+    trajs = _select(run, step)
+    if not trajs:
+        if run.eval is not None and step == "all":
+            return EvalSummary.model_validate(run.eval)
+        raise ConfigError(f"{run.path}: no trajectories to compare")
+    return summarize_eval(trajs, k=k)
+
+
+def _harness(run: RunData) -> str:
+    names = sorted({t.harness for t in run.trajectories if t.harness})
+    if names:
+        return ", ".join(names)
+    h = (run.config or {}).get("harness")
+    if isinstance(h, dict):
+        return str(h.get("name") or "?")
+    return str(h) if h else "?"
+
+
+def _flatten(summary: EvalSummary, run: RunData) -> dict[str, Any]:
+    flat: dict[str, Any] = summary.model_dump(exclude={"per_task", "categories", "behaviour"})
+    flat["harness"] = _harness(run)
+    flat["infra_failures"] = sum(summary.statuses.get(s, 0) for s in _INFRA)
+    for key, value in (summary.behaviour.model_dump() if summary.behaviour else {}).items():
+        flat[f"behaviour.{key}"] = value
+    return flat
+
+
+def compare_runs(runs: Sequence[RunData], *, k: int | None = None, step: str = "all") -> list[dict[str, Any]]:
+    """One flattened metric dict per run (keys as in :data:`COMPARE_ROWS`, plus ``name``)."""
+    out = []
+    for run in runs:
+        flat = _flatten(run_summary(run, k=k, step=step), run)
+        flat["name"] = run.name
+        out.append(flat)
+    return out
+
+
+def compare_table(rows: Sequence[dict[str, Any]]) -> Any:
+    """A rich Table: metrics down, runs across."""
+    from rich.table import Table
+
+    table = Table(title="forge compare", show_lines=False)
+    table.add_column("metric", style="bold")
+    for r in rows:
+        table.add_column(str(r["name"]), justify="right")
+    all_k1 = all(r.get("k", 1) == 1 for r in rows)
+    for key, label, kind in COMPARE_ROWS:
+        if all_k1 and key in ("pass_at_k", "pass_hat_k"):
+            continue  # pass@1 = pass^1: shown once
+        if key == "pass_at_k" and rows:
+            label = f"pass@{rows[0].get('k', 'k')}"
+        if key == "pass_hat_k" and rows:
+            label = f"pass^{rows[0].get('k', 'k')}"
+        table.add_row(label, *[fmt_value(r.get(key), kind) for r in rows])
+    return table

@@ -1,0 +1,204 @@
+"""The self-contained HTML run report (``forge report``).
+
+Owns: :func:`build_report` (a run directory → one HTML string) and :func:`write_report`.
+Everything is inline — CSS, a few lines of JS for the trajectory picker, SVG charts — so the
+file opens offline and fetches nothing. Sections: headline numbers, reward and pass-rate curves
+over training steps (from ``metrics.jsonl``), behaviour metrics over steps (computed from the
+saved trajectories), status breakdown, eval summary (``eval.json`` or computed), and a
+trajectory viewer: each call's new messages, answer, tool calls and results, and every
+segment's tokens with trained (loss mask 1) tokens highlighted and its break reason shown.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..trajectory import Trajectory
+from .compare import COMPARE_ROWS, fmt_value, run_summary
+from .metrics import summarize_behaviour
+from .rundir import RunData, trajectory_step
+from .steps import is_error_result
+from .svg import Series, line_chart, stacked_bar
+from .view import new_request_entries, response_entries, token_runs
+
+__all__ = ["build_report", "write_report"]
+
+Detokenize = Callable[[Sequence[int]], str]
+
+_ALIASES = {
+    "step": ("step", "iteration", "global_step"),
+    "reward": ("reward_mean", "mean_reward", "reward", "reward/mean"),
+    "reward_std": ("reward_std", "std_reward", "reward/std"),
+    "pass_rate": ("pass_rate", "success_rate", "pass@1", "pass_at_1"),
+}
+_BEHAVIOUR_CURVES = [
+    ("generic_shell_share", "generic shell"),
+    ("self_verification_rate", "self-verification"),
+    ("required_tool_coverage", "required tools"),
+    ("error_recovery_rate", "error recovery"),
+    ("plan_completion_rate", "plan completion"),
+]
+_MAX_CONTEXT_CHARS = 1200
+_MAX_TRAINED_CHARS = 6000
+
+
+def _get(row: dict[str, Any], key: str) -> float | None:
+    for alias in _ALIASES[key]:
+        v = row.get(alias)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def _curves(run: RunData) -> dict[str, str]:
+    reward, passr, band = [], [], []
+    for i, row in enumerate(run.metrics):
+        step = _get(row, "step")
+        x = step if step is not None else float(i)
+        r, s, p = _get(row, "reward"), _get(row, "reward_std"), _get(row, "pass_rate")
+        if r is not None:
+            reward.append((x, r))
+            if s is not None:
+                band.append((x, r - s, r + s))
+        if p is not None:
+            passr.append((x, p))
+    by_step = {s: summarize_behaviour(run.at_step(s)) for s in run.steps}
+    if not reward and by_step:  # no metrics.jsonl: derive the curves from the trajectories
+        for s in sorted(by_step):
+            valid = [t for t in run.at_step(s) if t.status.trainable]
+            if valid:
+                reward.append((float(s), sum(t.reward for t in valid) / len(valid)))
+                passr.append((float(s), sum(str(t.status) == "success" for t in valid) / len(valid)))
+    behaviour = [
+        Series(label, [(float(s), v) for s, b in sorted(by_step.items()) if (v := getattr(b, key)) is not None])
+        for key, label in _BEHAVIOUR_CURVES
+    ]
+    return {
+        "reward": line_chart([Series("reward mean", reward, band=band)], title="Reward (mean ± std) per step",
+                             chart_id="chart-reward"),
+        "pass": line_chart([Series("pass rate", passr, color="#16a34a")], title="Pass rate per step",
+                           y_range=(0.0, 1.0), chart_id="chart-pass"),
+        "behaviour": line_chart([s for s in behaviour if s.points], title="Behaviour metrics per step",
+                                y_range=(0.0, 1.0), chart_id="chart-behaviour", width=1060),
+    }
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n… [{len(text) - limit:,} characters elided] …\n{text[-half:]}"
+
+
+def _traj_view(traj: Trajectory, detokenize: Detokenize | None, dom_id: str) -> dict[str, Any]:
+    calls = sorted(traj.calls, key=lambda c: c.index)
+    skipped = (traj.metrics or {}).get("skipped_calls") or {}
+    seg_of = {ci: si for si, seg in enumerate(traj.segments) for ci in seg.call_indices}
+    call_views = []
+    prev = None
+    for c in calls:
+        new, rewritten = new_request_entries(c, prev)
+        prev = c
+        inputs = [
+            {**e.__dict__, "text": _clip(e.text, 4000),
+             "failed": e.kind == "tool_result" and is_error_result(e.text, e.error)}
+            for e in new
+        ]
+        call_views.append({
+            "index": c.index, "api": c.api, "model": c.model or (c.request or {}).get("model"),
+            "status": str(c.status), "exact": c.exact, "finish_reason": c.finish_reason,
+            "latency_s": c.latency_s, "prompt_tokens": len(c.prompt_ids), "output_tokens": len(c.output_ids),
+            "segment": seg_of.get(c.index), "skipped": skipped.get(str(c.index)), "error": c.error,
+            "rewritten": rewritten, "inputs": inputs,
+            "outputs": [{**e.__dict__, "text": _clip(e.text, 4000)} for e in response_entries(c)],
+        })
+    seg_views = []
+    for si, seg in enumerate(traj.segments):
+        runs = []
+        for r in token_runs(seg, detokenize):
+            runs.append({"trained": r.trained, "count": r.count, "decoded": r.decoded,
+                         "text": _clip(r.text, _MAX_TRAINED_CHARS if r.trained else _MAX_CONTEXT_CHARS)})
+        seg_views.append({"index": si, "break_reason": str(seg.break_reason), "calls": seg.call_indices,
+                          "tokens": len(seg.input_ids), "trained": seg.num_trained_tokens,
+                          "reward": seg.reward, "runs": runs})
+    return {
+        "dom_id": dom_id, "rollout_id": traj.rollout_id, "task_id": traj.task_id, "harness": traj.harness,
+        "status": str(traj.status), "reward": traj.reward, "step": trajectory_step(traj), "error": traj.error,
+        "calls": call_views, "segments": seg_views, "n_calls": len(calls),
+    }
+
+
+def _pick(trajs: list[Trajectory], limit: int) -> list[Trajectory]:
+    ordered = sorted(trajs, key=lambda t: (trajectory_step(t) or 0, t.task_id, t.rollout_id))
+    if len(ordered) <= limit:
+        return ordered
+    stride = len(ordered) / limit
+    return [ordered[int(i * stride)] for i in range(limit)]
+
+
+def _summary_rows(run: RunData) -> tuple[list[tuple[str, str]], dict[str, Any] | None]:
+    if not run.trajectories and run.eval is None:
+        return [], None
+    summary = run_summary(run)
+    flat = summary.model_dump()
+    rows = []
+    for key, label, kind in COMPARE_ROWS:
+        if key in ("harness", "infra_failures") or (summary.k == 1 and key in ("pass_at_k", "pass_hat_k")):
+            continue
+        if key.startswith("behaviour."):
+            value = (flat.get("behaviour") or {}).get(key.split(".", 1)[1])
+        else:
+            value = flat.get(key)
+        label = label.replace("@k", f"@{summary.k}").replace("^k", f"^{summary.k}")
+        rows.append((label, fmt_value(value, kind)))
+    return rows, flat
+
+
+def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_trajectories: int = 200) -> str:
+    """Render the report of ``run`` as one self-contained HTML document."""
+    import jinja2
+
+    statuses: Counter[str] = Counter(str(t.status) for t in run.trajectories)
+    if not statuses and run.eval:
+        statuses.update(run.eval.get("statuses") or {})
+    summary_rows, flat = _summary_rows(run)
+    picked = _pick(run.trajectories, max_trajectories)
+    views = [_traj_view(t, detokenize, f"traj-{i}") for i, t in enumerate(picked)]
+    cfg = run.config or {}
+    cfg_rows = []
+    for section in ("model", "backend", "harness", "env", "environment", "split", "trials", "launcher", "trainer", "rollout"):
+        v = cfg.get(section)
+        if isinstance(v, dict):
+            cfg_rows.append((section, ", ".join(f"{k}={v[k]}" for k in list(v)[:6])))
+        elif v is not None:
+            cfg_rows.append((section, str(v)))
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("openforge.analysis", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "jinja"]),
+        trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters["fmt"] = lambda v, kind="float": fmt_value(v, kind)
+    return env.get_template("report.html.jinja").render(
+        name=run.name, path=str(run.path),
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        config_rows=cfg_rows, charts=_curves(run), status_bar=stacked_bar(dict(statuses)),
+        statuses=sorted(statuses.items(), key=lambda kv: -kv[1]),
+        steps=len(run.metrics) or len(run.steps), rollouts=len(run.trajectories),
+        summary_rows=summary_rows, summary=flat,
+        trajectories=views, shown=len(views), detokenized=detokenize is not None,
+    )
+
+
+def write_report(run: RunData, out: str | Path, **kw: Any) -> Path:
+    """Write :func:`build_report` to ``out`` atomically; returns the path."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(build_report(run, **kw), encoding="utf-8")
+    tmp.replace(out)
+    return out

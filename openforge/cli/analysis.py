@@ -1,0 +1,138 @@
+"""``forge eval``, ``forge compare``, ``forge report``: evaluate agents and understand runs.
+
+Heavy imports (the proxy, back-ends, jinja2) stay inside the commands so ``forge --version``
+stays instant. Definitions of every number: docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from ..errors import ConfigError
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _eval_table(summary: Any) -> Any:
+    from rich.table import Table
+
+    from ..analysis.compare import fmt_value
+
+    k = summary.k
+    t = Table(title=f"forge eval · {summary.tasks} tasks × {k} trials")
+    for col in ("category", "tasks", "pass@1", f"pass@{k}", f"pass^{k}", "mean reward"):
+        t.add_column(col, justify="left" if col == "category" else "right")
+    for c in summary.categories:
+        t.add_row(c.category, str(c.tasks), fmt_value(c.pass_at_1, "pct"), fmt_value(c.pass_at_k, "pct"),
+                  fmt_value(c.pass_hat_k, "pct"), fmt_value(c.mean_reward, "float"))
+    t.add_row("[bold]all[/]", str(summary.tasks), fmt_value(summary.pass_at_1, "pct"),
+              fmt_value(summary.pass_at_k, "pct"), fmt_value(summary.pass_hat_k, "pct"),
+              fmt_value(summary.mean_reward, "float"), style="bold")
+    return t
+
+
+def _status_line(statuses: dict[str, int]) -> str:
+    return "  ".join(f"{k}={v}" for k, v in sorted(statuses.items(), key=lambda kv: -kv[1])) or "none"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("eval")
+    def eval_cmd(
+        harness: str = typer.Option(..., "--harness", "-h", help="harness name (forge harness list)"),
+        env: str = typer.Option(..., "--env", "-e", help="environment name, module:Class, or a task directory"),
+        backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL"),
+        trials: int = typer.Option(3, "--trials", "-k", min=1, help="runs per task (k of pass@k / pass^k)"),
+        split: str = typer.Option("eval", "--split", help="task split: eval, train or all"),
+        task: list[str] = typer.Option([], "--task", help="only these task ids (repeatable)"),
+        concurrency: int = typer.Option(2, "--concurrency", "-j", min=1, help="rollouts at once"),
+        budget_s: float = typer.Option(None, "--budget-s", help="wall-clock budget per rollout (default: the task's)"),
+        tokenizer: str = typer.Option(None, "--tokenizer", help="tokenizer for scripted/vllm/openai back-ends"),
+        out: Path = typer.Option(None, "--out", "-o", help="output directory (default: runs/eval-<harness>-<UTC time>)"),
+        as_json: bool = typer.Option(False, "--json", help="print the summary as JSON instead of tables"),
+    ) -> None:
+        """Run every task k times; report pass@k, pass^k, mean reward per category and the failure taxonomy."""
+        import asyncio
+        import datetime as dt
+
+        from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
+
+        req = EvalRequest(harness=harness, env=env, backend=backend, trials=trials,
+                          split=None if split == "all" else split, tasks=list(task), concurrency=concurrency,
+                          budget_s=budget_s, tokenizer=tokenizer)
+        if out is None:
+            out = Path("runs") / f"eval-{harness}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
+        summary, trajs = asyncio.run(run_eval(req, progress=not as_json))
+        write_eval_dir(out, req, summary, trajs)
+        if as_json:
+            typer.echo(json.dumps(summary.model_dump(mode="json"), indent=1))
+            return
+        con = _console()
+        con.print(_eval_table(summary))
+        con.print(f"statuses: {_status_line(summary.statuses)}")
+        if summary.scored_tasks < summary.tasks:
+            con.print(f"[yellow]{summary.tasks - summary.scored_tasks} task(s) had fewer than {trials} valid trials "
+                      "(infrastructure failures) and are left out of pass@k / pass^k[/]")
+        if summary.behaviour is not None:
+            from ..analysis.compare import compare_table
+
+            row = {"name": "this eval", "k": trials, **{f"behaviour.{k}": v for k, v in summary.behaviour.model_dump().items()}}
+            con.print(compare_table([row]))
+        con.print(f"wrote {out}/ (eval.json, trajectories.jsonl) — forge report {out}")
+
+    @app.command("compare")
+    def compare_cmd(
+        runs: list[Path] = typer.Argument(..., help="run directories, eval directories or trajectory files"),
+        k: int = typer.Option(None, "--k", min=1, help="k of pass@k (default: each run's eval k, else 1)"),
+        step: str = typer.Option("all", "--step", help="training runs: all, first, last or a step number"),
+        as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    ) -> None:
+        """Side-by-side metrics of runs (e.g. one model under several harnesses, or before vs after training)."""
+        from ..analysis.compare import compare_runs, compare_table
+        from ..analysis.rundir import load_run
+
+        loaded = [load_run(p) for p in runs]
+        names = [r.name for r in loaded]
+        for i, r in enumerate(loaded):  # two runs called "run" in different folders stay apart
+            if names.count(r.name) > 1:
+                r.name = f"{r.name} ({r.path.parent.name or i})"
+        rows = compare_runs(loaded, k=k, step=step)
+        if as_json:
+            typer.echo(json.dumps(rows, indent=1, default=str))
+        else:
+            _console().print(compare_table(rows))
+
+    @app.command("report")
+    def report_cmd(
+        run: Path = typer.Argument(..., help="a run directory (training or forge eval output)"),
+        out: Path = typer.Option(None, "--out", "-o", help="HTML file to write (default: RUN/report.html)"),
+        tokenizer: str = typer.Option(None, "--tokenizer", help="decode token ids with this tokenizer (e.g. smollm2-135m)"),
+        max_trajectories: int = typer.Option(200, "--max-trajectories", min=1, help="trajectories in the viewer"),
+    ) -> None:
+        """Write ONE self-contained HTML report: curves, behaviour, statuses and a trajectory viewer."""
+        from ..analysis.report import write_report
+        from ..analysis.rundir import load_run
+
+        data = load_run(run)
+        detok = None
+        if tokenizer:
+            try:
+                from ..proxy.backends.transformers import load_tokenizer
+
+                tok = load_tokenizer(tokenizer)
+            except Exception as e:
+                raise ConfigError(f"cannot load tokenizer {tokenizer!r}: {e}") from None
+
+            def detok(ids: Any) -> str:
+                return tok.decode(list(ids), skip_special_tokens=False)
+
+        target = out or (data.path / "report.html" if data.path.is_dir() else data.path.with_suffix(".html"))
+        path = write_report(data, target, detokenize=detok, max_trajectories=max_trajectories)
+        _console().print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB, {len(data.trajectories)} trajectories)")
