@@ -95,7 +95,8 @@ class BrowserUseHarness(CliHarness):
                 "BROWSER_USE_CONFIG_DIR": str(ctx.home / ".config" / "browseruse")}
 
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
-        return [exe, str(DRIVER), "--task-file", str(ctx.home / ".openforge-task.txt"), "--model", ctx.model,
+        # -I: the script dir (openforge/harnesses, with its own browser_use.py) must not shadow the package
+        return [exe, "-I", str(DRIVER), "--task-file", str(ctx.home / ".openforge-task.txt"), "--model", ctx.model,
                 "--base-url", ctx.openai_base_url, "--chromium", self.chromium_path(),
                 "--max-steps", str(self.max_steps), "--max-tokens", str(self.max_tokens), *self.extra_args]
 

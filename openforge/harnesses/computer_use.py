@@ -241,3 +241,7 @@ class ComputerUseHarness(CliHarness):
             if isinstance(data, dict) and "final" in data:
                 return data["final"]
         return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

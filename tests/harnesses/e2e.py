@@ -37,7 +37,9 @@ def _net_devices(text: str) -> list[str]:
 
 async def run_e2e(harness: Harness, script: Any, instruction: str, *, tmp_path: Path, tokenizer: Any,
                   budget_s: float = 120.0, read: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                  workdir_files: dict[str, str] | None = None) -> E2E:
+                  workdir_files: dict[str, str] | None = None, expose: dict[int, str] | None = None) -> E2E:
+    """Run ``harness`` once; ``expose`` maps in-sandbox ports to host Unix sockets (loopback services
+    the harness may reach, e.g. a web page), ``read`` names workdir files to return."""
     from harness_helpers import leftover_processes
 
     from openforge.launchers.local import LocalLauncher
@@ -54,6 +56,8 @@ async def run_e2e(harness: Harness, script: Any, instruction: str, *, tmp_path: 
                                                    api_key=h.api_key, proxy_uds=uds,
                                                    ro_paths=list(harness.ro_paths())))
             try:
+                for port, sock in (expose or {}).items():
+                    await sbx.expose(sock, port=port)
                 for rel, content in (workdir_files or {}).items():
                     await sbx.write_file(sbx.workdir / rel, content.encode())
                 base = f"{sbx.proxy_url}/r/{h.rollout_id}"
