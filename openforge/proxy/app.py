@@ -81,7 +81,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
               max_body: int = MAX_BODY_BYTES, on_create: Callable[[RolloutState], Any] | None = None) -> Starlette:
     recorder = engine.recorder
 
-    def auth(request: Request) -> RolloutState:
+    def auth(request: Request, live: bool = True) -> RolloutState:
         rid = request.path_params["rollout_id"]
         key = _key(request)
         if not key:
@@ -92,7 +92,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             raise ProxyError(f"unknown rollout {rid!r}", 401, kind="authentication_error")
         if not secrets.compare_digest(key.encode(), st.api_key.encode()):
             raise ProxyError(f"this API key is not valid for rollout {rid!r}", 403, kind="permission_error")
-        if st.finished is not None:
+        if live and st.finished is not None:
             raise ProxyError(f"rollout {rid!r} is finished", 403, kind="permission_error")
         return st
 
@@ -149,7 +149,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
 
     async def models(request: Request) -> Response:
         try:
-            auth(request)
+            auth(request, live=False)
         except ProxyError as e:
             return _err("chat", e)
         name = engine.backend.describe()

@@ -80,6 +80,7 @@ def load_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
 def _fix_chatml(tok: Any) -> Any:
     """The GGUF metadata names ``<|im_start|>`` as eos; SmolLM2-Instruct ends turns with ``<|im_end|>``
     (the model's own generation config says eos id 2). Fix it so eos/pad agree with the model."""
+    tok.clean_up_tokenization_spaces = False  # decode must be the inverse of encode
     if tok.eos_token != "<|im_end|>" and "<|im_end|>" in tok.get_vocab():
         tok.eos_token = "<|im_end|>"
         tok.pad_token = "<|im_end|>"

@@ -1,0 +1,99 @@
+"""Pass-through to any OpenAI-compatible Chat Completions API (e.g. a teacher model for SFT data).
+
+Owns: :class:`OpenAIBackend`. The canonical request goes upstream as a non-streaming chat
+completion; the answer's text, reasoning and tool calls are served to the harness and recorded.
+Token ids are computed locally with the policy tokenizer after the fact, so calls are
+``exact: false``: fit for SFT export, never for RL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ...errors import BackendError, BackendTimeout
+from .base import Backend, GenContext, SamplingParams, TextCompletion
+
+__all__ = ["OpenAIBackend"]
+
+
+def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for m in messages:
+        msg: dict[str, Any] = {"role": m["role"], "content": m.get("content", "")}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = [
+                {"id": tc.get("id") or f"call_{i}", "type": "function",
+                 "function": {"name": tc["function"]["name"],
+                              "arguments": tc["function"]["arguments"] if isinstance(tc["function"]["arguments"], str)
+                              else json.dumps(tc["function"]["arguments"], ensure_ascii=False)}}
+                for i, tc in enumerate(m["tool_calls"])]
+            msg["content"] = m.get("content") or None
+        if m["role"] == "tool":
+            msg["tool_call_id"] = m.get("tool_call_id", "")
+        out.append(msg)
+    return out
+
+
+class OpenAIBackend(Backend):
+    exact = False
+    passthrough = True
+
+    def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
+                 timeout_s: float = 600.0, max_connections: int = 1024):
+        import httpx
+
+        self.url = url.rstrip("/")
+        self.name = f"openai:{self.url}"
+        self.model = model
+        self._tokenizer = tokenizer
+        key = api_key or os.environ.get("OPENFORGE_UPSTREAM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers,
+                                         limits=httpx.Limits(max_connections=max_connections,
+                                                             max_keepalive_connections=max_connections))
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from .transformers import load_tokenizer
+
+            self._tokenizer = load_tokenizer("smollm2-135m")
+        return self._tokenizer
+
+    async def complete(self, request: Any, params: SamplingParams, ctx: GenContext | None = None) -> TextCompletion:
+        import httpx
+
+        body: dict[str, Any] = {"model": self.model or request.model, "messages": to_openai_messages(request.messages),
+                                "max_tokens": params.max_tokens, "stream": False}
+        if request.tools:
+            body["tools"] = request.tools
+            if request.tool_choice is not None and isinstance(request.tool_choice, (str, dict)):
+                body["tool_choice"] = request.tool_choice
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.response_format is not None and request.api == "chat":
+            body["response_format"] = request.response_format
+        try:
+            r = await self._client.post(self.url + "/chat/completions", json=body)
+        except httpx.TimeoutException as e:
+            raise BackendTimeout(f"upstream {self.url} timed out: {e}") from None
+        except httpx.HTTPError as e:
+            raise BackendError(f"upstream {self.url} unreachable: {type(e).__name__}: {e}") from None
+        if r.status_code != 200:
+            raise BackendError(f"upstream {self.url} -> HTTP {r.status_code}: {r.text[:500]}")
+        try:
+            data = r.json()
+            choice = data["choices"][0]
+            msg = choice["message"]
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise BackendError(f"upstream returned an unexpected body ({type(e).__name__}: {e})") from None
+        calls = [{"id": tc.get("id"), "name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or "{}"}
+                 for tc in msg.get("tool_calls") or [] if isinstance(tc, dict) and tc.get("function")]
+        finish = choice.get("finish_reason") or "stop"
+        return TextCompletion(text=msg.get("content") or "", reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
+                              tool_calls=calls, finish_reason="length" if finish == "length" else "stop", raw=data)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,99 @@
+"""Token-in/token-out against a vLLM OpenAI server.
+
+Owns: :class:`VLLMBackend`. Each call posts the exact prompt ids to ``/v1/completions`` with
+``logprobs: 0`` (the sampled token's logprob), ``return_token_ids: true`` (vLLM ≥ 0.10.2; falls back
+to ``return_tokens_as_token_ids`` ``"token_id:N"`` strings for older servers), ``skip_special_tokens:
+false`` and the proxy's enforced sampling, so recorded ids and logprobs are the server's own.
+The local tokenizer (SmolLM2's unless given) must be the served model's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import BackendError, BackendTimeout
+from .base import Backend, GenContext, Generation, SamplingParams
+
+__all__ = ["VLLMBackend"]
+
+
+class VLLMBackend(Backend):
+    exact = True
+
+    def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
+                 timeout_s: float = 600.0, max_connections: int = 512):
+        import httpx
+
+        self.url = url.rstrip("/")
+        if self.url.endswith("/v1"):
+            self.url = self.url[:-3]
+        self.name = f"vllm:{self.url}"
+        self.model = model
+        self._tokenizer = tokenizer
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers,
+                                         limits=httpx.Limits(max_connections=max_connections,
+                                                             max_keepalive_connections=max_connections))
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from .transformers import load_tokenizer
+
+            self._tokenizer = load_tokenizer("smollm2-135m")
+        return self._tokenizer
+
+    async def _model(self) -> str:
+        if self.model is None:
+            data = await self._request("GET", "/v1/models")
+            try:
+                self.model = str(data["data"][0]["id"])
+            except (KeyError, IndexError, TypeError):
+                raise BackendError(f"{self.url}/v1/models lists no model") from None
+        return self.model
+
+    async def _request(self, method: str, path: str, json: Any = None) -> Any:
+        import httpx
+
+        try:
+            r = await self._client.request(method, self.url + path, json=json)
+        except httpx.TimeoutException as e:
+            raise BackendTimeout(f"vLLM at {self.url} timed out: {e}") from None
+        except httpx.HTTPError as e:
+            raise BackendError(f"vLLM at {self.url} unreachable: {type(e).__name__}: {e}") from None
+        if r.status_code != 200:
+            raise BackendError(f"vLLM {method} {path} -> HTTP {r.status_code}: {r.text[:500]}")
+        try:
+            return r.json()
+        except ValueError:
+            raise BackendError(f"vLLM {path} returned non-JSON: {r.text[:200]}") from None
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None) -> Generation:
+        body: dict[str, Any] = {
+            "model": await self._model(), "prompt": list(prompt_ids), "max_tokens": params.max_tokens,
+            "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "logprobs": 0,
+            "return_token_ids": True, "return_tokens_as_token_ids": True, "skip_special_tokens": False,
+            "include_stop_str_in_output": True, "stream": False,
+        }
+        if params.stop_token_ids:
+            body["stop_token_ids"] = params.stop_token_ids
+        if params.seed is not None:
+            body["seed"] = params.seed
+        data = await self._request("POST", "/v1/completions", body)
+        try:
+            choice = data["choices"][0]
+            lp = choice.get("logprobs") or {}
+            logprobs = [float(x) for x in lp.get("token_logprobs") or []]
+            ids = choice.get("token_ids")
+            if ids is None:
+                ids = [int(str(t).split(":", 1)[1]) for t in lp.get("tokens") or []]
+            ids = [int(i) for i in ids]
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise BackendError(f"vLLM response lacks token ids/logprobs ({type(e).__name__}: {e})") from None
+        if len(ids) != len(logprobs):
+            raise BackendError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} logprobs")
+        finish = choice.get("finish_reason") or "stop"
+        return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
