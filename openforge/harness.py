@@ -174,6 +174,8 @@ class Harness(abc.ABC):
 
     name: ClassVar[str] = "harness"
     wire_api: ClassVar[str] = "chat"  # chat | responses | messages
+    #: Every wire API the harness can be configured to speak (``wire_api=`` of the constructor).
+    wire_apis: ClassVar[tuple[str, ...]] = ()
     #: One line telling a user how to get the harness (shown by `forge harness list` and errors).
     install_hint: ClassVar[str] = ""
 
@@ -223,12 +225,17 @@ class Harness(abc.ABC):
         res.extra.setdefault("harness", self.name)
         return res
 
+    def location(self) -> str:
+        """Where the installed harness lives (for `forge harness list`)."""
+        return "built in"
+
     def describe(self) -> dict[str, Any]:
-        """Name, wire API, install state and hint (for `forge harness list`)."""
+        """Name, wire API(s), install state, location or the reason it cannot run, install hint."""
         try:
             self.check_installed()
-            state, detail = True, ""
+            state, detail = True, self.location()
         except HarnessError as e:
             state, detail = False, str(e)
-        return {"name": self.name, "wire_api": self.wire_api, "installed": state,
+        apis = self.wire_apis or (self.wire_api,)
+        return {"name": self.name, "wire_api": "|".join(apis), "installed": state,
                 "install": self.install_hint, "detail": detail}

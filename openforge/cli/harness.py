@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
         from ..plugins import HARNESSES
 
         table = Table(title="harnesses")
-        for col in ("harness", "wire API", "installed", "install / detail"):
+        for col in ("harness", "wire API", "installed", "where / how to install"):
             table.add_column(col)
         for name in HARNESSES.names():
             try:
@@ -34,8 +34,7 @@ def register(app: typer.Typer) -> None:
                 table.add_row(name, "?", "[red]error[/]", str(e))
                 continue
             mark = "[green]yes[/]" if info["installed"] else "[yellow]no[/]"
-            table.add_row(name, info["wire_api"], mark, info["install"] if info["installed"] else
-                          (info["detail"] or info["install"]))
+            table.add_row(name, info["wire_api"], mark, info["detail"] or info["install"])
         Console().print(table)
 
     @group.command("install")
@@ -43,13 +42,18 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(..., help="harness name (codex, claude-code, pi, openclaw, browser-use, "
                                    "computer-use) or 'node'"),
         force: bool = typer.Option(False, "--force", help="reinstall even if the pinned version is there"),
+        cache_dir: str = typer.Option(None, "--cache-dir", help="install here instead of $OPENFORGE_HARNESS_DIR "
+                                      "(default ~/.cache/openforge/harnesses)"),
     ) -> None:
         """Install a harness CLI (pinned version) into the cache dir ($OPENFORGE_HARNESS_DIR)."""
+        from pathlib import Path
+
         from rich.console import Console
 
         from ..harnesses import installer
 
         console = Console()
         with console.status(f"installing {name} …"):
-            msg = installer.install(name, force=force, log=lambda s: console.log(s))
+            msg = installer.install(name, Path(cache_dir) if cache_dir else None, force=force,
+                                    log=lambda s: console.log(s))
         console.print(f"[green]ok[/] {msg}")

@@ -78,6 +78,9 @@ class BrowserUseHarness(CliHarness):
         self.resolve_executable()
         self.chromium_path()
 
+    def location(self) -> str:
+        return f"{self.resolve_executable()} + {self.chromium_path()}"
+
     def ro_paths(self) -> list[str]:
         try:
             py = Path(self.resolve_executable())

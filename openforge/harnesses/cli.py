@@ -92,6 +92,11 @@ class CliHarness(Harness):
         self.resolve_executable()
         self.node_path_dirs()
 
+    def location(self) -> str:
+        exe = self.resolve_executable()
+        version = installer.installed_version(self.name)
+        return f"{exe}" + (f" ({version})" if version else "")
+
     # -- what subclasses provide --------------------------------------------------------------
     @abc.abstractmethod
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:

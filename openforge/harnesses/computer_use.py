@@ -208,6 +208,9 @@ class ComputerUseHarness(CliHarness):
     def node_path_dirs(self) -> list[str]:
         return []
 
+    def location(self) -> str:
+        return f"built in ({self.python})"
+
     def ro_paths(self) -> list[str]:
         pkg = str(Path(__file__).resolve().parent.parent.parent)
         return sorted({sys.prefix, sys.base_prefix, pkg})

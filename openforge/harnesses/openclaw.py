@@ -46,6 +46,7 @@ def openclaw_config(*, wire_api: str, openai_base_url: str, anthropic_base_url: 
 class OpenClawHarness(CliHarness):
     name = "openclaw"
     wire_api = "chat"
+    wire_apis = ("chat", "responses", "messages")
     executable = "openclaw"
     install_hint = f"forge harness install openclaw  (Node >= 24.16 + npm install {NPM_PINS['openclaw'].spec})"
 

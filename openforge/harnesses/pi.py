@@ -43,6 +43,7 @@ def pi_models_json(*, wire_api: str, openai_base_url: str, anthropic_base_url: s
 class PiHarness(CliHarness):
     name = "pi"
     wire_api = "chat"
+    wire_apis = ("chat", "responses", "messages")
     executable = "pi"
     install_hint = f"forge harness install pi  (npm install {NPM_PINS['pi'].spec}; Node >= 22.19)"
 

@@ -158,6 +158,9 @@ class ReactHarness(CliHarness):
     def node_path_dirs(self) -> list[str]:
         return []
 
+    def location(self) -> str:
+        return f"built in ({self.python})"
+
     def ro_paths(self) -> list[str]:
         """The Python environment and the openforge package the loop runs from."""
         pkg = str(Path(__file__).resolve().parent.parent.parent)

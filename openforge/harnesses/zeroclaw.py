@@ -50,6 +50,7 @@ def zeroclaw_config(*, wire_api: str, base_url: str, api_key: str, model: str) -
 class ZeroClawHarness(CliHarness):
     name = "zeroclaw"
     wire_api = "chat"
+    wire_apis = ("chat", "responses")
     executable = "zeroclaw"
     install_hint = ("no package anywhere: build zeroclaw (cargo install) or use a release binary, then set "
                     "ZEROCLAW_BIN=/path/to/zeroclaw (or pass image= for the kubernetes launcher)")
