@@ -1,0 +1,208 @@
+"""Back-ends: spec parsing, vLLM token-in/token-out against a stub of vLLM's /v1/completions,
+the openai: pass-through (exact: false), the scripted policy's shell mapping, and (slow) the real
+SmolLM2 transformers back-end with exact logprobs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from openforge.errors import BackendError, ConfigError
+from openforge.proxy.backends import parse_backend_spec
+from openforge.proxy.backends.base import GenContext, SamplingParams
+from openforge.proxy.backends.scripted import find_shell_tool
+from openforge.proxy.server import ProxyServer
+
+from .conftest import TOOLS, serve_app
+
+
+def test_parse_backend_spec_errors(tmp_path):
+    for bad in ("nonsense", "foo:bar", "scripted:", 3):
+        with pytest.raises(ConfigError):
+            parse_backend_spec(bad)
+    with pytest.raises(ConfigError, match="no such file"):
+        parse_backend_spec(f"scripted:{tmp_path}/missing.yaml")
+    p = tmp_path / "s.yaml"
+    p.write_text("turns:\n  - {bogus: 1}\n")
+    with pytest.raises(ConfigError, match="turn 0"):
+        parse_backend_spec(f"scripted:{p}")
+    with pytest.raises(ConfigError, match="never downloads"):
+        parse_backend_spec("transformers:some-org/some-model")
+
+
+def test_scripted_shell_maps_onto_each_harness_tool():
+    def tool(name, param):
+        return {"type": "function", "function": {"name": name, "parameters": {"type": "object",
+                                                                                 "properties": {param: {"type": "string"}}}}}
+    assert find_shell_tool([tool("read", "path"), tool("exec_command", "cmd")]) == ("exec_command", "cmd")
+    assert find_shell_tool([tool("Bash", "command")]) == ("Bash", "command")
+    assert find_shell_tool([tool("exec", "command")]) == ("exec", "command")
+    assert find_shell_tool([tool("read", "path")]) is None
+
+
+async def test_scripted_per_task_scripts_and_missing_shell_tool(tokenizer, tmp_path):
+    p = tmp_path / "s.yaml"
+    p.write_text("turns: [{text: default}]\nfinal: bye\ntasks:\n  special: [{shell: ls}]\n")
+    b = parse_backend_spec(f"scripted:{p}", tokenizer=tokenizer)
+    ctx = GenContext(rollout_id="r1", task_id="special", tools=TOOLS)
+    g = await b.generate([1], SamplingParams(), ctx)
+    assert '"command": "ls"' in tokenizer.decode(g.output_ids) and g.logprobs == [0.0] * len(g.output_ids)
+    with pytest.raises(BackendError, match="no shell tool"):
+        await b.generate([1], SamplingParams(), GenContext(rollout_id="r2", task_id="special", tools=[]))
+    g = await b.generate([1], SamplingParams(), GenContext(rollout_id="r3", task_id="other"))
+    assert tokenizer.decode(g.output_ids).startswith("default")
+    g = await b.generate([1], SamplingParams(), GenContext(rollout_id="r3", task_id="other"))
+    assert tokenizer.decode(g.output_ids).startswith("bye")
+
+
+def vllm_stub(tokenizer, seen: list):
+    """A test double of vLLM's OpenAI server: /v1/models and /v1/completions with token-id prompts,
+    ``return_token_ids`` and per-token logprobs (it 'generates' a fixed hermes tool call)."""
+    answer = tokenizer.encode('<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>',
+                              add_special_tokens=False)
+
+    async def models(request: Request):
+        return JSONResponse({"object": "list", "data": [{"id": "served-policy", "object": "model"}]})
+
+    async def completions(request: Request):
+        body = await request.json()
+        seen.append(body)
+        if not isinstance(body.get("prompt"), list) or not all(isinstance(i, int) for i in body["prompt"]):
+            return JSONResponse({"error": {"message": "prompt must be token ids"}}, status_code=400)
+        ids = answer[: body["max_tokens"]]
+        lps = [-0.01 * (i + 1) for i in range(len(ids))]
+        return JSONResponse({"id": "cmpl-1", "object": "text_completion", "model": body["model"], "choices": [{
+            "index": 0, "text": tokenizer.decode(ids), "token_ids": ids,
+            "logprobs": {"token_logprobs": lps, "tokens": [f"token_id:{i}" for i in ids]},
+            "finish_reason": "stop" if len(ids) == len(answer) else "length"}],
+            "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": len(ids)}})
+
+    return Starlette(routes=[Route("/v1/models", models), Route("/v1/completions", completions, methods=["POST"])])
+
+
+async def test_vllm_backend_records_server_ids_and_logprobs(tokenizer):
+    seen: list = []
+    async with serve_app(vllm_stub(tokenizer, seen)) as url:
+        backend = parse_backend_spec(f"vllm:{url}/v1", tokenizer=tokenizer)
+        async with ProxyServer(backend, sampling={"temperature": 0.7, "max_tokens": 100}) as proxy:
+            h = proxy.create_rollout("t")
+            async with httpx.AsyncClient() as c:
+                r = await c.post(f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key}, json={
+                    "model": "x", "messages": [{"role": "user", "content": "list"}], "tools": TOOLS, "temperature": 0.1})
+            tc = r.json()["choices"][0]["message"]["tool_calls"][0]
+            assert tc["function"]["name"] == "bash" and json.loads(tc["function"]["arguments"]) == {"command": "ls"}
+            traj = proxy.finish_rollout(h.rollout_id, reward=1.0)
+        await backend.aclose()
+    body = seen[-1]
+    call = traj.calls[0]
+    assert body["model"] == "served-policy" and body["prompt"] == call.prompt_ids
+    assert body["temperature"] == 0.7 and body["top_p"] == 1.0 and body["return_token_ids"] is True  # enforced
+    assert call.sampling["requested"]["temperature"] == 0.1
+    assert call.output_logprobs[:2] == [-0.01, -0.02] and call.exact
+    traj.validate_segments()
+
+
+async def test_vllm_backend_errors_are_backend_errors(tokenizer):
+    b = parse_backend_spec("vllm:http://127.0.0.1:9", tokenizer=tokenizer, model="m")
+    with pytest.raises(BackendError, match="unreachable"):
+        await b.generate([1, 2], SamplingParams())
+    await b.aclose()
+
+
+def openai_upstream(seen: list):
+    async def chat(request: Request):
+        body = await request.json()
+        seen.append(body)
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            msg = {"role": "assistant", "content": "Finished."}
+            finish = "stop"
+        else:
+            msg = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_up1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "pwd"}'}}]}
+            finish = "tool_calls"
+        return JSONResponse({"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
+                             "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+async def test_openai_passthrough_is_recorded_inexact(tokenizer):
+    anthropic = pytest.importorskip("anthropic")
+    seen: list = []
+    async with serve_app(openai_upstream(seen)) as url:
+        backend = parse_backend_spec(f"openai:{url}/v1", tokenizer=tokenizer, model="teacher")
+        async with ProxyServer(backend) as proxy:
+            h = proxy.create_rollout("t")
+            c = anthropic.AsyncAnthropic(base_url=h.anthropic_base_url, api_key=h.api_key, max_retries=0)
+            tools = [{"name": "bash", "description": "run", "input_schema": {"type": "object",
+                                                                              "properties": {"command": {"type": "string"}}}}]
+            msgs = [{"role": "user", "content": "where am I"}]
+            m = await c.messages.create(model="claude", max_tokens=100, messages=msgs, tools=tools)
+            tu = m.content[0]
+            assert tu.type == "tool_use" and tu.input == {"command": "pwd"}
+            msgs += [{"role": "assistant", "content": [tu.model_dump(exclude_none=True)]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu.id, "content": "/tmp"}]}]
+            async with c.messages.stream(model="claude", max_tokens=100, messages=msgs, tools=tools) as s:
+                final = await s.get_final_message()
+            assert final.content[0].text == "Finished."
+            traj = proxy.finish_rollout(h.rollout_id, reward=1.0)
+        await backend.aclose()
+    assert seen[0]["model"] == "teacher" and seen[1]["messages"][-1]["role"] == "tool"
+    assert json.loads(seen[1]["messages"][1]["tool_calls"][0]["function"]["arguments"]) == {"command": "pwd"}
+    assert all(not c.exact for c in traj.calls) and traj.segments == []
+    assert traj.metrics["skipped_calls"] == {"0": "not_exact", "1": "not_exact"}
+    assert "Finished." in tokenizer.decode(traj.calls[1].output_ids)  # tokens computed locally for SFT
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    pytest.importorskip("torch")
+    from openforge.proxy.backends.transformers import load_smollm2
+
+    try:
+        return load_smollm2()
+    except ConfigError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.slow
+async def test_transformers_backend_exact_logprobs_and_queueing(smollm2):
+    import asyncio
+
+    import torch
+
+    from openforge.proxy.backends.transformers import TransformersBackend
+
+    model, tok = smollm2
+    backend = TransformersBackend(model, tok, seed=0)
+    async with ProxyServer(backend, sampling={"temperature": 0.8, "max_tokens": 12}) as proxy:
+        h = proxy.create_rollout("t")
+        async with httpx.AsyncClient(timeout=120) as c:
+            async def ask(q):
+                r = await c.post(f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key},
+                                 json={"model": "m", "messages": [{"role": "user", "content": q}]})
+                assert r.status_code == 200, r.text
+                return r.json()
+            outs = await asyncio.gather(ask("What is 2+2?"), ask("Name a color."))  # queued, never interleaved
+        traj = proxy.finish_rollout(h.rollout_id, reward=1.0)
+    assert all(o["usage"]["completion_tokens"] > 0 for o in outs)
+    traj.validate_segments()
+    for call in traj.calls:
+        ids = torch.tensor([call.prompt_ids + call.output_ids])
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0].float()
+        n = len(call.prompt_ids)
+        lp = torch.log_softmax(logits[n - 1 : -1] / 0.8, -1)
+        want = lp[torch.arange(len(call.output_ids)), torch.tensor(call.output_ids)]
+        assert max(abs(a - b) for a, b in zip(want.tolist(), call.output_logprobs)) < 2e-3
+        assert all(math.isfinite(x) and x <= 0 for x in call.output_logprobs)
+    await backend.swap_weights(model.state_dict())  # takes the generation lock; same weights back in
