@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -217,3 +218,21 @@ async def test_groups_retry_infra_drop_short_groups_keep_policy_failures(rig, tm
     stored = list(store.trajectories())
     assert len(stored) == res.attempts and {t.status for t in stored} == {S.SUCCESS, S.POLICY_FAILURE, S.INFRA_ERROR}
     assert not list(Path(tmp_path / "sbx3").iterdir())
+
+
+def test_forge_rollout_cli_writes_trajectory(tmp_path):
+    import json
+    import subprocess
+
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--env", "claw", "--task", "notes-create",
+                        "--backend", "scripted:-", "--reference", "--out", str(out)], capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "200"},
+                       timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "success" in r.stdout and "written" in r.stdout
+    traj = json.loads((out / "trajectory.json").read_text())
+    assert traj["status"] == "success" and traj["reward"] == 1.0 and traj["calls"]
+    r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--task", "no-such-task",
+                        "--backend", "scripted:x", "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "has no task 'no-such-task'" in r.stderr

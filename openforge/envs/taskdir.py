@@ -14,6 +14,7 @@ The verifier runs on the host after the agent stopped, never inside the sandbox,
 directory hidden from the agent. It gets the workdir as ``$OPENFORGE_WORKDIR`` and as its first
 argument, and runs in a fresh empty directory. Exit 0 → reward 1, otherwise 0; if its last stdout
 line is a JSON object ``{"reward": x, "rewards": {...}, "detail": "..."}``, that is used instead.
+Any other exit code, or a Python traceback, means the verifier itself failed (→ ``env_error``).
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ class TaskDirEnvironment(Environment):
                 return VerifyResult.model_validate(json.loads(last))
             except (ValueError, ValidationError) as e:
                 raise EnvironmentError_(f"verifier of {task.id} printed an invalid result line {last[:200]!r}: {e}") from e
-        if proc.returncode not in (0, 1):
+        errtext = err.decode(errors="replace")
+        if proc.returncode not in (0, 1) or "Traceback (most recent call last)" in errtext:
             raise EnvironmentError_(f"verifier of {task.id} crashed (exit {proc.returncode}): "
-                                    f"{err.decode(errors='replace')[-800:]}")
+                                    f"{errtext[-800:]}")
         return VerifyResult(reward=1.0 if proc.returncode == 0 else 0.0, detail=(text or err.decode(errors="replace"))[-500:])

@@ -1,0 +1,110 @@
+"""``forge rollout``: one task, one harness, one back-end → ``OUT/trajectory.json`` and a summary.
+
+Exit status: 0 when the rollout ran to a trainable outcome (success, policy_failure, timeout);
+3 for harness_error / env_error / infra_error (the summary says why); 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rollout")(rollout)
+
+
+def rollout(
+    harness: str = typer.Option("react", "--harness", "-H", help="Harness name (forge harness list)"),
+    env: str = typer.Option("claw", "--env", "-e", help="Environment name or a folder of task directories"),
+    task: str = typer.Option(..., "--task", "-t", help="Task id (forge env tasks ENV)"),
+    backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL"),
+    launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
+    out: Path = typer.Option(Path("rollout-out"), "--out", "-o", help="Directory for trajectory.json and store.db"),
+    budget: float = typer.Option(None, "--budget", help="Wall-clock budget in seconds (default: the task's)"),
+    launcher_opt: list[str] = typer.Option([], "--launcher-opt", help="KEY=VALUE option of the launcher (repeatable)"),
+    reference: bool = typer.Option(False, "--reference", help="With scripted:-: replay the task's reference solution"),
+) -> None:
+    """Run one rollout through the real proxy and harness, verify it and write the trajectory."""
+    import asyncio
+
+    from ..errors import ConfigError
+
+    opts: dict[str, str] = {}
+    for item in launcher_opt:
+        if "=" not in item:
+            raise ConfigError(f"--launcher-opt {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        opts[k.replace("-", "_")] = v
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        traj = asyncio.run(_run(harness, env, task, backend, launcher, out, budget, opts, reference))
+    except KeyboardInterrupt:
+        typer.echo("interrupted: the rollout was recorded as cancelled and its sandbox removed", err=True)
+        raise typer.Exit(130) from None
+    _summary(traj, out)
+    raise typer.Exit(0 if traj.trainable else 3)
+
+
+async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str, launcher_name: str, out: Path,
+               budget: float | None, opts: dict[str, str], reference: bool):
+    import yaml
+
+    from ..environment import get_environment
+    from ..plugins import get_harness, get_launcher
+    from ..proxy import ProxyServer
+    from ..proxy.backends import parse_backend_spec
+    from ..rollout import run_rollout
+    from ..store import TrajectoryStore
+
+    environment = get_environment(env_name)
+    task = environment.task(task_id)
+    harness = get_harness(harness_name)()
+    if reference:
+        sol = environment.reference_solution(task)
+        if not sol:
+            from ..errors import ConfigError
+
+            raise ConfigError(f"task {task.id!r} has no reference solution")
+        script = out / "reference-script.yaml"
+        script.write_text(yaml.safe_dump({"turns": [{"shell": c} for c in sol], "final": "Done."}))
+        backend_spec = f"scripted:{script}"
+    backend = parse_backend_spec(backend_spec)
+    launcher = get_launcher(launcher_name)(**opts)
+    uds = out / "proxy.sock"
+    host = "0.0.0.0" if launcher_name == "kubernetes" else "127.0.0.1"
+    store = TrajectoryStore(out / "store.db")
+    try:
+        async with ProxyServer(backend, store=store, host=host, uds=str(uds) if launcher_name == "local" else None) as proxy:
+            traj = await run_rollout(harness=harness, environment=environment, task=task, launcher=launcher,
+                                     proxy=proxy, store=store, budget_s=budget)
+    finally:
+        await launcher.aclose()
+        store.close()
+    (out / "trajectory.json").write_text(traj.to_json(indent=2))
+    return traj
+
+
+def _summary(traj, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    color = {"success": "green", "policy_failure": "yellow", "timeout": "yellow"}.get(traj.status.value, "red")
+    t = Table.grid(padding=(0, 2))
+    t.add_row("rollout", traj.rollout_id)
+    t.add_row("task", f"{traj.task_id} ({traj.environment})")
+    t.add_row("harness", str(traj.harness))
+    t.add_row("status", f"[bold {color}]{traj.status.value}[/]")
+    t.add_row("reward", f"{traj.reward:g}" + (f"  {json.dumps(traj.rewards)}" if traj.rewards else ""))
+    if traj.error:
+        t.add_row("error", traj.error)
+    if traj.metadata.get("verify_detail"):
+        t.add_row("verifier", traj.metadata["verify_detail"])
+    n_out = sum(len(c.output_ids) for c in traj.calls)
+    t.add_row("calls", f"{len(traj.calls)} model calls, {n_out} generated tokens, {len(traj.segments)} segments")
+    times = ", ".join(f"{k[:-2]} {v:.2f}s" for k, v in traj.metrics.items() if k.endswith("_s") and isinstance(v, float))
+    t.add_row("time", times)
+    t.add_row("written", str(out / "trajectory.json"))
+    Console().print(t)
