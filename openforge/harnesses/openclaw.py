@@ -13,7 +13,8 @@ import json
 from typing import Any
 
 from ..errors import ConfigError
-from ..harness import RolloutContext
+from ..harness import HarnessResult, RolloutContext
+from ..types import RolloutStatus
 from .cli import CliHarness
 from .versions import NPM_PINS
 
@@ -68,6 +69,13 @@ class OpenClawHarness(CliHarness):
         return [exe, "agent", "exec", "--config", str(ctx.home / CONFIG_PATH), "--model",
                 f"openforge/{ctx.model}", "--json", "--cwd", str(ctx.workdir),
                 "--timeout", str(max(1, int(ctx.remaining_s()))), *self.extra_args, ctx.instruction]
+
+    async def run(self, ctx: RolloutContext) -> HarnessResult:
+        out = await super().run(ctx)
+        if out.exit_code == 2:  # `agent exec` ran into its own --timeout (set to our remaining budget)
+            out.status = RolloutStatus.TIMEOUT
+            out.error = f"openclaw stopped at its --timeout (the rollout budget of {ctx.budget_s:.0f}s)"
+        return out
 
     def final_text(self, stdout: str) -> str | None:
         """``final`` of the JSON envelope (the last JSON object on stdout)."""
