@@ -12,7 +12,8 @@ Owns: :class:`RunData` and :func:`load_run`. The layout read (docs/metrics.md, "
       trajectories.jsonl | trajectories.db | trajectories.parquet   (alternatives)
 
 A trajectory's step is ``metadata["step"]`` when set, else the nearest ``step_N`` folder or a
-``step_N`` / ``stepN`` prefix of the file name. Missing parts are fine; a directory with none
+``step_N`` / ``stepN`` prefix of the file name, else (one store, e.g. ``forge.run``'s
+``trajectories.db``) it is inferred from ``metrics.jsonl`` by :func:`infer_steps`. Missing parts are fine; a directory with none
 of them, or an unreadable file, is an error naming the path.
 """
 
@@ -27,7 +28,7 @@ from typing import Any
 from ..errors import StoreError
 from ..trajectory import Trajectory
 
-__all__ = ["RunData", "load_run", "trajectory_step"]
+__all__ = ["RunData", "infer_steps", "load_run", "trajectory_step"]
 
 _STEP_RE = re.compile(r"^step[_-]?(\d+)", re.IGNORECASE)
 _TRAJ_SUFFIXES = (".json", ".jsonl", ".parquet", ".db", ".sqlite")
@@ -96,6 +97,28 @@ def _trajectory_files(root: Path) -> list[Path]:
     return files
 
 
+def infer_steps(trajs: list[Trajectory], metrics: list[dict[str, Any]]) -> list[Trajectory]:
+    """Give chronologically ordered trajectories of one store the training step they belong to.
+
+    Steps run one after another, so a store read in finishing order splits into consecutive
+    blocks: step ``s`` owns as many trajectories as its ``metrics.jsonl`` line counts in
+    ``statuses`` (every attempt, retries included). Trajectories before the first block (e.g. SFT
+    teacher rollouts) get no step. If the counts do not add up, nothing is assigned.
+    """
+    blocks = [(int(m["step"]), sum(int(v) for v in m["statuses"].values())) for m in metrics
+              if isinstance(m.get("statuses"), dict) and isinstance(m.get("step"), int) and m.get("phase") != "sft"]
+    total = sum(n for _, n in blocks)
+    if not blocks or total > len(trajs):
+        return trajs
+    out = list(trajs[: len(trajs) - total])
+    i = len(out)
+    for step, n in blocks:
+        for t in trajs[i : i + n]:
+            out.append(t.model_copy(update={"metadata": {**t.metadata, "step": step}}))
+        i += n
+    return out
+
+
 def load_run(path: str | Path) -> RunData:
     """Load a run directory (or a single trajectory file/store) into :class:`RunData`."""
     from ..store import load_trajectories
@@ -122,7 +145,8 @@ def load_run(path: str | Path) -> RunData:
         except json.JSONDecodeError as e:
             raise StoreError(f"{root / 'eval.json'}: not JSON ({e.msg})") from None
     seen: set[str] = set()
-    for f in _trajectory_files(root):
+    files = _trajectory_files(root)
+    for f in files:
         try:
             trajs = load_trajectories(f)
         except StoreError as e:
@@ -135,6 +159,8 @@ def load_run(path: str | Path) -> RunData:
             if step is not None and trajectory_step(t) is None:
                 t = t.model_copy(update={"metadata": {**t.metadata, "step": step}})
             run.trajectories.append(t)
+    if len(files) == 1 and run.metrics and not any(trajectory_step(t) is not None for t in run.trajectories):
+        run.trajectories = infer_steps(run.trajectories, run.metrics)
     if not (run.config or run.metrics or run.eval or run.trajectories):
         raise StoreError(
             f"{root}: not a run directory (expected config.yaml, metrics.jsonl, eval.json or trajectories/)"

@@ -85,3 +85,23 @@ def test_forge_compare_cli_table_and_json(demo: Path, tmp_path: Path) -> None:
     res = runner.invoke(app, ["compare", str(demo), str(other)], env={"COLUMNS": "160"})
     assert res.exit_code == 0, res.output
     assert "generic-shell share" in res.output and "100.0 %" in res.output and "codex" in res.output
+
+
+def test_forge_run_layout_store_steps_inferred_from_metrics(tmp_path: Path) -> None:
+    """forge.run writes trajectories.db (finishing order) + metrics.jsonl with per-step status counts."""
+    from openforge.store import TrajectoryStore
+
+    with TrajectoryStore(tmp_path / "trajectories.db") as store:
+        for i in range(2 + 3 + 4):  # 2 SFT teacher rollouts, then step 1 (3 attempts), step 2 (4 attempts)
+            store.put_trajectory(traj([("bash", {"command": "ls"}, "x")], rollout_id=f"r{i}"))
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 0, "phase": "sft", "trajectories": 2}\n'
+        '{"step": 1, "reward_mean": 0.5, "statuses": {"success": 2, "infra_error": 1}}\n'
+        '{"step": 2, "reward_mean": 0.7, "statuses": {"success": 3, "policy_failure": 1}}\n')
+    run = load_run(tmp_path)
+    assert run.steps == [1, 2]
+    assert [t.rollout_id for t in run.at_step(1)] == ["r2", "r3", "r4"]
+    assert [t.rollout_id for t in run.at_step(2)] == ["r5", "r6", "r7", "r8"]
+    # counts that do not add up assign nothing rather than something wrong
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "statuses": {"success": 99}}\n')
+    assert load_run(tmp_path).steps == []
