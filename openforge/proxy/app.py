@@ -143,7 +143,11 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             _, data = await _read_json(request, max_body)
             req = _MSG.parse(data, None, count_only=True)
             r = engine.renderer
-            return _Json({"input_tokens": len(r.encode(r.text(req.messages, req.tools)))})
+            try:
+                n = len(r.encode(r.text(req.messages, req.tools)))
+            except Exception as e:
+                raise ProxyError(f"the conversation cannot be rendered: {type(e).__name__}: {e}", 400) from None
+            return _Json({"input_tokens": n})
         except ProxyError as e:
             return _err("messages", e)
 

@@ -132,7 +132,11 @@ class Engine:
             if self.backend.passthrough:
                 result, call = await self._passthrough(req, params, ctx, call)
             else:
-                rendered = self.renderer.render(req.messages, req.tools, st.heads)
+                try:
+                    rendered = self.renderer.render(req.messages, req.tools, st.heads)
+                except Exception as e:
+                    raise ProxyError(f"the conversation cannot be rendered with the chat template: "
+                                     f"{type(e).__name__}: {e}", 400) from None
                 call.prompt_ids = rendered.ids
                 call.system_prefix_len = rendered.system_prefix_len
                 gen = await self._generate(rendered.ids, params, ctx)

@@ -87,7 +87,7 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
 
 
 def _messages(messages: Any, system: str | None) -> list[dict[str, Any]]:
-    require(isinstance(messages, list), "'messages' must be a list", "messages")
+    require(isinstance(messages, list) and messages, "'messages' must be a non-empty list", "messages")
     out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for i, m in enumerate(messages):
         p = f"messages[{i}]"
