@@ -65,7 +65,12 @@ def serve(
         await be.aclose()
 
     try:
-        asyncio.run(main())
+        try:
+            import uvloop
+
+            uvloop.run(main())
+        except ImportError:
+            asyncio.run(main())
     except KeyboardInterrupt:
         pass
     finally:

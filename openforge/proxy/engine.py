@@ -22,6 +22,8 @@ from .render import Head, Renderer
 
 __all__ = ["ClientGone", "Engine"]
 
+MAX_REPLAY = 256  # answers kept per rollout for retry replay
+
 
 class ClientGone(Exception):
     """The client disconnected before the answer was ready; the call was recorded as cancelled."""
@@ -96,6 +98,8 @@ class Engine:
                 gone.cancel()
             result = await task
             st.replay[key] = (time.monotonic(), result)
+            while len(st.replay) > MAX_REPLAY:
+                del st.replay[next(iter(st.replay))]
             fut.set_result(result)
             return result
         except BaseException as e:
