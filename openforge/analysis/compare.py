@@ -19,7 +19,7 @@ from ..errors import ConfigError
 from .passk import EvalSummary, summarize_eval
 from .rundir import RunData, trajectory_step
 
-__all__ = ["COMPARE_ROWS", "compare_runs", "compare_table", "fmt_value", "run_summary"]
+__all__ = ["COMPARE_ROWS", "behaviour_table", "compare_runs", "compare_table", "fmt_value", "run_summary"]
 
 # (key in the flattened summary, label, format) — "pct" prints 0.139 as 13.9 %.
 COMPARE_ROWS: list[tuple[str, str, str]] = [
@@ -118,6 +118,20 @@ def compare_runs(runs: Sequence[RunData], *, k: int | None = None, step: str = "
         flat["name"] = run.name
         out.append(flat)
     return out
+
+
+def behaviour_table(summary: EvalSummary, title: str = "behaviour") -> Any:
+    """A rich Table of one summary's behaviour metrics (the ``behaviour.*`` rows)."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column("metric", style="bold")
+    table.add_column("value", justify="right")
+    values = summary.behaviour.model_dump() if summary.behaviour else {}
+    for key, label, kind in COMPARE_ROWS:
+        if key.startswith("behaviour."):
+            table.add_row(label, fmt_value(values.get(key.split(".", 1)[1]), kind))
+    return table
 
 
 def compare_table(rows: Sequence[dict[str, Any]]) -> Any:

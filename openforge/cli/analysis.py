@@ -80,11 +80,9 @@ def register(app: typer.Typer) -> None:
         if summary.scored_tasks < summary.tasks:
             con.print(f"[yellow]{summary.tasks - summary.scored_tasks} task(s) had fewer than {trials} valid trials "
                       "(infrastructure failures) and are left out of pass@k / pass^k[/]")
-        if summary.behaviour is not None:
-            from ..analysis.compare import compare_table
+        from ..analysis.compare import behaviour_table
 
-            row = {"name": "this eval", "k": trials, **{f"behaviour.{k}": v for k, v in summary.behaviour.model_dump().items()}}
-            con.print(compare_table([row]))
+        con.print(behaviour_table(summary, title=f"behaviour ({summary.valid_trials} valid rollouts)"))
         con.print(f"wrote {out}/ (eval.json, trajectories.jsonl) — forge report {out}")
 
     @app.command("compare")
