@@ -244,6 +244,9 @@ def load_config(
         data = copy.deepcopy(source or {})
     presets = data.pop("presets", {}) or {}
     data.pop("description", None)
+    default_preset = data.pop("default_preset", None)
+    if preset is None:
+        preset = default_preset
     if preset is not None:
         if preset not in presets:
             problems.append(f"preset {preset!r} is not defined (available: {', '.join(presets) or 'none'})")

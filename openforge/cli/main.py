@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 
 # Command-group modules under openforge/cli/, each with register(app).
-GROUPS = ["trajectories", "harness", "analysis", "proxy", "env", "rollout"]
+GROUPS = ["trajectories", "harness", "analysis", "proxy", "env", "rollout", "recipe", "export"]
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,95 @@
+"""Shipped recipes: a folder per recipe with ``config.yaml`` (base config + ``presets``) and ``README.md``.
+
+Owns: :func:`list_recipes`, :func:`recipe_dir`, :func:`recipe_config`, :func:`load_recipe_config`
+and :func:`copy_recipe`. Recipe names use dashes (``claw-grpo``), folders underscores
+(``claw_grpo/``). Third-party recipes register a folder path (or a ``module:attr`` returning one)
+under the ``openforge.recipes`` entry-point group.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+
+__all__ = ["copy_recipe", "list_recipes", "load_recipe_config", "recipe_config", "recipe_dir"]
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _builtin() -> dict[str, Path]:
+    return {p.name.replace("_", "-"): p for p in sorted(_HERE.iterdir())
+            if p.is_dir() and (p / "config.yaml").is_file()}
+
+
+def _plugins() -> dict[str, Path]:
+    from ..plugins import RECIPES
+
+    out: dict[str, Path] = {}
+    for name in RECIPES.names():
+        try:
+            obj = RECIPES.get(name)
+            path = Path(obj() if callable(obj) else obj)
+        except Exception:
+            continue
+        if (path / "config.yaml").is_file():
+            out[name] = path
+    return out
+
+
+def list_recipes() -> dict[str, Path]:
+    """Recipe name → folder (built-ins, then plugins that do not shadow them)."""
+    found = _plugins()
+    found.update(_builtin())
+    return dict(sorted(found.items()))
+
+
+def recipe_dir(name: str) -> Path:
+    """The folder of recipe ``name`` (``claw-grpo`` or ``claw_grpo``), or a folder path itself."""
+    p = Path(name)
+    if p.is_dir() and (p / "config.yaml").is_file():
+        return p
+    recipes = list_recipes()
+    key = name.replace("_", "-")
+    if key not in recipes:
+        import difflib
+
+        close = difflib.get_close_matches(key, recipes, n=2)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(f"unknown recipe {name!r}{hint}; known: {', '.join(recipes)}")
+    return recipes[key]
+
+
+def recipe_config(name: str) -> dict[str, Any]:
+    """The raw ``config.yaml`` of a recipe (presets included) as a dict."""
+    path = recipe_dir(name) / "config.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return data
+
+
+def load_recipe_config(name: str, *, preset: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
+    """A validated :class:`~openforge.config.RunConfig` for recipe ``name`` + ``preset`` + overrides."""
+    from ..config import load_config
+
+    data = recipe_config(name)
+    if preset is None:
+        preset = data.get("default_preset")
+    data.pop("default_preset", None)
+    return load_config(data, preset=preset, overrides=overrides)
+
+
+def copy_recipe(name: str, dest: str | Path) -> Path:
+    """Copy a recipe folder to ``dest`` (refuses to overwrite an existing folder)."""
+    src = recipe_dir(name)
+    dest = Path(dest)
+    target = dest / src.name if dest.exists() and any(dest.iterdir()) else dest
+    if target.exists() and any(target.iterdir()):
+        raise ConfigError(f"{target} already exists and is not empty")
+    shutil.copytree(src, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    return target

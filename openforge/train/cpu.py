@@ -50,6 +50,7 @@ class CPUTrainerConfig(BaseModel):
     kl_coef: float = Field(0.0, ge=0, description="k3 KL to the initial weights (0 = no reference model)")
     loss_agg: LossAgg = "rollout-mean"
     norm_adv_by_std: bool = True
+    skip_zero_advantage: bool = Field(True, description="leave out rollouts whose advantage is 0 (no signal)")
     ppo_epochs: int = Field(1, ge=1, description="optimizer steps per batch of rollouts")
     micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
     logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")

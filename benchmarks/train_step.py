@@ -1,0 +1,92 @@
+"""CPU trainer throughput vs a plain PyTorch forward/backward of the same batch.
+
+Prints tokens/s of one :class:`openforge.train.cpu.CPUTrainer` GRPO step on ``--batch`` segments of
+``--tokens`` tokens (SmolLM2-135M, fp32, loss mask on the second half) next to a baseline measured
+in the same run: ``model(ids).logits → log_softmax → gather → masked clipped loss → backward →
+AdamW step`` written in plain PyTorch with no chunking or micro-batching. The ratio is the trainer's
+overhead (or gain: chunked logprobs avoid the full-vocabulary log_softmax copies).
+
+    python benchmarks/train_step.py                 # 8 × 512, 2 timed steps each after a warm-up
+    python benchmarks/train_step.py --batch 2 --tokens 256 --steps 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=512)
+    ap.add_argument("--steps", type=int, default=2, help="timed steps per variant (after one warm-up)")
+    ap.add_argument("--micro-batch-tokens", type=int, default=4096)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+
+    import torch
+
+    from openforge.proxy.backends.transformers import load_smollm2
+    from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
+    from openforge.train.grpo import TrainSample, policy_loss
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, _ = load_smollm2()
+    B, T = args.batch, args.tokens
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 49000, (B, T), generator=g)
+    half = T // 2
+    mask = [0] * half + [1] * (T - half)
+    n_trained = B * (T - half)
+    samples = [TrainSample(input_ids=ids[i].tolist(), loss_mask=mask, old_logprobs=[-10.0 * m for m in mask],
+                           advantage=1.0 if i % 2 else -1.0, token_weights=[m / n_trained for m in mask])
+               for i in range(B)]
+
+    # -- baseline: plain PyTorch, whole batch, full logits
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-7)
+    w = torch.tensor([s.token_weights[1:] for s in samples])
+    old = torch.tensor([s.old_logprobs[1:] for s in samples])
+    adv = torch.tensor([s.advantage for s in samples])
+
+    def plain_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        logits = model(input_ids=ids).logits[:, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+        loss, _ = policy_loss(logp, old, adv, w)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    trainer = CPUTrainer(model, CPUTrainerConfig(lr=1e-7, micro_batch_tokens=args.micro_batch_tokens))
+
+    def trainer_step() -> None:
+        trainer.step(samples)
+
+    def timed(fn) -> float:
+        fn()  # warm-up
+        best = float("inf")
+        for _ in range(args.steps):
+            t = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t)
+        return best
+
+    # interleave to share the machine's noise fairly
+    t_plain = timed(plain_step)
+    rss_plain = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    t_trainer = timed(trainer_step)
+    rss_all = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    tok = B * T
+    print(f"batch {B} × {T} tokens ({tok} tokens, {n_trained} trained), torch threads {torch.get_num_threads()}")
+    print(f"{'variant':<34}{'s/step':>10}{'tokens/s':>12}")
+    print(f"{'plain PyTorch forward/backward':<34}{t_plain:>10.2f}{tok / t_plain:>12.1f}")
+    print(f"{'openforge CPUTrainer.step':<34}{t_trainer:>10.2f}{tok / t_trainer:>12.1f}")
+    print(f"trainer / plain throughput ratio: {t_plain / t_trainer:.2f}  (>1 = trainer faster)")
+    print(f"peak RSS: {rss_plain:.2f} GiB after plain, {rss_all:.2f} GiB after both (ru_maxrss is a high-water mark)")
+
+
+if __name__ == "__main__":
+    main()

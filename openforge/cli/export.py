@@ -1,0 +1,77 @@
+"""``forge export sft``: successful trajectories as SFT data (chat or token format, JSONL or Parquet).
+
+Owns the ``export`` command group. Trajectories come from a file (a run's ``trajectories.db``, a
+``trajectory.json``, or a JSONL/Parquet export) or are produced on the spot by a teacher back-end
+run k times per task through a harness (``--teacher reference`` replays the tasks' reference
+solutions as a scripted policy through the real proxy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Export training data.", no_args_is_help=True)
+    app.add_typer(group, name="export")
+
+    @group.command("sft")
+    def sft(
+        out: Path = typer.Argument(..., help="Output file: .jsonl or .parquet"),
+        source: Path = typer.Option(None, "--from", help="trajectories.db / .json / .jsonl / .parquet to read"),
+        env: str = typer.Option("claw", "--env", help="Environment (when running a teacher)"),
+        split: str = typer.Option("train", "--split"),
+        subset: str = typer.Option(None, "--subset", help="e.g. easy"),
+        teacher: str = typer.Option("reference", "--teacher", help="reference | openai:URL | transformers:PATH | ..."),
+        k: int = typer.Option(1, "--k", min=1, help="Teacher rollouts per task"),
+        harness: str = typer.Option("react", "--harness"),
+        fmt: str = typer.Option("chat", "--format", help="chat (messages + tools) | tokens (input_ids + loss_mask)"),
+        min_reward: float = typer.Option(1.0, "--min-reward", help="Keep trajectories with at least this reward"),
+        max_tasks: int = typer.Option(None, "--max-tasks", min=1),
+        run_dir: Path = typer.Option(None, "--run-dir", help="Where teacher rollouts are recorded"),
+    ) -> None:
+        """Export SFT data from recorded trajectories or fresh teacher rollouts."""
+        from rich.console import Console
+
+        from ..train.sft import export_sft
+
+        console = Console(stderr=True)
+        if source is not None:
+            from ..errors import StoreError
+
+            if not source.exists():
+                raise StoreError(f"{source}: no such file")
+            from ..store import load_trajectories
+
+            trajs = load_trajectories(source)
+        else:
+            import asyncio
+
+            trajs = asyncio.run(_teacher(env, split, subset, teacher, k, harness, max_tasks, run_dir))
+        res = export_sft(trajs, out, fmt=fmt, min_reward=min_reward)
+        console.print(f"wrote {res['rows']} {fmt} rows from {res['trajectories']} successful trajectories "
+                      f"(of {len(trajs)}) to {out}")
+
+
+async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: int, harness: str,
+                   max_tasks: int | None, run_dir: Path | None) -> list:
+    from ..config import load_config
+    from ..forge import Forge, load_tasks
+    from ..train.sft import collect_teacher
+
+    ov = [f"env.name={env}", f"env.split={split}", f"harness.name={harness}", "trainer.steps=0"]
+    if subset:
+        ov.append(f"env.subset={subset}")
+    if max_tasks:
+        ov.append(f"env.max_tasks={max_tasks}")
+    if run_dir:
+        ov.append(f"run_dir={run_dir}")
+    cfg = load_config({"recipe": "export-sft"}, overrides=ov)
+    async with Forge(cfg) as forge:
+        tasks = load_tasks(cfg, forge.env)
+        _good, groups = await collect_teacher(forge, tasks, teacher=teacher, k=k)
+        return [t for g in groups for t in g.trajectories]

@@ -1,0 +1,131 @@
+"""``forge recipe list|show NAME|cp NAME DIR|NAME [--preset P] [key=value ...]``: run shipped recipes.
+
+Owns the ``recipe`` command. ``forge recipe claw-grpo`` runs the recipe's default preset (``cpu``);
+``key=value`` arguments override any config key (``rollout.group_size=8 trainer.steps=4``). The
+config is validated completely before anything starts; the run ends with a summary table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+__all__ = ["register"]
+
+HELP = """Run a shipped recipe, or list / show / copy recipes.
+
+\b
+  forge recipe list
+  forge recipe show claw-grpo
+  forge recipe cp claw-grpo ./my-recipe
+  forge recipe claw-grpo                          # default preset (cpu)
+  forge recipe claw-grpo --preset verl model.name=Qwen/Qwen3-8B
+  forge recipe ./my-recipe trainer.steps=4 rollout.group_size=8
+"""
+
+
+def _list() -> None:
+    import yaml
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..recipes import list_recipes
+
+    table = Table(title="recipes")
+    for col in ("recipe", "presets", "description"):
+        table.add_column(col)
+    for name, path in list_recipes().items():
+        data = yaml.safe_load((path / "config.yaml").read_text()) or {}
+        presets = list(data.get("presets") or {})
+        default = data.get("default_preset")
+        shown = ", ".join(f"[bold]{p}[/]" if p == default else p for p in presets)
+        table.add_row(name, shown, " ".join(str(data.get("description", "")).split())[:160])
+    Console().print(table)
+
+
+def _show(name: str, preset: str | None, overrides: list[str]) -> None:
+    import yaml
+    from rich.console import Console
+    from rich.syntax import Syntax
+
+    from ..recipes import load_recipe_config, recipe_dir
+
+    console = Console()
+    path = recipe_dir(name)
+    console.print(f"[bold]{path / 'config.yaml'}[/]")
+    console.print(Syntax((path / "config.yaml").read_text(), "yaml"))
+    cfg = load_recipe_config(name, preset=preset, overrides=overrides)
+    console.print(f"[bold]resolved ({preset or 'default preset'}):[/]")
+    console.print(Syntax(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), "yaml"))
+    readme = path / "README.md"
+    if readme.is_file():
+        console.print(f"see {readme}")
+
+
+def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, quiet: bool) -> None:
+    from rich.console import Console
+
+    from ..forge import arun, print_summary
+    from ..recipes import load_recipe_config
+
+    cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
+    if dry_run:
+        import yaml
+
+        typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        if cfg.trainer.backend == "verl":
+            import shlex
+
+            from ..train.verl.launch import verl_overrides
+
+            ov = verl_overrides(cfg, train_file="RUN_DIR/verl/train.parquet", val_file="RUN_DIR/verl/val.parquet",
+                                agent_loop_path="RUN_DIR/verl/agent_loops.yaml", run_dir="RUN_DIR")
+            typer.echo("python -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(shlex.quote(o) for o in ov))
+        return
+    import asyncio
+
+    summary = asyncio.run(arun(cfg, progress=not quiet))
+    if cfg.trainer.backend == "verl":
+        rc = summary.get("rc")
+        if rc:
+            raise typer.Exit(rc)
+        return
+    print_summary(summary, Console())
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("recipe", help=HELP, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def recipe(
+        ctx: typer.Context,
+        name: str = typer.Argument(..., help="list | show NAME | cp NAME DIR | a recipe name or folder"),
+        preset: str = typer.Option(None, "--preset", "-p", help="Preset of the recipe (default: its default_preset)"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (and veRL command); run nothing"),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress"),
+    ) -> None:
+        args = list(ctx.args)
+        if name == "list":
+            _list()
+        elif name == "show":
+            if not args:
+                raise typer.BadParameter("forge recipe show NAME [key=value ...]")
+            _show(args[0], preset, args[1:])
+        elif name == "cp":
+            if len(args) != 2:
+                raise typer.BadParameter("forge recipe cp NAME DIR")
+            from ..recipes import copy_recipe
+
+            target = copy_recipe(args[0], Path(args[1]))
+            typer.echo(f"copied {args[0]} to {target}; run it with: forge recipe {target}")
+        else:
+            from ..errors import ConfigError
+            from ..recipes import load_recipe_config
+
+            problems = [f"{a!r}: expected key.path=value" for a in args if "=" not in a]
+            try:
+                load_recipe_config(name, preset=preset, overrides=[a for a in args if "=" in a])
+            except ConfigError as e:
+                problems += e.problems
+            if problems:
+                raise ConfigError(problems)
+            _run(name, preset, args, dry_run, quiet)

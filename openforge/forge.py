@@ -1,0 +1,380 @@
+"""``Forge`` and ``run()``: one training run, from a validated config to a run directory.
+
+Owns: :class:`Forge` (async context manager owning the proxy, the launcher, the environment, the
+harness factory, the trajectory store and the trainer of one run), :func:`run` / :func:`arun` (the
+Python entry point over the same :class:`~openforge.config.RunConfig` as ``forge recipe``),
+:func:`load_tasks` and :func:`episode_runner` (the per-process rollout runtime veRL's agent loop
+uses).
+
+A CPU GRPO run (``trainer.backend=cpu``)::
+
+    run dir ← config.yaml (resolved) · metrics.jsonl · trajectories.db · checkpoints/step-N · summary.json
+    [SFT warm-start: teacher rollouts (reference solutions replayed through the real harness + proxy)
+     → supervised steps; cached under the cache dir by a key of everything that shapes it]
+    for each step: pick tasks_per_step tasks → group_size rollouts each through the real proxy →
+        GRPO samples → proxy paused → one optimizer step on the served module → proxy resumed →
+        metrics line (reward mean/std, pass rate, statuses, tokens, times) → checkpoint
+
+``trainer.backend=verl`` writes the veRL dataset, agent-loop YAML and command into the run
+directory and runs ``python -m verl.trainer.main_ppo`` (see :mod:`openforge.train.verl.launch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .config import RunConfig, dump_config, load_config
+from .errors import ConfigError
+from .task import Task
+from .trajectory import Trajectory
+
+__all__ = ["Forge", "arun", "episode_runner", "load_tasks", "run"]
+
+
+# ------------------------------------------------------------------------------------ tasks
+
+
+def _environment(cfg: RunConfig) -> Any:
+    from .environment import get_environment
+
+    return get_environment(cfg.env.name, **cfg.env.options)
+
+
+def _in_subset(env: Any, task: Task, subset: str) -> bool:
+    md = task.metadata
+    tags = md.get("subsets") or md.get("tags") or []
+    return (subset in tags or md.get(subset) is True or md.get("subset") == subset or md.get("difficulty") == subset
+            or task.category == subset)
+
+
+def load_tasks(cfg: RunConfig, env: Any = None) -> list[Task]:
+    """The run's tasks: environment split → subset → explicit ids → ``max_tasks`` (in order)."""
+    env = env or _environment(cfg)
+    tasks = list(env.tasks(cfg.env.split))
+    if cfg.env.subset:
+        if hasattr(env, "subset"):
+            tasks = list(env.subset(cfg.env.subset, tasks))
+        else:
+            tasks = [t for t in tasks if _in_subset(env, t, cfg.env.subset)]
+        if not tasks:
+            raise ConfigError(f"env.subset={cfg.env.subset!r}: no {cfg.env.split} task of {cfg.env.name!r} is in it")
+    if cfg.env.task_ids:
+        by_id = {t.id: t for t in env.tasks()}
+        missing = [i for i in cfg.env.task_ids if i not in by_id]
+        if missing:
+            raise ConfigError([f"env.task_ids: {cfg.env.name!r} has no task {i!r}" for i in missing])
+        tasks = [by_id[i] for i in cfg.env.task_ids]
+    if cfg.env.max_tasks:
+        tasks = tasks[: cfg.env.max_tasks]
+    if not tasks:
+        raise ConfigError(f"no tasks: {cfg.env.name!r} split {cfg.env.split!r} is empty")
+    return tasks
+
+
+# ------------------------------------------------------------------------------------ metrics
+
+
+def step_metrics(groups: Any, *, step: int, elapsed: dict[str, float]) -> dict[str, Any]:
+    """One ``metrics.jsonl`` line from ``run_groups``' result."""
+    trajs: list[Trajectory] = [t for g in groups for t in g.trajectories]
+    rewards = [t.reward for t in trajs]
+    n = len(rewards)
+    mean = sum(rewards) / n if n else 0.0
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n) if n else 0.0
+    statuses = groups.counts() if hasattr(groups, "counts") else {}
+    calls = [c for t in trajs for c in t.calls]
+    return {
+        "step": step,
+        "reward_mean": round(mean, 4),
+        "reward_std": round(std, 4),
+        "pass_rate": round(sum(1 for t in trajs if t.status.value == "success") / n, 4) if n else 0.0,
+        "rollouts": n,
+        "groups": len(groups),
+        "groups_dropped": len(getattr(groups, "dropped", [])),
+        "statuses": statuses,
+        "calls": len(calls),
+        "prompt_tokens": sum(len(c.prompt_ids) for c in calls),
+        "generated_tokens": sum(len(c.output_ids) for c in calls),
+        "tool_calls": sum(len((c.response or {}).get("tool_calls") or []) for c in calls),
+        **{k: round(v, 3) for k, v in elapsed.items()},
+    }
+
+
+# ------------------------------------------------------------------------------------ Forge
+
+
+class AsyncProxy:
+    """``run_rollout`` awaits ``create_rollout`` / ``finish_rollout``; :class:`ProxyServer` exposes them
+    as plain methods. This view awaits whichever it gets and forwards everything else."""
+
+    def __init__(self, proxy: Any):
+        self._proxy = proxy
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._proxy, name)
+
+    async def create_rollout(self, *args: Any, **kw: Any) -> Any:
+        res = self._proxy.create_rollout(*args, **kw)
+        return await res if asyncio.iscoroutine(res) else res
+
+    async def finish_rollout(self, *args: Any, **kw: Any) -> Any:
+        res = self._proxy.finish_rollout(*args, **kw)
+        return await res if asyncio.iscoroutine(res) else res
+
+
+
+class Forge:
+    """Owns everything one run needs; ``async with Forge(cfg) as forge: await forge.train()``."""
+
+    def __init__(self, config: RunConfig, *, console: Any = None, progress: bool = True):
+        self.cfg = config
+        self.progress = progress
+        if console is None:
+            from rich.console import Console
+
+            console = Console(stderr=True, quiet=not progress)
+        self.console = console
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        self.run_dir = Path(config.run_dir or f"runs/{config.recipe}-{stamp}").resolve()
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.backend: Any = None
+        self.proxy: Any = None
+        self.store: Any = None
+        self.env: Any = None
+        self.launcher: Any = None
+        self.trainer: Any = None
+        self._t0 = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def __aenter__(self) -> Forge:
+        from .plugins import get_launcher
+        from .proxy.backends.transformers import TransformersBackend, load_model
+        from .proxy.server import ProxyServer
+        from .store import TrajectoryStore
+        from .train.cpu import CPUTrainer
+
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        dump_config(cfg, self.run_dir / "config.yaml")
+        self.env = _environment(cfg)
+        self.launcher = get_launcher(cfg.launcher.name)(**cfg.launcher.options)
+        self.console.log(f"run directory [bold]{self.run_dir}[/]")
+        t = time.monotonic()
+        self.model, self.tokenizer = await asyncio.to_thread(load_model, cfg.model.name)
+        self.console.log(f"model {cfg.model.name} loaded in {time.monotonic() - t:.1f}s")
+        # no fixed sampling seed: a seeded back-end would sample every member of a group alike
+        self.backend = TransformersBackend(self.model, self.tokenizer)
+        self.store = TrajectoryStore(self.run_dir / "trajectories.db")
+        self.proxy = ProxyServer(self.backend, store=self.store, uds=self.socket_path("policy"), sampling={
+            "temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens})
+        await self.proxy.start()
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.trainer = CPUTrainer(self.model, cfg.trainer.cpu, pad_id=pad)
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self.proxy is not None:
+            await self.proxy.stop()
+        if self.launcher is not None and hasattr(self.launcher, "aclose"):
+            try:
+                await self.launcher.aclose()
+            except Exception:
+                pass
+        if self.store is not None:
+            self.store.close()
+        if hasattr(self, "_sockdir"):
+            import shutil
+
+            shutil.rmtree(self._sockdir, ignore_errors=True)
+
+    # -- pieces ----------------------------------------------------------------------------------
+    def socket_path(self, name: str) -> str:
+        """A Unix socket for a proxy (sandboxes without a network reach it through the launcher)."""
+        import tempfile
+
+        if not hasattr(self, "_sockdir"):
+            self._sockdir = tempfile.mkdtemp(prefix="openforge-")
+        return f"{self._sockdir}/{name}.sock"
+
+    def harness_factory(self) -> Callable[[], Any]:
+        from .plugins import get_harness
+
+        cls = get_harness(self.cfg.harness.name)
+        opts = dict(self.cfg.harness.options)
+        return lambda: cls(**opts)
+
+    async def rollouts(self, tasks: list[Task], group_size: int, *, proxy: Any = None,
+                       min_group: int = 2) -> Any:
+        from .rollout import run_groups
+
+        return await run_groups(
+            tasks, group_size, self.cfg.rollout.concurrency, harness=self.harness_factory(),
+            environment=self.env, launcher=self.launcher, proxy=AsyncProxy(proxy or self.proxy), store=self.store,
+            budget_s=self.cfg.rollout.timeout_s, progress=self.progress, min_group=min_group)
+
+    def _log_metrics(self, line: dict[str, Any]) -> None:
+        with (self.run_dir / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def _latest_checkpoint(self) -> Path | None:
+        ck = self.run_dir / "checkpoints"
+        steps = sorted((int(p.name.split("-")[1]), p) for p in ck.glob("step-*") if (p / "trainer.json").is_file())
+        return steps[-1][1] if steps else None
+
+    # -- training --------------------------------------------------------------------------------
+    async def train(self) -> dict[str, Any]:
+        """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary."""
+        from .train.grpo import build_samples
+
+        cfg = self.cfg
+        tasks = load_tasks(cfg, self.env)
+        summary: dict[str, Any] = {"run_dir": str(self.run_dir), "recipe": cfg.recipe, "tasks": len(tasks),
+                                   "steps": []}
+        start = 0
+        ck = self._latest_checkpoint() if cfg.trainer.resume else None
+        if ck is not None:
+            meta = self.trainer.load(ck)
+            start = int(meta.get("grpo_step", 0))
+            self.console.log(f"resumed from {ck} (GRPO step {start})")
+        elif cfg.sft.enabled:
+            from .train.sft import warm_start
+
+            summary["sft"] = await warm_start(self, tasks)
+        if cfg.algorithm == "sft":
+            self._finish(summary)
+            return summary
+        rng = random.Random(cfg.seed)
+        order = list(tasks)
+        rng.shuffle(order)
+        for step in range(start, cfg.trainer.steps):
+            k = cfg.rollout.tasks_per_step
+            batch = [order[(step * k + i) % len(order)] for i in range(min(k, len(order)))]
+            t0 = time.monotonic()
+            groups = await self.rollouts(batch, cfg.rollout.group_size)
+            t_roll = time.monotonic() - t0
+            samples = build_samples(list(groups), norm_std=cfg.trainer.cpu.norm_adv_by_std,
+                                    loss_agg=cfg.trainer.cpu.loss_agg,
+                                    skip_zero_advantage=cfg.trainer.cpu.skip_zero_advantage)
+            await self.proxy.pause()  # no generation while the served module changes
+            try:
+                tm = await asyncio.to_thread(self.trainer.step, samples)
+            finally:
+                await self.proxy.resume()
+            await self.trainer.publish(self.backend)
+            line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
+                                                                "step_time_s": time.monotonic() - t0})
+            line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
+            line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
+            self._log_metrics(line)
+            summary["steps"].append(line)
+            self.console.log(
+                f"step {step + 1}/{cfg.trainer.steps}: reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
+                f"pass {line['pass_rate']:.2f} rollouts {line['rollouts']} trained {int(tm.get('trained_tokens', 0))} tok "
+                f"loss {tm.get('loss', 0):.4f} ({line['step_time_s']:.0f}s)")
+            every = cfg.trainer.checkpoint_every
+            if (every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps:
+                self.trainer.save(self.run_dir / "checkpoints" / f"step-{step + 1}", extra={"grpo_step": step + 1})
+        self._finish(summary)
+        return summary
+
+    def _finish(self, summary: dict[str, Any]) -> None:
+        summary["elapsed_s"] = round(time.monotonic() - self._t0, 1)
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+
+
+# ------------------------------------------------------------------------------------ entry points
+
+
+def print_summary(summary: dict[str, Any], console: Any = None) -> None:
+    """The end-of-run table (one row per GRPO step)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
+    for col in ("step", "reward mean", "reward std", "pass rate", "rollouts", "statuses", "gen tokens",
+                "trained tokens", "step s"):
+        table.add_column(col, justify="right" if col not in ("statuses",) else "left")
+    sft = summary.get("sft")
+    if sft:
+        table.add_row("sft", "", "", f"{sft.get('teacher_pass_rate', 0):.2f}", str(sft.get("trajectories", "")),
+                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} steps", "",
+                      str(int(sft.get("trained_tokens", 0))), f"{sft.get('time_s', 0):.0f}")
+    for s in summary.get("steps", []):
+        table.add_row(str(s["step"]), f"{s['reward_mean']:.3f}", f"{s['reward_std']:.3f}", f"{s['pass_rate']:.2f}",
+                      str(s["rollouts"]), " ".join(f"{k}={v}" for k, v in sorted(s["statuses"].items())),
+                      str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))), f"{s['step_time_s']:.0f}")
+    console.print(table)
+    console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
+
+
+async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *, preset: str | None = None,
+               overrides: list[str] | dict[str, Any] = (), progress: bool = True) -> dict[str, Any]:
+    """Async :func:`run`."""
+    cfg = load_config(config, preset=preset, overrides=overrides)
+    if cfg.trainer.backend == "verl":
+        from .train.verl.launch import launch
+
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        run_dir = Path(cfg.run_dir or f"runs/{cfg.recipe}-{stamp}")
+        dump_config(cfg, run_dir / "config.yaml")
+        return await asyncio.to_thread(launch, cfg, run_dir, load_tasks(cfg))
+    async with Forge(cfg, progress=progress) as forge:
+        return await forge.train()
+
+
+def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe: str | None = None,
+        preset: str | None = None, overrides: list[str] | dict[str, Any] = (), progress: bool = True) -> dict[str, Any]:
+    """Run one training job and return its summary (also in ``<run_dir>/summary.json``).
+
+    ``config`` is a :class:`RunConfig`, a dict, or a YAML path; ``recipe`` starts from a shipped
+    recipe instead (``claw-grpo``, ``claw-sft``, ``gui-grpo``) with its ``preset``.
+    """
+    if recipe is not None:
+        from .recipes import recipe_config
+
+        base = recipe_config(recipe)
+        config = base if config is None else {**base, **(config if isinstance(config, dict) else {})}
+    return asyncio.run(arun(config, preset=preset, overrides=overrides, progress=progress))
+
+
+# ------------------------------------------------------------------------------------ veRL runtime
+
+
+async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness_options: dict[str, Any],
+                         launcher: str, launcher_options: dict[str, Any], environment: str,
+                         environment_options: dict[str, Any]) -> Callable[[Task, str], Any]:
+    """Start a proxy over ``backend`` in this process and return ``run(task, rollout_id) -> Trajectory``
+    (one real rollout: sandbox, harness, verifier). Used by the veRL agent loop, once per worker."""
+    import os
+    import tempfile
+
+    from .environment import get_environment
+    from .plugins import get_harness, get_launcher
+    from .proxy.server import ProxyServer
+    from .rollout import run_rollout
+
+    host = os.environ.get("OPENFORGE_PROXY_HOST", "127.0.0.1")
+    proxy = ProxyServer(backend, host=host, sampling={"max_tokens": max_tokens},
+                        uds=f"{tempfile.mkdtemp(prefix='openforge-')}/proxy.sock",
+                        admin_token=os.environ.get("OPENFORGE_ADMIN_TOKEN"),
+                        public_url=os.environ.get("OPENFORGE_PROXY_PUBLIC_URL"))
+    await proxy.start()
+    env = get_environment(environment, **environment_options)
+    launch = get_launcher(launcher)(**launcher_options)
+    hcls = get_harness(harness)
+
+    async def run_one(task: Task, rollout_id: str) -> Trajectory:
+        return await run_rollout(harness=hcls(**harness_options), environment=env, task=task, launcher=launch,
+                                 proxy=AsyncProxy(proxy), metadata={"verl_session": rollout_id})
+
+    return run_one

@@ -1,0 +1,321 @@
+"""SFT from teacher rollouts: collect, export (chat and token formats), train, warm-start.
+
+Owns: :func:`reference_script` (the tasks' reference solutions as a ``scripted:`` policy),
+:func:`teacher_backend`, :func:`collect_teacher` (k teacher rollouts per task through the real
+harness and proxy, successful ones kept), :func:`chat_record` / :func:`token_records` /
+:func:`export_sft` (JSONL or Parquet, loadable with HF ``datasets``), :func:`load_token_samples`,
+:func:`sft_samples`, :func:`sft_train` and :func:`warm_start` (the cached warm-start the
+``claw-grpo`` cpu preset runs before GRPO: the untrained SmolLM2-135M never emits a tool call).
+
+Chat format, one row per successful trajectory: ``messages`` (the final call's conversation in
+OpenAI chat form, the last assistant turn included, tool calls with JSON-string arguments),
+``tools`` (JSON text: tool schemas differ between rows, and a JSON column keeps every row loadable
+into one Arrow schema), ``task_id``, ``reward``, ``harness``. Token format, one row per segment of
+an *exact* trajectory: ``input_ids``, ``loss_mask`` (1 exactly on teacher-generated tokens),
+``task_id``, ``rollout_id`` — what the CPU trainer consumes directly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+from ..task import Task
+from ..trajectory import Trajectory
+from ..types import RolloutStatus
+from .grpo import TrainSample
+
+if TYPE_CHECKING:
+    from ..forge import Forge
+
+__all__ = [
+    "chat_record",
+    "collect_teacher",
+    "export_sft",
+    "load_token_samples",
+    "reference_script",
+    "sft_samples",
+    "sft_train",
+    "teacher_backend",
+    "token_records",
+    "warm_start",
+]
+
+
+# ------------------------------------------------------------------------------------ teacher
+
+
+def reference_script(env: Any, tasks: Sequence[Task], *, final: str = "Done.") -> dict[str, Any]:
+    """A scripted-backend script replaying each task's reference shell commands, then ``final``."""
+    per_task: dict[str, list[dict[str, Any]]] = {}
+    for t in tasks:
+        sol = env.reference_solution(t)
+        if sol:
+            per_task[t.id] = [{"shell": cmd} for cmd in sol] + [{"text": final}]
+    if not per_task:
+        raise ConfigError(f"sft.teacher=reference: no task of {getattr(env, 'name', env)!r} has a reference solution")
+    return {"turns": [], "final": final, "tasks": per_task}
+
+
+def teacher_backend(spec: str, *, env: Any, tasks: Sequence[Task], tokenizer: Any) -> Any:
+    """``reference`` → the scripted replay of reference solutions; anything else → a back-end spec."""
+    if spec == "reference":
+        from ..proxy.backends.scripted import ScriptedBackend
+
+        return ScriptedBackend(reference_script(env, tasks), tokenizer=tokenizer)
+    from ..proxy.backends import parse_backend_spec
+
+    return parse_backend_spec(spec, tokenizer=tokenizer)
+
+
+async def collect_teacher(forge: Forge, tasks: Sequence[Task], *, teacher: str, k: int) -> tuple[list[Trajectory], Any]:
+    """Run the teacher ``k`` times per task through the run's harness and a proxy of its own.
+
+    Returns (successful trajectories, the ``run_groups`` result)."""
+    from ..proxy.server import ProxyServer
+
+    backend = teacher_backend(teacher, env=forge.env, tasks=tasks, tokenizer=forge.tokenizer)
+    todo = [t for t in tasks if teacher != "reference" or forge.env.reference_solution(t)]
+    proxy = ProxyServer(backend, store=forge.store, uds=forge.socket_path("teacher"),
+                        sampling={"max_tokens": forge.cfg.rollout.max_tokens})
+    await proxy.start()
+    try:
+        groups = await forge.rollouts(todo, k, proxy=proxy, min_group=1)
+    finally:
+        await proxy.stop()
+    good = [t for g in groups for t in g.trajectories if t.status == RolloutStatus.SUCCESS]
+    return good, groups
+
+
+# ------------------------------------------------------------------------------------ export
+
+
+def _assistant(call: Any) -> dict[str, Any]:
+    resp = call.response or {}
+    msg: dict[str, Any] = {"role": "assistant", "content": resp.get("text") or ""}
+    tcs = resp.get("tool_calls") or []
+    if tcs:
+        msg["tool_calls"] = [{"id": tc.get("id", f"call_{i}"), "type": "function",
+                              "function": {"name": tc.get("name"), "arguments": tc.get("arguments") if
+                                           isinstance(tc.get("arguments"), str) else json.dumps(tc.get("arguments"))}}
+                             for i, tc in enumerate(tcs)]
+    return msg
+
+
+def _norm_message(m: dict[str, Any]) -> dict[str, Any]:
+    out = {"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
+           else json.dumps(m.get("content")) if m.get("content") is not None else ""}
+    if m.get("tool_calls"):
+        out["tool_calls"] = [{"id": tc.get("id", ""), "type": "function", "function": {
+            "name": tc["function"]["name"], "arguments": tc["function"]["arguments"]
+            if isinstance(tc["function"]["arguments"], str) else json.dumps(tc["function"]["arguments"])}}
+            for tc in m["tool_calls"]]
+    if m.get("tool_call_id"):
+        out["tool_call_id"] = m["tool_call_id"]
+    return out
+
+
+def chat_record(traj: Trajectory) -> dict[str, Any] | None:
+    """The trajectory as one chat-format SFT row (None when no chat-API call was recorded)."""
+    calls = [c for c in traj.calls if c.api == "chat" and isinstance(c.request.get("messages"), list)]
+    if not calls:
+        return None
+    last = calls[-1]
+    messages = [_norm_message(m) for m in last.request["messages"]] + [_assistant(last)]
+    for m in messages:  # one schema for every row: absent keys become empty values
+        m.setdefault("tool_calls", [])
+        m.setdefault("tool_call_id", "")
+    return {"messages": messages, "tools": json.dumps(last.request.get("tools") or []), "task_id": traj.task_id,
+            "rollout_id": traj.rollout_id, "reward": float(traj.reward), "harness": traj.harness or ""}
+
+
+def token_records(traj: Trajectory) -> list[dict[str, Any]]:
+    """One row per segment (exact calls only: segments never contain inexact calls)."""
+    segs = traj.segments if traj.segments or not traj.calls else traj.build().segments
+    return [{"input_ids": list(s.input_ids), "loss_mask": list(s.loss_mask), "task_id": traj.task_id,
+             "rollout_id": traj.rollout_id, "reward": float(traj.reward)} for s in segs if s.num_trained_tokens]
+
+
+def _write(rows: list[dict[str, Any]], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    elif path.suffix in (".jsonl", ".json"):
+        with path.open("w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    else:
+        raise ConfigError(f"{path}: export format is chosen by the extension: .jsonl or .parquet")
+    return path
+
+
+def export_sft(trajs: Iterable[Trajectory], path: str | Path, *, fmt: str = "chat",
+               min_reward: float = 1.0) -> dict[str, Any]:
+    """Write successful trajectories (reward ≥ ``min_reward``) as ``chat`` or ``tokens`` rows."""
+    if fmt not in ("chat", "tokens"):
+        raise ConfigError(f"format must be 'chat' or 'tokens', got {fmt!r}")
+    keep = [t for t in trajs if t.trainable and t.reward >= min_reward]
+    rows: list[dict[str, Any]] = []
+    for t in keep:
+        if fmt == "chat":
+            r = chat_record(t)
+            if r is not None:
+                rows.append(r)
+        else:
+            rows.extend(token_records(t))
+    _write(rows, Path(path))
+    return {"path": str(path), "format": fmt, "trajectories": len(keep), "rows": len(rows)}
+
+
+def load_token_samples(path: str | Path) -> list[TrainSample]:
+    """Read a ``tokens`` export back as SFT samples."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+    else:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    bad = [i for i, r in enumerate(rows) if "input_ids" not in r or "loss_mask" not in r]
+    if bad:
+        raise ConfigError(f"{path}: rows {bad[:5]} lack input_ids/loss_mask (export with --format tokens)")
+    return [TrainSample(input_ids=list(r["input_ids"]), loss_mask=list(r["loss_mask"]),
+                        old_logprobs=[0.0] * len(r["input_ids"]), advantage=0.0,
+                        token_weights=[float(m) for m in r["loss_mask"]], task_id=r.get("task_id", ""),
+                        rollout_id=r.get("rollout_id", "")) for r in rows]
+
+
+# ------------------------------------------------------------------------------------ training
+
+
+def sft_samples(trajs: Iterable[Trajectory]) -> list[TrainSample]:
+    out = []
+    for t in trajs:
+        for r in token_records(t):
+            out.append(TrainSample(input_ids=r["input_ids"], loss_mask=r["loss_mask"],
+                                   old_logprobs=[0.0] * len(r["input_ids"]), advantage=0.0,
+                                   token_weights=[float(m) for m in r["loss_mask"]], task_id=t.task_id,
+                                   rollout_id=t.rollout_id))
+    return out
+
+
+def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: int, batch_size: int,
+              max_steps: int | None = None, seed: int = 0, trainer_config: Any = None,
+              log: Any = None) -> dict[str, Any]:
+    """Token-mean cross-entropy on ``loss_mask == 1`` tokens, AdamW, ``batch_size`` samples per step."""
+    import random
+
+    from .cpu import CPUTrainer, CPUTrainerConfig
+
+    base = trainer_config.model_dump() if trainer_config is not None else {}
+    base.update(lr=lr, kl_coef=0.0, temperature=1.0)
+    trainer = CPUTrainer(model, CPUTrainerConfig(**base))
+    rng = random.Random(seed)
+    losses, tokens, steps = [], 0, 0
+    t0 = time.perf_counter()
+    for _ in range(epochs):
+        order = list(samples)
+        rng.shuffle(order)
+        for i in range(0, len(order), batch_size):
+            batch = order[i:i + batch_size]
+            n = sum(s.num_trained_tokens for s in batch)
+            weighted = [TrainSample(input_ids=s.input_ids, loss_mask=s.loss_mask, old_logprobs=s.old_logprobs,
+                                    advantage=0.0, token_weights=[m / n for m in s.loss_mask]) for s in batch]
+            m = trainer.step(weighted, kind="sft")
+            losses.append(m["loss"])
+            tokens += n
+            steps += 1
+            if log:
+                log(f"sft step {steps}: loss {m['loss']:.4f} ({m['train_time_s']:.1f}s)")
+            if max_steps and steps >= max_steps:
+                break
+        if max_steps and steps >= max_steps:
+            break
+    return {"steps": steps, "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
+            "trained_tokens": tokens, "time_s": time.perf_counter() - t0}
+
+
+def _cache_root(forge: Forge) -> Path:
+    import os
+
+    if forge.cfg.cache_dir:
+        return Path(forge.cfg.cache_dir).expanduser()
+    root = os.environ.get("OPENFORGE_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "openforge"
+
+
+def warm_start_key(forge: Forge, tasks: Sequence[Task]) -> str:
+    """Everything that shapes the warm-start: model, tasks + solutions, harness, SFT settings."""
+    from .. import __version__
+
+    cfg = forge.cfg
+    blob = json.dumps({
+        "v": __version__, "model": cfg.model.name, "harness": cfg.harness.model_dump(), "env": cfg.env.name,
+        "tasks": [[t.id, t.instruction, forge.env.reference_solution(t)] for t in tasks],
+        "sft": cfg.sft.model_dump(exclude={"cache"}), "max_tokens": cfg.rollout.max_tokens, "seed": cfg.seed,
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+async def warm_start(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
+    """Teacher rollouts → SFT on the served model, cached under ``<cache>/sft/<key>``."""
+    import asyncio
+
+    cfg = forge.cfg.sft
+    key = warm_start_key(forge, tasks)
+    cache = _cache_root(forge) / "sft" / key
+    if cfg.cache and (cache / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        state = load_file(str(cache / "model.safetensors"))
+        forge.model.load_state_dict(state, strict=False)
+        forge.model.tie_weights()
+        info = json.loads((cache / "info.json").read_text())
+        forge.console.log(f"SFT warm-start: cached {cache}")
+        return {**info, "cached": True, "path": str(cache)}
+    t0 = time.monotonic()
+    if cfg.data:
+        samples = load_token_samples(cfg.data)
+        good, pass_rate = [], None
+    else:
+        forge.console.log(f"SFT warm-start: teacher {cfg.teacher!r}, {cfg.k} rollout(s) per task")
+        good, groups = await collect_teacher(forge, tasks, teacher=cfg.teacher, k=cfg.k)
+        total = sum(len(g.trajectories) for g in groups) + len(groups.discarded)
+        pass_rate = len(good) / total if total else 0.0
+        export_sft(good, forge.run_dir / "sft" / "teacher.jsonl", fmt="chat")
+        export_sft(good, forge.run_dir / "sft" / "teacher_tokens.jsonl", fmt="tokens")
+        samples = sft_samples(good)
+        if not samples:
+            raise ConfigError(f"SFT warm-start: the teacher solved none of {len(tasks)} tasks "
+                              f"(statuses {groups.counts()}); see {forge.run_dir}")
+    t_collect = time.monotonic() - t0
+    await forge.proxy.pause()
+    try:
+        stats = await asyncio.to_thread(
+            sft_train, forge.model, samples, lr=cfg.lr, epochs=cfg.epochs, batch_size=cfg.batch_size,
+            max_steps=cfg.max_steps, seed=forge.cfg.seed, trainer_config=forge.cfg.trainer.cpu,
+            log=forge.console.log)
+    finally:
+        await forge.proxy.resume()
+    info = {"key": key, "trajectories": len(good), "samples": len(samples), "teacher_pass_rate": pass_rate,
+            "collect_time_s": round(t_collect, 1), **stats, "time_s": round(time.monotonic() - t0, 1)}
+    with (forge.run_dir / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 0, "phase": "sft", **info}) + "\n")
+    if cfg.cache:
+        from safetensors.torch import save_file
+
+        cache.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().contiguous() for k, v in forge.model.state_dict().items() if k != "lm_head.weight"}
+        tmp = cache / "model.safetensors.tmp"
+        save_file(state, str(tmp))
+        (cache / "info.json").write_text(json.dumps(info, indent=2))
+        tmp.replace(cache / "model.safetensors")
+    return {**info, "cached": False, "path": str(cache)}
