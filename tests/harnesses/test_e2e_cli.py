@@ -17,7 +17,9 @@ CASES = [
     ("claude-code", {}, "Bash", "command", "messages"),
     ("pi", {"wire_api": "chat"}, "bash", "command", "chat"),
     ("pi", {"wire_api": "responses"}, "bash", "command", "responses"),
+    ("pi", {"wire_api": "messages"}, "bash", "command", "messages"),
     ("openclaw", {"wire_api": "chat"}, "exec", "command", "chat"),
+    ("openclaw", {"wire_api": "responses"}, "exec", "command", "responses"),
     ("openclaw", {"wire_api": "messages"}, "exec", "command", "messages"),
 ]
 
