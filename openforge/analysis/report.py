@@ -23,7 +23,7 @@ from .compare import COMPARE_ROWS, fmt_value, run_summary
 from .metrics import summarize_behaviour
 from .rundir import RunData, trajectory_step
 from .steps import is_error_result
-from .svg import Series, line_chart, stacked_bar
+from .svg import Series, line_chart, stacked_bar, stacked_columns
 from .view import new_request_entries, response_entries, token_runs
 
 __all__ = ["build_report", "write_report"]
@@ -78,7 +78,16 @@ def _curves(run: RunData) -> dict[str, str]:
         Series(label, [(float(s), v) for s, b in sorted(by_step.items()) if (v := getattr(b, key)) is not None])
         for key, label in _BEHAVIOUR_CURVES
     ]
+    per_step: list[tuple[float, dict[str, int]]] = []
+    for i, row in enumerate(run.metrics):
+        st = row.get("statuses")
+        if isinstance(st, dict) and row.get("phase") != "sft":
+            step = _get(row, "step")
+            per_step.append((step if step is not None else float(i), {str(k): int(v) for k, v in st.items()}))
+    if not per_step:
+        per_step = [(float(s), dict(Counter(str(t.status) for t in run.at_step(s)))) for s in run.steps]
     return {
+        "statuses": stacked_columns(per_step, title="Rollout statuses per step", chart_id="chart-statuses"),
         "reward": line_chart([Series("reward mean", reward, band=band)], title="Reward (mean ± std) per step",
                              chart_id="chart-reward"),
         "pass": line_chart([Series("pass rate", passr, color="#16a34a")], title="Pass rate per step",

@@ -2,7 +2,7 @@
 
 Owns: :class:`Series` and :func:`line_chart` (several series over a shared x axis, optional
 ±band, one ``<circle class="pt">`` per point with a ``<title>`` tooltip) and :func:`stacked_bar`
-(the status breakdown). Output is an SVG string safe to embed (all text is escaped).
+(the status breakdown) and :func:`stacked_columns` (statuses per training step). Output is an SVG string safe to embed (all text is escaped).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html import escape
 
-__all__ = ["Series", "line_chart", "stacked_bar"]
+__all__ = ["Series", "line_chart", "stacked_bar", "stacked_columns"]
 
 PALETTE = ["#2563eb", "#16a34a", "#d97706", "#9333ea", "#dc2626", "#0891b2", "#4b5563"]
 
@@ -126,4 +126,41 @@ def stacked_bar(counts: dict[str, int], *, width: int = 520, height: int = 56) -
         x += w
         lx += 24 + 6.3 * len(label)
     out.append("</svg>")
+    return "".join(out)
+
+
+def stacked_columns(per_step: list[tuple[float, dict[str, int]]], *, title: str, width: int = 520,
+                    height: int = 200, chart_id: str = "") -> str:
+    """One column per step, split by status (share of that step's rollouts)."""
+    head = (f'<svg class="chart" id="{escape(chart_id)}" xmlns="http://www.w3.org/2000/svg" '
+            f'viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+            f'aria-label="{escape(title)}"><text class="chart-title" x="46" y="16">{escape(title)}</text>')
+    rows = [(x, c) for x, c in per_step if sum(c.values())]
+    if not rows:
+        return head + f'<text class="empty" x="{width / 2}" y="{height / 2}" text-anchor="middle">no data</text></svg>'
+    pad_l, pad_r, pad_t, pad_b = 46, 12, 28, 30
+    pw, ph = width - pad_l - pad_r, height - pad_t - pad_b
+    slot = pw / len(rows)
+    bar = max(2.0, min(36.0, slot * 0.7))
+    out = [head]
+    for t in (0.0, 0.5, 1.0):
+        y = pad_t + (1 - t) * ph
+        out.append(f'<line class="grid" x1="{pad_l}" x2="{width - pad_r}" y1="{y:.1f}" y2="{y:.1f}"/>'
+                   f'<text class="tick" x="{pad_l - 6}" y="{y + 4:.1f}" text-anchor="end">{t:.0%}</text>')
+    every = max(1, len(rows) // 10)
+    for i, (x, counts) in enumerate(rows):
+        total = sum(counts.values())
+        cx = pad_l + slot * (i + 0.5)
+        y = pad_t + ph
+        for status, n in sorted(counts.items(), key=lambda kv: list(STATUS_COLORS).index(kv[0])
+                                if kv[0] in STATUS_COLORS else 99):
+            h = n / total * ph
+            y -= h
+            out.append(f'<rect class="col" data-step="{_fmt(x)}" data-status="{escape(status)}" data-count="{n}" '
+                       f'x="{cx - bar / 2:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" '
+                       f'fill="{STATUS_COLORS.get(status, "#6b7280")}"><title>step {_fmt(x)} · {escape(status)}: '
+                       f'{n} of {total}</title></rect>')
+        if i % every == 0:
+            out.append(f'<text class="tick" x="{cx:.1f}" y="{height - pad_b + 14}" text-anchor="middle">{_fmt(x)}</text>')
+    out.append(f'<text class="axis" x="{pad_l + pw / 2}" y="{height - 2}" text-anchor="middle">step</text></svg>')
     return "".join(out)

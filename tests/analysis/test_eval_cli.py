@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,19 @@ def test_eval_dir_feeds_report_and_compare(eval_out: Path, tmp_path: Path) -> No
     res = CliRunner().invoke(app, ["compare", str(eval_out), str(eval_out), "--json"])
     rows = json.loads(res.output)
     assert rows[0]["pass_at_k"] == 0.5 and rows[0]["harness"] == "react"
+
+
+def test_report_decodes_tokens_with_the_real_tokenizer(eval_out: Path, tmp_path: Path) -> None:
+    """The eval's calls were tokenized by SmolLM2's tokenizer: decoding them shows the policy's
+    tool call inside a trained span and the harness's tool result inside a context span."""
+    pytest.importorskip("transformers")
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", str(eval_out), "--out", str(out), "--tokenizer", "smollm2-135m"])
+    assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
+    html = out.read_text()
+    assert "tokens decoded with the run" in html
+    trained = re.findall(r'<span class="tok trained"[^>]*>(.*?)</span>', html, re.S)
+    context = re.findall(r'<span class="tok ctx"[^>]*>(.*?)</span>', html, re.S)
+    assert any("echo hi &gt; hello.txt" in t for t in trained), trained[:3]
+    assert any("Create hello.txt containing hi." in c for c in context)
+    assert not any("Create hello.txt containing hi." in t for t in trained)

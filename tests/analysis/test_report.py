@@ -138,6 +138,15 @@ def test_report_in_headless_chromium(report: Path, demo: Path, tmp_path: Path) -
             assert counts == dict(Counter(str(t.status) for t in run.trajectories))
             widths = {s: w for s, _, w in segs}
             assert widths["success"] > widths["policy_failure"] > widths["infra_error"] > 0
+            # statuses per step: one full-height column per training step, split by the step's counts
+            cols = page.eval_on_selector_all('#chart-statuses rect.col',
+                                             "els => els.map(e => [e.dataset.step, +e.dataset.count, e.getBBox().height])")
+            heights: dict[str, float] = {}
+            for step, _, h in cols:
+                heights[step] = heights.get(step, 0.0) + h
+            assert len(heights) == len(run.metrics)
+            assert max(heights.values()) - min(heights.values()) < 1.0
+            assert sum(n for _, n, _ in cols) == sum(sum(m["statuses"].values()) for m in run.metrics)
             # trajectory viewer: exactly one trajectory visible, its calls rendered
             visible = page.locator("article.traj:visible")
             assert visible.count() == 1
