@@ -61,7 +61,7 @@ def fmt_value(value: Any, kind: str) -> str:
 def _select(run: RunData, step: str) -> list:
     trajs = run.trajectories
     if step == "all":
-        return trajs
+        return run.policy_trajectories or trajs
     steps = run.steps
     if not steps:
         raise ConfigError(f"{run.path}: its trajectories carry no training step; use --step all")

@@ -138,6 +138,7 @@ def _traj_view(traj: Trajectory, detokenize: Detokenize | None, dom_id: str) -> 
     return {
         "dom_id": dom_id, "rollout_id": traj.rollout_id, "task_id": traj.task_id, "harness": traj.harness,
         "status": str(traj.status), "reward": traj.reward, "step": trajectory_step(traj), "error": traj.error,
+        "phase": (traj.metadata or {}).get("phase"),
         "calls": call_views, "segments": seg_views, "n_calls": len(calls),
     }
 
@@ -172,7 +173,7 @@ def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_traj
     """Render the report of ``run`` as one self-contained HTML document."""
     import jinja2
 
-    statuses: Counter[str] = Counter(str(t.status) for t in run.trajectories)
+    statuses: Counter[str] = Counter(str(t.status) for t in run.policy_trajectories)
     if not statuses and run.eval:
         statuses.update(run.eval.get("statuses") or {})
     summary_rows, flat = _summary_rows(run)
@@ -200,6 +201,7 @@ def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_traj
         steps=len(run.metrics) or len(run.steps), rollouts=len(run.trajectories),
         summary_rows=summary_rows, summary=flat,
         trajectories=views, shown=len(views), detokenized=detokenize is not None,
+        teacher=len(run.trajectories) - len(run.policy_trajectories),
     )
 
 

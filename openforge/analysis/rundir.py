@@ -49,6 +49,11 @@ class RunData:
     def steps(self) -> list[int]:
         return sorted({trajectory_step(t) for t in self.trajectories if trajectory_step(t) is not None})
 
+    @property
+    def policy_trajectories(self) -> list[Trajectory]:
+        """The trajectories of the policy: without SFT teacher rollouts (``metadata["phase"] == "sft"``)."""
+        return [t for t in self.trajectories if (t.metadata or {}).get("phase") != "sft"]
+
     def at_step(self, step: int) -> list[Trajectory]:
         return [t for t in self.trajectories if trajectory_step(t) == step]
 
@@ -110,7 +115,9 @@ def infer_steps(trajs: list[Trajectory], metrics: list[dict[str, Any]]) -> list[
     total = sum(n for _, n in blocks)
     if not blocks or total > len(trajs):
         return trajs
-    out = list(trajs[: len(trajs) - total])
+    sft = any(m.get("phase") == "sft" for m in metrics)
+    out = [t.model_copy(update={"metadata": {**t.metadata, "phase": "sft"}}) if sft else t
+           for t in trajs[: len(trajs) - total]]
     i = len(out)
     for step, n in blocks:
         for t in trajs[i : i + n]:

@@ -102,6 +102,8 @@ def test_forge_run_layout_store_steps_inferred_from_metrics(tmp_path: Path) -> N
     assert run.steps == [1, 2]
     assert [t.rollout_id for t in run.at_step(1)] == ["r2", "r3", "r4"]
     assert [t.rollout_id for t in run.at_step(2)] == ["r5", "r6", "r7", "r8"]
+    assert [t.rollout_id for t in run.trajectories if t.metadata.get("phase") == "sft"] == ["r0", "r1"]
+    assert compare_runs([run])[0]["trials"] == 7  # the SFT teacher's rollouts are not the policy's
     # counts that do not add up assign nothing rather than something wrong
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "statuses": {"success": 99}}\n')
     assert load_run(tmp_path).steps == []
