@@ -98,6 +98,7 @@ class SFTConfig(_Section):
     lr: float = Field(5e-5, gt=0)
     max_steps: int | None = Field(None, ge=1)
     data: str | None = Field(None, description="an exported SFT file (token format) instead of a teacher")
+    autocast_bf16: bool = Field(True, description="bf16 autocast for SFT steps (~2x faster on CPU)")
     cache: bool = Field(True, description="reuse a warm-start already trained with the same settings")
 
 

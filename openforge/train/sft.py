@@ -209,14 +209,14 @@ def sft_samples(trajs: Iterable[Trajectory]) -> list[TrainSample]:
 
 def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: int, batch_size: int,
               max_steps: int | None = None, seed: int = 0, trainer_config: Any = None,
-              log: Any = None) -> dict[str, Any]:
+              autocast_bf16: bool = False, log: Any = None) -> dict[str, Any]:
     """Token-mean cross-entropy on ``loss_mask == 1`` tokens, AdamW, ``batch_size`` samples per step."""
     import random
 
     from .cpu import CPUTrainer, CPUTrainerConfig
 
     base = trainer_config.model_dump() if trainer_config is not None else {}
-    base.update(lr=lr, kl_coef=0.0, temperature=1.0)
+    base.update(lr=lr, kl_coef=0.0, temperature=1.0, autocast_bf16=autocast_bf16)
     trainer = CPUTrainer(model, CPUTrainerConfig(**base))
     rng = random.Random(seed)
     losses, tokens, steps = [], 0, 0
@@ -302,7 +302,7 @@ async def warm_start(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
         stats = await asyncio.to_thread(
             sft_train, forge.model, samples, lr=cfg.lr, epochs=cfg.epochs, batch_size=cfg.batch_size,
             max_steps=cfg.max_steps, seed=forge.cfg.seed, trainer_config=forge.cfg.trainer.cpu,
-            log=forge.console.log)
+            autocast_bf16=cfg.autocast_bf16, log=forge.console.log)
     finally:
         await forge.proxy.resume()
     info = {"key": key, "trajectories": len(good), "samples": len(samples), "teacher_pass_rate": pass_rate,

@@ -123,3 +123,14 @@ def test_load_rejects_foreign_checkpoint(tiny_llama, tmp_path):
     tr = CPUTrainer(tiny_llama)
     with pytest.raises(ConfigError, match="no checkpoint weights"):
         tr.load(tmp_path)
+
+
+def test_sft_step_bf16_autocast(tiny_llama):
+    ids = list(range(10, 40))
+    mask = [0] * 10 + [1] * 20
+    s = TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[0.0] * 30, advantage=0.0,
+                    token_weights=[m / 20 for m in mask])
+    tr = CPUTrainer(tiny_llama, CPUTrainerConfig(lr=5e-3, autocast_bf16=True))
+    losses = [tr.step([s], kind="sft")["loss"] for _ in range(4)]
+    assert losses[-1] < losses[0]
+    assert next(tiny_llama.parameters()).dtype == torch.float32  # master weights stay fp32
