@@ -25,6 +25,9 @@ FILE_WRITE_TOOLS = frozenset(
         "replace", "patch", "save_file",
     }
 )
+# Planning / to-do tools: they change the agent's plan, not the world (neither write nor read).
+PLAN_TOOLS = frozenset({"todowrite", "todo_write", "todoread", "todo_read", "write_todos", "update_plan",
+                        "exit_plan_mode", "exitplanmode", "create_goal", "update_goal", "get_goal"})
 # Leading/contained verbs that make a service tool a write (create_event) or a read (list_events).
 WRITE_VERBS = frozenset(
     {
@@ -90,6 +93,8 @@ def resource_noun(tool_name: str) -> tuple[str | None, str | None]:
 def is_write_tool(step: ToolStep) -> bool:
     """A dedicated file-editing tool (not in ``view`` mode) or a service tool with a write verb."""
     name = step.base_name
+    if name in PLAN_TOOLS:
+        return False
     if name in FILE_WRITE_TOOLS:
         args = step.arguments if isinstance(step.arguments, dict) else {}
         return str(args.get("command", "")).lower() not in ("view", "read")
@@ -136,6 +141,8 @@ def step_actions(step: ToolStep) -> list[Action]:
         parts = [p for p in _SPLIT_RE.split(cmd) if p.strip()] or [cmd]
         return [_shell_action(step.index, tool, p) for p in parts]
     text = " ".join(step.args_text.split())
+    if tool in PLAN_TOOLS:
+        return [Action(step=step.index, kind="other", text=text, tool=tool)]
     verb, noun = resource_noun(tool)
     if is_write_tool(step):
         targets = _file_targets(step.arguments)

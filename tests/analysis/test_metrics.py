@@ -205,3 +205,10 @@ def test_same_facts_from_wire_and_canonical_records(api: str) -> None:
         wire.pop(key), canon.pop(key)
     assert wire == canon
     assert (canon["failed_steps"], canon["recovered_failures"], canon["verified"]) == (1, 1, True)
+
+
+def test_planning_tools_are_neither_writes_nor_verification() -> None:
+    t = traj([("TodoWrite", {"todos": [{"content": "x"}]}, "ok"), ("update_plan", {"plan": []}, "ok"),
+              ("Read", {"file_path": "a.py"}, "x")], api="messages")
+    b = rollout_behaviour(t)
+    assert (b.write_actions, b.verified) == (0, None)
