@@ -39,3 +39,15 @@ __all__ = [
     "build_segments",
     "validate_segments",
 ]
+
+# Training entry points, imported on first use so `import openforge` stays light.
+_LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config", "load_config": "config"}
+__all__ += list(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'openforge' has no attribute {name!r}")
