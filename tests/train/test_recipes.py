@@ -69,3 +69,18 @@ def test_unknown_recipe_suggests():
     r = runner.invoke(app, ["recipe", "show", "claw-grop"])
     assert r.exit_code != 0
     assert "claw-grpo" in str(r.exception)
+
+
+def test_root_recipe_copies_match_the_shipped_ones():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "recipes"
+    if not root.is_dir():  # an installed wheel without the repository around it
+        import pytest
+
+        pytest.skip("no repository recipes/ folder")
+    for path in list_recipes().values():
+        for f in ("config.yaml", "README.md"):
+            copy = root / path.name / f
+            assert copy.is_file(), f"recipes/{path.name}/{f} missing: cp {path / f} {copy}"
+            assert copy.read_text() == (path / f).read_text(), f"recipes/{path.name}/{f} differs from {path / f}"
