@@ -187,8 +187,12 @@ def _apt(packages: tuple[str, ...], log: Callable[[str], None]) -> str:
         raise HarnessNotInstalled(f"missing system packages: run `sudo apt-get install {' '.join(missing)}`")
     log(f"apt-get install {' '.join(missing)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing], cwd=Path("/"), env=env,
-         what=f"apt-get install {' '.join(missing)}")
+    argv = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing]
+    try:
+        _run(argv, cwd=Path("/"), env=env, what=f"apt-get install {' '.join(missing)}")
+    except HarnessError:  # stale package lists: update once and retry
+        _run(["apt-get", "update", "-qq"], cwd=Path("/"), env=env, what="apt-get update")
+        _run(argv, cwd=Path("/"), env=env, what=f"apt-get install {' '.join(missing)}")
     return f"apt packages installed: {' '.join(missing)}"
 
 

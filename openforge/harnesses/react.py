@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
     ap.add_argument("--max-turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=512)
-    ap.add_argument("--max-output", type=int, default=2000, help="cap on each tool result (characters)")
+    ap.add_argument("--max-output", type=int, default=1500, help="cap on each tool result (characters)")
     ap.add_argument("--cmd-timeout", type=float, default=60.0)
     a = ap.parse_args(argv)
     task = a.task or (a.task_file.read_text() if a.task_file else os.environ.get("OPENFORGE_TASK"))
@@ -147,7 +147,7 @@ class ReactHarness(CliHarness):
     install_hint = "built in (pip install openforge; needs the `openai` package)"
 
     def __init__(self, *, python: str | None = None, max_turns: int = 8, max_tokens: int = 512,
-                 max_output: int = 2000, **kw: Any):
+                 max_output: int = 1500, **kw: Any):
         super().__init__(**kw)
         self.python = python or sys.executable
         self.max_turns, self.max_tokens, self.max_output = max_turns, max_tokens, max_output
