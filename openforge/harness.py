@@ -188,6 +188,12 @@ class Harness(abc.ABC):
         The default (a pure-Python harness) has nothing to check."""
         return None
 
+    def install(self, *, force: bool = False) -> str:
+        """Install what the harness needs (pinned versions, into the harness cache); idempotent.
+        Returns a one-line description. The default has nothing to install."""
+        self.check_installed()
+        return f"{self.name}: nothing to install"
+
     def ro_paths(self) -> list[str]:
         """Host paths the harness must see inside the sandbox (its install dir, interpreter); a
         launcher that hides parts of the host file system binds these read-only."""

@@ -1,0 +1,7 @@
+"""Built-in harness adapters, one module each: ``react`` (openforge's own minimal agent), ``codex``,
+``claude_code``, ``openclaw``, ``zeroclaw``, ``pi``, ``browser_use``, ``computer_use``; plus ``cli``
+(the :class:`~openforge.harnesses.cli.CliHarness` base), ``versions`` (the pins) and ``installer``.
+
+Look harnesses up by name with :func:`openforge.plugins.get_harness`; nothing is imported here so
+that ``import openforge`` stays light.
+"""

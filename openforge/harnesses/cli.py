@@ -92,6 +92,9 @@ class CliHarness(Harness):
         self.resolve_executable()
         self.node_path_dirs()
 
+    def install(self, *, force: bool = False) -> str:
+        return installer.install(self.name, force=force)
+
     def location(self) -> str:
         exe = self.resolve_executable()
         version = installer.installed_version(self.name)
