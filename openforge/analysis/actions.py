@@ -15,7 +15,7 @@ from typing import Any
 
 from .steps import ToolStep, base_tool_name
 
-__all__ = ["Action", "is_write_tool", "resource_noun", "step_actions"]
+__all__ = ["Action", "is_write_tool", "resource_noun", "step_actions", "url_like"]
 
 # Dedicated file-editing tools (base names, lower case).
 FILE_WRITE_TOOLS = frozenset(
@@ -49,6 +49,24 @@ _REDIRECT_RE = re.compile(r"(?:^|[^0-9&>])>{1,2}\s*(?!&)([^\s;&|<>()]+)")
 _PATCH_FILE_RE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File:\s*(\S+)", re.MULTILINE)
 _CURL_WRITE_RE = re.compile(r"(?:-X\s*|--request\s+)(?:POST|PUT|PATCH|DELETE)\b|\s(?:-d|--data\S*|--json|-F|--form)\s")
 _URL_RE = re.compile(r"https?://[^\s'\"]+")
+_SQL_WRITE_RE = re.compile(r"\b(?:insert|update|delete|create|drop|alter|replace)\b", re.IGNORECASE)
+_PY_WRITE_RE = re.compile(r"""open\(\s*['"]([^'"]+)['"]\s*,\s*['"][wax]|Path\(\s*['"]([^'"]+)['"]\s*\)\.write_(?:text|bytes)""")
+GIT_WRITES = frozenset({"commit", "add", "mv", "rm", "checkout", "switch", "merge", "rebase", "reset", "tag",
+                        "revert", "cherry-pick", "stash", "apply", "am", "push", "branch", "restore"})
+GIT_READS = frozenset({"log", "show", "status", "diff", "rev-parse", "ls-files", "cat-file", "blame", "describe"})
+
+
+def url_like(token: str) -> bool:
+    """A URL, or a ``$VAR/path`` / ``${VAR}/path`` built from an environment variable."""
+    t = token.strip("'\"")
+    return "://" in t or (t.startswith("$") and "/" in t)
+
+
+def _git_sub(words: list[str]) -> str:
+    i = 1
+    while i < len(words) and words[i].startswith("-"):
+        i += 2 if words[i] in ("-C", "-c") else 1
+    return words[i] if i < len(words) else ""
 
 
 @dataclass
@@ -127,10 +145,22 @@ def _shell_action(step: int, tool: str, cmd: str) -> Action:
     elif (head == "sed" and any(w.startswith("-i") for w in words[1:]) and args) or (head in ("cp", "mv", "install", "ln") and len(args) >= 2):
         targets.add(args[-1])
     elif head == "curl" and _CURL_WRITE_RE.search(" " + cmd + " "):
-        targets.update(_URL_RE.findall(cmd))
+        targets.update(w for w in words[1:] if url_like(w))
+        targets = targets or {"(http)"}
+    elif head in ("sqlite3", "duckdb") and args and _SQL_WRITE_RE.search(cmd):
+        targets.add(args[0])
+    for m in _PY_WRITE_RE.finditer(cmd):
+        targets.add(m.group(1) or m.group(2))
     targets = {t.strip("'\"") for t in targets if t.strip("'\"")}
-    kind = "write" if targets else "read" if head in READ_VERBS | {"head", "tail", "less", "diff", "stat", "wc"} else "other"
-    return Action(step=step, kind=kind, text=" ".join(words), tool=tool, targets=targets)
+    noun = None
+    if head == "git":
+        sub = _git_sub(words)
+        noun = "git" if sub in GIT_WRITES or sub in GIT_READS else None
+        if sub in GIT_WRITES:
+            return Action(step=step, kind="write", text=" ".join(words), tool=tool, targets=targets, noun="git")
+    reads = READ_VERBS | {"head", "tail", "less", "diff", "stat", "wc"}
+    kind = "write" if targets else "read" if head in reads or noun == "git" or head == "curl" else "other"
+    return Action(step=step, kind=kind, text=" ".join(words), tool=tool, targets=targets, noun=noun)
 
 
 def step_actions(step: ToolStep) -> list[Action]:

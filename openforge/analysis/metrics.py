@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from ..task import Task
 from ..trajectory import Trajectory
 from ..types import ModelCall, RolloutStatus
-from .actions import Action, step_actions
+from .actions import Action, step_actions, url_like
 from .steps import ToolStep, base_tool_name, extract_steps
 
 __all__ = [
@@ -76,9 +76,30 @@ def task_spec(traj: Trajectory, task: Task | None = None) -> tuple[list[str], li
 # ------------------------------------------------------------------------------------------
 
 
+def _url_path(url: str) -> tuple[str, list[str]]:
+    u = url.strip("'\"").split("?", 1)[0].rstrip("/")
+    base, _, path = u.partition("://") if "://" in u else ("", "", u)
+    head, *segs = path.split("/")
+    return f"{base}://{head}" if base else head, [s for s in segs if s]
+
+
+def _url_related(target: str, text: str) -> bool:
+    """``text`` requests the written URL or a collection above it (``GET /events`` after ``DELETE /events/e3``)."""
+    t_host, t_segs = _url_path(target)
+    for tok in text.split():
+        if not url_like(tok):
+            continue
+        host, segs = _url_path(tok)
+        if host == t_host and segs and t_segs[: len(segs)] == segs:
+            return True
+    return False
+
+
 def _mentions(text: str, target: str) -> bool:
     if target in text:
         return True
+    if url_like(target):
+        return _url_related(target, text)
     base = posixpath.basename(target.rstrip("/"))
     return len(base) >= 3 and re.search(rf"(?<![\w.-]){re.escape(base)}(?![\w-])", text) is not None
 
@@ -119,8 +140,34 @@ def verification_actions(actions: Sequence[Action]) -> list[Action]:
 # ------------------------------------------------------------------------------------------
 
 
+# Capability names an environment may require instead of a tool name (claw: ``("shell", "http")``):
+# covered by any tool of that kind, or by a generic-shell command running one of the programs.
+CAPABILITIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "http": (frozenset({"http", "http_request", "fetch", "web_fetch", "webfetch", "request", "curl"}),
+             frozenset({"curl", "wget", "http", "https", "xh", "httpie"})),
+    "python": (frozenset({"python", "run_python", "python_exec", "code_interpreter", "ipython"}),
+               frozenset({"python", "python3"})),
+    "sql": (frozenset({"sql", "query", "run_sql", "sqlite", "execute_sql"}),
+            frozenset({"sqlite3", "psql", "mysql", "duckdb"})),
+    "git": (frozenset({"git"}), frozenset({"git"})),
+}
+_CMD_WORD = re.compile(r"(?:^|[;&|(`\n]|\$\()\s*(?:(?:sudo|env|exec|time|nohup)\s+|\w+=\S*\s+)*(?:\S*/)?([\w.+-]+)")
+
+
+def _program_words(command: str) -> set[str]:
+    return {m.group(1) for m in _CMD_WORD.finditer(command)}
+
+
 def _covered(required: str, steps: Sequence[ToolStep]) -> bool:
     want = base_tool_name(required)
+    if want == "shell" and any(s.is_shell for s in steps):
+        return True
+    if want in CAPABILITIES:
+        tools, programs = CAPABILITIES[want]
+        if any(s.base_name in tools for s in steps):
+            return True
+        if any(s.is_shell and s.command and _program_words(s.command) & programs for s in steps):
+            return True
     word = re.compile(rf"(?<![\w./-]){re.escape(required)}(?![\w./-])")
     for s in steps:
         if s.base_name == want or s.name.lower() == required.lower():

@@ -212,3 +212,41 @@ def test_planning_tools_are_neither_writes_nor_verification() -> None:
               ("Read", {"file_path": "a.py"}, "x")], api="messages")
     b = rollout_behaviour(t)
     assert (b.write_actions, b.verified) == (0, None)
+
+
+# ---------------------------------------------------------------- shell writes seen in real claw tasks
+
+
+@pytest.mark.parametrize(
+    ("steps", "writes", "verified"),
+    [
+        # an HTTP write, then a GET of the collection above it
+        ([("shell", {"command": 'curl -sf -X DELETE "$CLAW_API/calendar/events/e3"'}, "{}"),
+          ("shell", {"command": 'curl -s "$CLAW_API/calendar/events"'}, "[]")], 1, True),
+        # a GET of an unrelated collection does not verify it
+        ([("shell", {"command": "curl -s -X POST -d '{}' http://127.0.0.1:9/mail/send"}, "{}"),
+          ("shell", {"command": "curl -s http://127.0.0.1:9/calendar/events"}, "[]")], 1, False),
+        # SQL writes through sqlite3, read back with a SELECT on the same database
+        ([("shell", {"command": "sqlite3 app.db \"UPDATE orders SET status='shipped' WHERE id=3\""}, ""),
+          ("shell", {"command": "sqlite3 app.db 'SELECT status FROM orders WHERE id=3'"}, "shipped")], 1, True),
+        # a SELECT alone is not a write
+        ([("shell", {"command": "sqlite3 app.db 'SELECT 1'"}, "1")], 0, None),
+        # python writing a file, then the file is read
+        ([("shell", {"command": "python3 -c \"import json; json.dump([], open('out.json', 'w'))\""}, ""),
+          ("shell", {"command": "cat out.json"}, "[]")], 1, True),
+        # git commit, then git log
+        ([("shell", {"command": "cd repo && git commit -qam 'x'"}, ""),
+          ("shell", {"command": "git -C repo log --oneline -1"}, "abc x")], 1, True),
+    ],
+)
+def test_shell_write_kinds(steps: list, writes: int, verified: bool | None) -> None:
+    b = rollout_behaviour(traj(steps))
+    assert (b.write_actions, b.verified) == (writes, verified)
+
+
+def test_capabilities_as_required_tools() -> None:
+    task = Task(id="t1", instruction="x", required_tools=("shell", "http", "sql"))
+    t = traj([("Bash", {"command": "curl -s $API/x | python3 -m json.tool"}, "{}")], api="messages")
+    assert rollout_behaviour(t, task).covered_tools == ["shell", "http"]  # Bash is a shell; curl is http
+    t2 = traj([("Bash", {"command": "cat http.log"}, "")], api="messages")
+    assert rollout_behaviour(t2, task).covered_tools == ["shell"]  # a file named http.log is not HTTP
