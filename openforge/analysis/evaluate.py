@@ -117,7 +117,17 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
     env = get_environment(req.env)
     tasks = _select_tasks(env, req)
     harness_cls = get_harness(req.harness)
-    backend = parse_backend_spec(req.backend, tokenizer=req.tokenizer)
+    if req.backend == "reference":  # the tasks' reference solutions, replayed: evaluates the SFT teacher
+        from ..train.sft import teacher_backend
+
+        tok: Any = None
+        if req.tokenizer:
+            from ..proxy.backends.transformers import load_tokenizer
+
+            tok = load_tokenizer(req.tokenizer)
+        backend = teacher_backend("reference", env=env, tasks=tasks, tokenizer=tok)
+    else:
+        backend = parse_backend_spec(req.backend, tokenizer=req.tokenizer)
     launcher = get_launcher(req.launcher)()
     sock_dir = tempfile.mkdtemp(prefix="forge-eval-")
     try:

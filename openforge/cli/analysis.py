@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
     def eval_cmd(
         harness: str = typer.Option(..., "--harness", "-h", help="harness name (forge harness list)"),
         env: str = typer.Option(..., "--env", "-e", help="environment name, module:Class, or a task directory"),
-        backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL"),
+        backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL | reference (replay the tasks' reference solutions)"),
         trials: int = typer.Option(3, "--trials", "-k", min=1, help="runs per task (k of pass@k / pass^k)"),
         split: str = typer.Option("eval", "--split", help="task split: eval, train or all"),
         task: list[str] = typer.Option([], "--task", help="only these task ids (repeatable)"),

@@ -118,3 +118,26 @@ def test_report_decodes_tokens_with_the_real_tokenizer(eval_out: Path, tmp_path:
     assert any("echo hi &gt; hello.txt" in t for t in trained), trained[:3]
     assert any("Create hello.txt containing hi." in c for c in context)
     assert not any("Create hello.txt containing hi." in t for t in trained)
+
+
+def test_eval_on_the_claw_environment_with_reference_solutions(tmp_path: Path) -> None:
+    """The built-in claw tasks (real services, real verifiers) through react, replaying the tasks'
+    reference solutions (`--backend reference`): every trial passes and the HTTP capability is used."""
+    pytest.importorskip("openai", reason="the react harness needs the openai package")
+    from openforge.environment import get_environment
+
+    env = get_environment("claw")
+    http_task = next(t for t in env.tasks("eval") if "http" in t.required_tools and env.reference_solution(t))
+    file_task = next(t for t in env.tasks("eval") if t.required_tools == ("shell",) and env.reference_solution(t))
+    out = tmp_path / "claw"
+    res = CliRunner().invoke(app, [
+        "eval", "--harness", "react", "--env", "claw", "--backend", "reference", "--trials", "2",
+        "--task", http_task.id, "--task", file_task.id, "--out", str(out), "--json",
+    ])
+    assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
+    s = json.loads((out / "eval.json").read_text())
+    assert s["statuses"] == {"success": 4}, s["per_task"]
+    assert (s["pass_at_k"], s["pass_hat_k"]) == (1.0, 1.0)
+    assert s["behaviour"]["required_tool_coverage"] == 1.0  # shell + http (curl) both used
+    assert s["behaviour"]["generic_shell_share"] == 1.0
+    assert s["behaviour"]["subgoal_completion"] == 1.0  # the verifier's named checks are the subgoals
