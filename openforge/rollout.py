@@ -120,9 +120,9 @@ async def run_rollout(
                 status, error = hres.status, hres.error
                 if hres.stderr and status != S.TIMEOUT:
                     meta["harness_stderr"] = tail(hres.stderr, 2000)
-            lost = getattr(sandbox, "lost_reason", None)  # a pod evicted / node lost under the harness
+            lost = getattr(sandbox, "lost_reason", None)  # a pod evicted / node lost / deadline under the harness
             if lost:
-                status, error = S.INFRA_ERROR, lost
+                status, error = getattr(sandbox, "lost_status", None) or S.INFRA_ERROR, lost
         if status is None and sandbox is not None:
             t = time.monotonic()
             try:

@@ -26,6 +26,9 @@ def rollout(
     budget: float = typer.Option(None, "--budget", help="Wall-clock budget in seconds (default: the task's)"),
     launcher_opt: list[str] = typer.Option([], "--launcher-opt", help="KEY=VALUE option of the launcher (repeatable)"),
     reference: bool = typer.Option(False, "--reference", help="With scripted:-: replay the task's reference solution"),
+    proxy_host: str = typer.Option("127.0.0.1", "--proxy-host",
+                                   help="Interface the proxy listens on (0.0.0.0 for pods of a cluster)"),
+    proxy_port: int = typer.Option(0, "--proxy-port", help="Proxy port (0: any free port)"),
 ) -> None:
     """Run one rollout through the real proxy and harness, verify it and write the trajectory."""
     import asyncio
@@ -40,7 +43,8 @@ def rollout(
         opts[k.replace("-", "_")] = v
     out.mkdir(parents=True, exist_ok=True)
     try:
-        traj = asyncio.run(_run(harness, env, task, backend, launcher, out, budget, opts, reference))
+        traj = asyncio.run(_run(harness, env, task, backend, launcher, out, budget, opts, reference, proxy_host,
+                                proxy_port))
     except KeyboardInterrupt:
         typer.echo("interrupted: the rollout was recorded as cancelled and its sandbox removed", err=True)
         raise typer.Exit(130) from None
@@ -49,7 +53,9 @@ def rollout(
 
 
 async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str, launcher_name: str, out: Path,
-               budget: float | None, opts: dict[str, str], reference: bool):
+               budget: float | None, opts: dict[str, str], reference: bool, host: str, port: int):
+    import secrets
+
     import yaml
 
     from ..environment import get_environment
@@ -74,10 +80,11 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
     backend = parse_backend_spec(backend_spec)
     launcher = get_launcher(launcher_name)(**opts)
     uds = out / "proxy.sock"
-    host = "0.0.0.0" if launcher_name == "kubernetes" else "127.0.0.1"
+    admin = secrets.token_urlsafe(24) if host not in ("127.0.0.1", "::1", "localhost") else None
     store = TrajectoryStore(out / "store.db")
     try:
-        async with ProxyServer(backend, store=store, host=host, uds=str(uds) if launcher_name == "local" else None) as proxy:
+        async with ProxyServer(backend, store=store, host=host, port=port, admin_token=admin,
+                               uds=str(uds) if launcher_name == "local" else None) as proxy:
             traj = await run_rollout(harness=harness, environment=environment, task=task, launcher=launcher,
                                      proxy=proxy, store=store, budget_s=budget)
     finally:

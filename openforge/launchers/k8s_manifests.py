@@ -1,0 +1,182 @@
+"""Pure builders of the Kubernetes objects one rollout needs, and the pod-state → status mapping.
+
+Owns: :func:`build_pod_manifest`, :func:`build_network_policy`, :func:`build_secret`,
+:func:`classify_pod`, :data:`LABELS`. No client, no I/O: everything here is data in, data out, and
+tested as such.
+
+Each rollout is one pod: the in-pod agent (``_podagent.py``, shipped in the command, so any image
+with ``python3`` works) serves exec and files; ``restartPolicy: Never``; ``activeDeadlineSeconds``;
+``automountServiceAccountToken: false``; non-root, no privilege escalation, all capabilities dropped;
+requests = limits (default 2 CPU / 2 Gi). A default-deny NetworkPolicy lets the pods' egress reach
+only the proxy (and DNS when the proxy is addressed by name) and their ingress only the agent port.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..types import RolloutStatus
+
+__all__ = ["AGENT_PORT", "LABELS", "build_network_policy", "build_pod_manifest", "build_secret", "classify_pod"]
+
+AGENT_PORT = 8790
+LABELS = {"app.kubernetes.io/managed-by": "openforge", "openforge.dev/role": "rollout"}
+AGENT_SOURCE = (Path(__file__).with_name("_podagent.py")).read_text()
+
+IMAGE_ERRORS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
+                "CreateContainerConfigError", "CreateContainerError"}
+
+
+def _k8s_name(s: str) -> str:
+    out = "".join(c if c.isalnum() else "-" for c in s.lower()).strip("-")
+    return out[:63].rstrip("-") or "x"
+
+
+def build_pod_manifest(
+    *,
+    name: str,
+    namespace: str,
+    image: str,
+    rollout_id: str,
+    run_id: str,
+    task_id: str,
+    secret_name: str,
+    proxy_url: str,
+    env: dict[str, str] | None = None,
+    cpu: float = 2.0,
+    memory_mb: int = 2048,
+    deadline_s: int = 3600,
+    workdir: str = "/work",
+    home: str = "/home/agent",
+    run_as_user: int = 1000,
+    agent_port: int = AGENT_PORT,
+    service_account: str | None = None,
+    node_selector: dict[str, str] | None = None,
+    extra_labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The rollout's pod. The per-rollout secret (API key + agent token) comes from ``secret_name``."""
+    labels = {**LABELS, "openforge.dev/run": _k8s_name(run_id), "openforge.dev/rollout": _k8s_name(rollout_id),
+              "openforge.dev/task": _k8s_name(task_id), **(extra_labels or {})}
+    quantity = {"cpu": f"{int(cpu * 1000)}m", "memory": f"{memory_mb}Mi", "ephemeral-storage": "4Gi"}
+    env_list: list[dict[str, Any]] = [
+        {"name": "HOME", "value": home},
+        {"name": "OPENFORGE_PROXY_URL", "value": proxy_url},
+        {"name": "OPENFORGE_ROLLOUT_ID", "value": rollout_id},
+        {"name": "OPENFORGE_API_KEY", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "api-key"}}},
+        {"name": "OPENFORGE_AGENT_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret_name, "key": "agent-token"}}},
+    ]
+    env_list += [{"name": k, "value": v} for k, v in sorted((env or {}).items())]
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "activeDeadlineSeconds": int(deadline_s),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": run_as_user, "runAsGroup": run_as_user,
+                            "fsGroup": run_as_user, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{
+            "name": "rollout",
+            "image": image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["python3", "-c", AGENT_SOURCE, "--port", str(agent_port), "--mkdir", workdir, "--mkdir", home],
+            "workingDir": workdir,
+            "env": env_list,
+            "ports": [{"name": "agent", "containerPort": agent_port}],
+            "resources": {"requests": dict(quantity), "limits": dict(quantity)},
+            "readinessProbe": {"httpGet": {"path": "/healthz", "port": agent_port}, "periodSeconds": 1},
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                "readOnlyRootFilesystem": False},
+            "volumeMounts": [{"name": "work", "mountPath": workdir}, {"name": "home", "mountPath": home},
+                             {"name": "tmp", "mountPath": "/tmp"}],
+        }],
+        "volumes": [{"name": "work", "emptyDir": {}}, {"name": "home", "emptyDir": {}},
+                    {"name": "tmp", "emptyDir": {}}],
+    }
+    if service_account:
+        spec["serviceAccountName"] = service_account
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                         "annotations": {"openforge.dev/rollout-id": rollout_id, "openforge.dev/task-id": task_id}},
+            "spec": spec}
+
+
+def build_secret(*, name: str, namespace: str, run_id: str, api_key: str, agent_token: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {**LABELS, "openforge.dev/run": _k8s_name(run_id)}},
+            "stringData": {"api-key": api_key, "agent-token": agent_token}}
+
+
+def build_network_policy(
+    *,
+    name: str,
+    namespace: str,
+    run_id: str,
+    proxy_port: int,
+    proxy_cidr: str | None = None,
+    proxy_pod_labels: dict[str, str] | None = None,
+    proxy_namespace: str | None = None,
+    allow_dns: bool = False,
+    agent_port: int = AGENT_PORT,
+) -> dict[str, Any]:
+    """Default-deny for the run's rollout pods: egress only to the proxy (an IP block, or pods by
+    label in a namespace) on its port (+ DNS to kube-dns if asked); ingress only to the agent port."""
+    if not proxy_cidr and not proxy_pod_labels:
+        raise ValueError("the proxy must be given as proxy_cidr or proxy_pod_labels")
+    peer: dict[str, Any]
+    if proxy_cidr:
+        peer = {"ipBlock": {"cidr": proxy_cidr if "/" in proxy_cidr else f"{proxy_cidr}/32"}}
+    else:
+        peer = {"podSelector": {"matchLabels": dict(proxy_pod_labels or {})}}
+        if proxy_namespace:
+            peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}}
+    egress: list[dict[str, Any]] = [{"to": [peer], "ports": [{"protocol": "TCP", "port": proxy_port}]}]
+    if allow_dns:
+        egress.append({"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                               "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                       "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]})
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": namespace, "labels": {**LABELS, "openforge.dev/run": _k8s_name(run_id)}},
+            "spec": {"podSelector": {"matchLabels": {**LABELS, "openforge.dev/run": _k8s_name(run_id)}},
+                     "policyTypes": ["Ingress", "Egress"],
+                     "ingress": [{"ports": [{"protocol": "TCP", "port": agent_port}]}],
+                     "egress": egress}}
+
+
+def classify_pod(pod: dict[str, Any]) -> tuple[str, RolloutStatus | None, str]:
+    """``(state, status, reason)`` of a pod dict: state ``pending`` / ``ready`` / ``running`` /
+    ``done`` / ``failed``; for ``failed`` the rollout status it implies. ImagePullBackOff →
+    env_error; Evicted / OOMKilled / node lost / preempted → infra_error; deadline → timeout."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason") or ""
+    message = status.get("message") or ""
+    cstats = status.get("containerStatuses") or []
+    for cs in cstats:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in IMAGE_ERRORS:
+            return "failed", RolloutStatus.ENV_ERROR, (f"image {cs.get('image') or ''} cannot be used: "
+                                                       f"{waiting['reason']}: {waiting.get('message', '')}").strip()
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("reason") == "OOMKilled":
+            return "failed", RolloutStatus.INFRA_ERROR, "the rollout pod was OOMKilled (memory limit)"
+    if reason == "DeadlineExceeded":
+        return "failed", RolloutStatus.TIMEOUT, f"the pod's activeDeadlineSeconds ran out: {message}".strip()
+    if reason in ("Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated", "UnexpectedAdmissionError"):
+        return "failed", RolloutStatus.INFRA_ERROR, f"the rollout pod was lost: {reason}: {message}".strip()
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return "failed", RolloutStatus.INFRA_ERROR, f"the rollout pod is being disrupted: {cond.get('reason', '')}"
+    if phase == "Unknown":
+        return "failed", RolloutStatus.INFRA_ERROR, "the node of the rollout pod was lost (phase Unknown)"
+    if phase == "Failed":
+        return "failed", RolloutStatus.INFRA_ERROR, f"the rollout pod failed: {reason or 'container exited'} {message}".strip()
+    if phase == "Succeeded":
+        return "done", RolloutStatus.INFRA_ERROR, "the pod's agent exited before the rollout ended"
+    if phase == "Running":
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        return ("ready" if ready else "running"), None, ""
+    return "pending", None, reason

@@ -1,0 +1,163 @@
+"""An emulated cluster for the Kubernetes launcher tests: kmock's API server (driven by the real
+``kubernetes`` client) plus a small fake kubelet that really runs each pod's command — the in-pod
+agent — as a local process, and the API server's pod-proxy route forwarding to it.
+
+Not a test module. The kubelet can also fail pods the way real nodes do (ImagePullBackOff for images
+under ``missing/``, eviction, deadline) by patching their status through the API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import kmock
+
+PROXY_RE = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/:]+):(\d+)/proxy/(.*)")
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.ports: dict[str, int] = {}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.seen: set[str] = set()
+        self.evict_after: dict[str, float] = {}  # task label -> seconds after ready (first pod of that task only)
+        self._evicted_tasks: set[str] = set()
+        self.stopping = threading.Event()
+
+    # -- the API server ------------------------------------------------------------------------
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_until_complete(self._main())
+
+    async def _main(self) -> None:
+        import httpx
+
+        self.stop = asyncio.Event()
+        async with kmock.KubernetesEmulator() as h, kmock.Server(h) as srv, httpx.AsyncClient() as http:
+            h.resources.load_bundled()
+
+            async def pod_proxy(req: kmock.Request) -> Any:
+                m = PROXY_RE.match(req.url.path)
+                port = self.ports.get(m.group(2)) if m else None
+                if port is None:
+                    return kmock.Response(status=503, payload={"kind": "Status", "message": "no endpoints"})
+                r = await http.request(str(req.method.value if hasattr(req.method, "value") else req.method).upper(),
+                                       f"http://127.0.0.1:{port}/{m.group(4)}", params=dict(req.params),
+                                       content=req.body, headers={k: v for k, v in req.headers.items()
+                                                                  if k.lower() in ("x-openforge-token", "content-type")},
+                                       timeout=600)
+                return kmock.Response(status=r.status_code, payload=r.content)
+
+            h[PROXY_RE] << pod_proxy
+            h[re.compile(r"/api/v1/namespaces/[^/]+/pods/[^/]+/log")] << (lambda req: kmock.Response(
+                status=200, headers={"Content-Type": "text/plain"},
+                payload=f"agent of {req.url.path.split('/')[-2]} listening\n".encode()))
+            self.handler, self.url = h, str(srv.url).rstrip("/")
+            self.ready.set()
+            await self.stop.wait()
+
+    def __enter__(self) -> Cluster:
+        threading.Thread(target=self._run, daemon=True).start()
+        assert self.ready.wait(20), "kmock did not start"
+        from kubernetes import client
+
+        cfg = client.Configuration()
+        cfg.host = self.url
+        self.api = client.ApiClient(cfg)
+        self.core = client.CoreV1Api(self.api)
+        threading.Thread(target=self._kubelet, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        for name in list(self.procs):
+            self._kill(name)
+        self.loop.call_soon_threadsafe(self.stop.set)
+
+    # -- the kubelet ---------------------------------------------------------------------------
+    def _kubelet(self) -> None:
+        from kubernetes import watch
+
+        while not self.stopping.is_set():
+            try:
+                for ev in watch.Watch().stream(self.core.list_namespaced_pod, "default", _request_timeout=2):
+                    pod = self.api.sanitize_for_serialization(ev["object"])
+                    name = pod["metadata"]["name"]
+                    if ev["type"] == "DELETED":
+                        self._kill(name)
+                    elif name not in self.seen:
+                        self.seen.add(name)
+                        threading.Thread(target=self._start_pod, args=(pod,), daemon=True).start()
+            except Exception:
+                time.sleep(0.05)
+
+    def _status(self, name: str, status: dict[str, Any]) -> None:
+        self.core.patch_namespaced_pod_status(name, "default", {"status": status})
+
+    def _start_pod(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        c = pod["spec"]["containers"][0]
+        if c["image"].startswith("missing/"):
+            self._status(name, {"phase": "Pending", "containerStatuses": [{
+                "name": "rollout", "image": c["image"], "ready": False, "restartCount": 0, "imageID": "",
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": f'Back-off pulling image "{c["image"]}"'}}}]})
+            return
+        env = {"PATH": os.environ["PATH"], "LANG": "C.UTF-8"}
+        for e in c.get("env", []):
+            if "value" in e:
+                env[e["name"]] = e["value"]
+            else:
+                ref = e["valueFrom"]["secretKeyRef"]
+                try:
+                    sec = self.api.sanitize_for_serialization(self.core.read_namespaced_secret(ref["name"], "default"))
+                except Exception:  # like a kubelet: CreateContainerConfigError, the pod stays pending
+                    return
+                if "stringData" in sec:
+                    env[e["name"]] = sec["stringData"][ref["key"]]
+                else:
+                    import base64
+
+                    env[e["name"]] = base64.b64decode(sec["data"][ref["key"]]).decode()
+        argv = [sys.executable if a == "python3" else a for a in c["command"]] + ["--port", "0", "--host", "127.0.0.1"]
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, start_new_session=True, text=True)
+        self.procs[name] = proc
+        line = proc.stdout.readline() if proc.stdout else ""
+        self.ports[name] = int(line.split()[1])
+        self._status(name, {"phase": "Running", "podIP": "127.0.0.1",
+                            "conditions": [{"type": "Ready", "status": "True"}]})
+        task = pod["metadata"]["labels"].get("openforge.dev/task", "")
+        if task in self.evict_after and task not in self._evicted_tasks:
+            self._evicted_tasks.add(task)
+            threading.Timer(self.evict_after[task], self.evict, args=(name,)).start()
+
+    def _kill(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        self.ports.pop(name, None)
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+
+    def evict(self, name: str) -> None:
+        self._kill(name)
+        self._status(name, {"phase": "Failed", "reason": "Evicted",
+                            "message": "The node was low on resource: memory."})
+
+    def deadline(self, name: str) -> None:
+        self._kill(name)
+        self._status(name, {"phase": "Failed", "reason": "DeadlineExceeded",
+                            "message": "Pod was active on the node longer than the specified deadline"})
+
+    def pods(self) -> list[str]:
+        return [p.metadata.name for p in self.core.list_namespaced_pod("default").items]

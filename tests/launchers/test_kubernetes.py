@@ -1,0 +1,222 @@
+"""Kubernetes launcher: manifests as data; the client flow with the real `kubernetes` client against
+kmock (an HTTP-level API emulator) plus a fake kubelet that really runs the pod's agent locally."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from openforge.errors import SandboxError
+from openforge.launchers.base import SandboxSpec
+from openforge.launchers.k8s_manifests import (
+    AGENT_PORT,
+    build_network_policy,
+    build_pod_manifest,
+    build_secret,
+    classify_pod,
+)
+from openforge.task import Resources, Task
+from openforge.types import RolloutStatus as S
+
+pytest.importorskip("kubernetes")
+pytest.importorskip("kmock")
+from .kcluster import Cluster
+
+
+def pod(**kw):
+    base = dict(name="of-r1", namespace="ns", image="img:1", rollout_id="r1", run_id="run", task_id="t", secret_name="of-r1",
+                proxy_url="http://proxy.ns.svc:8765")
+    return build_pod_manifest(**{**base, **kw})
+
+
+# -- manifests as data ---------------------------------------------------------------------------
+
+def test_pod_manifest_is_locked_down():
+    m = pod(cpu=2.0, memory_mb=2048, deadline_s=900, env={"A": "1"})
+    spec, c = m["spec"], m["spec"]["containers"][0]
+    assert spec["restartPolicy"] == "Never" and spec["activeDeadlineSeconds"] == 900
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] == 1000
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                    "readOnlyRootFilesystem": False}
+    assert c["resources"]["requests"] == c["resources"]["limits"] == {"cpu": "2000m", "memory": "2048Mi",
+                                                                       "ephemeral-storage": "4Gi"}
+    assert c["command"][:2] == ["python3", "-c"] and "ThreadingHTTPServer" in c["command"][2]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["OPENFORGE_PROXY_URL"]["value"] == "http://proxy.ns.svc:8765" and env["A"]["value"] == "1"
+    assert env["OPENFORGE_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "of-r1", "key": "api-key"}
+    assert "value" not in env["OPENFORGE_AGENT_TOKEN"]  # secrets never inline
+    assert m["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "openforge"
+    assert m["metadata"]["labels"]["openforge.dev/run"] == "run" and m["metadata"]["namespace"] == "ns"
+
+
+def test_labels_are_valid_kubernetes_names():
+    m = pod(rollout_id="Ro_LL/out" * 20, task_id="Claw:Task.1")
+    for v in m["metadata"]["labels"].values():
+        assert len(v) <= 63 and v == v.lower() and v[0].isalnum() and v[-1].isalnum()
+
+
+def test_network_policy_default_deny_except_proxy():
+    p = build_network_policy(name="np", namespace="ns", run_id="run", proxy_port=8765, proxy_cidr="10.0.0.5")
+    assert p["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert p["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}], "ports": [{"protocol": "TCP", "port": 8765}]}]
+    assert p["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": AGENT_PORT}]}]
+    p = build_network_policy(name="np", namespace="ns", run_id="run", proxy_port=80, proxy_pod_labels={"app": "proxy"},
+                             proxy_namespace="forge", allow_dns=True)
+    assert p["spec"]["egress"][0]["to"][0] == {"podSelector": {"matchLabels": {"app": "proxy"}},
+                                               "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "forge"}}}
+    assert p["spec"]["egress"][1]["ports"][0] == {"protocol": "UDP", "port": 53}
+    with pytest.raises(ValueError, match="proxy_cidr or proxy_pod_labels"):
+        build_network_policy(name="np", namespace="ns", run_id="r", proxy_port=1)
+    s = build_secret(name="s", namespace="ns", run_id="r", api_key="k", agent_token="t")
+    assert s["stringData"] == {"api-key": "k", "agent-token": "t"}
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    ({"phase": "Pending"}, ("pending", None)),
+    ({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}, ("ready", None)),
+    ({"phase": "Pending", "containerStatuses": [{"image": "x", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]},
+     ("failed", S.ENV_ERROR)),
+    ({"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}, ("failed", S.ENV_ERROR)),
+    ({"phase": "Failed", "reason": "Evicted"}, ("failed", S.INFRA_ERROR)),
+    ({"phase": "Running", "containerStatuses": [{"state": {"terminated": {"reason": "OOMKilled"}}}]}, ("failed", S.INFRA_ERROR)),
+    ({"phase": "Unknown"}, ("failed", S.INFRA_ERROR)),
+    ({"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True"}]}, ("failed", S.INFRA_ERROR)),
+    ({"phase": "Failed", "reason": "DeadlineExceeded"}, ("failed", S.TIMEOUT)),
+])
+def test_pod_phase_to_status(status, expected):
+    state, st, reason = classify_pod({"status": status})
+    assert (state, st) == expected
+    assert st is None or reason
+
+
+# -- the client flow against the emulator --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster() as c:
+        yield c
+
+
+def make_launcher(cluster, tmp_path, run_id="k1", **kw):
+    from openforge.launchers.kubernetes import KubernetesLauncher
+
+    return KubernetesLauncher(host=cluster.url, run_id=run_id, workdir=str(tmp_path / "pods/{pod}/work"),
+                              home=str(tmp_path / "pods/{pod}/home"), **kw)
+
+
+def spec(rid, *, image=None, task_id="t", timeout_s=60.0):
+    return SandboxSpec(rollout_id=rid, task=Task(id=task_id, instruction="x", image=image, timeout_s=timeout_s,
+                                                 resources=Resources(cpu=1, memory_mb=512)),
+                       proxy_url="http://127.0.0.1:9", api_key="sk-rollout")
+
+
+async def test_pod_exec_files_logs_and_cleanup(cluster, tmp_path):
+    cluster.core.create_namespaced_pod("default", pod(name="of-stale", namespace="default", run_id="k1"))
+    la = make_launcher(cluster, tmp_path)
+    sbx = await la.start(spec("r-exec"))
+    assert "of-stale" not in cluster.pods(), "orphan of the same run not removed on start"
+    r = await sbx.exec(["sh", "-c", "echo hi; echo $OPENFORGE_API_KEY; echo err >&2; pwd"])
+    assert r.returncode == 0 and r.stdout.split() == ["hi", "sk-rollout", str(sbx.workdir)] and r.stderr == "err\n"
+    await sbx.write_file("a/b.txt", b"data", 0o600)
+    assert await sbx.read_file(sbx.workdir / "a/b.txt") == b"data"
+    local = await sbx.pull_workdir()
+    assert (local / "a/b.txt").read_bytes() == b"data"
+    assert "listening" in await sbx.logs()
+    r = await sbx.exec(["sh", "-c", "sleep 30"], timeout_s=1)
+    assert r.timed_out and r.returncode is None
+    with pytest.raises(SandboxError, match="cannot read"):
+        await sbx.read_file("nope.txt")
+    assert any(p.startswith("of-r-exec") for p in cluster.pods())
+    await sbx.close()
+    await la.aclose()
+    assert not [p for p in cluster.pods() if p.startswith("of-r-exec")]
+    assert not [s.metadata.name for s in cluster.core.list_namespaced_secret("default").items
+                if (s.metadata.labels or {}).get("openforge.dev/run") == "k1"]
+
+
+async def test_image_pull_backoff_is_env_error(cluster, tmp_path):
+    la = make_launcher(cluster, tmp_path, run_id="k2", ready_timeout_s=20)
+    with pytest.raises(SandboxError, match="ImagePullBackOff") as e:
+        await la.start(spec("r-img", image="missing/agent:1"))
+    assert e.value.status == S.ENV_ERROR
+    await la.aclose()
+    assert not [p for p in cluster.pods() if p.startswith("of-r-img")]
+
+
+async def test_eviction_and_deadline_mid_exec(cluster, tmp_path):
+    la = make_launcher(cluster, tmp_path, run_id="k3")
+    for rid, fail, expected in (("r-evict", cluster.evict, S.INFRA_ERROR), ("r-dead", cluster.deadline, S.TIMEOUT)):
+        sbx = await la.start(spec(rid))
+        run = asyncio.create_task(sbx.exec(["sleep", "60"], timeout_s=60))
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(fail, sbx.pod)
+        r = await asyncio.wait_for(run, 30)
+        assert r.returncode is None and sbx.lost_status == expected, (r, sbx.lost_reason)
+        await sbx.close()
+    await la.aclose()
+
+
+async def test_rollouts_through_pods_with_retry_after_eviction(cluster, tmp_path):
+    from openforge.envs.claw import ClawEnvironment, reference_solution
+    from openforge.harnesses.react import ReactHarness
+    from openforge.proxy.backends.scripted import ScriptedBackend
+    from openforge.proxy.backends.transformers import load_tokenizer
+    from openforge.proxy.server import ProxyServer
+    from openforge.rollout import run_groups, run_rollout
+
+    try:
+        tok = load_tokenizer("smollm2-135m")
+    except Exception as e:
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    env = ClawEnvironment()
+    turns = {"turns": [{"shell": c} for c in reference_solution("files-rename")] + [{"text": "done"}],
+             "tasks": {"files-append-line": [{"shell": "sleep 3"}, {"text": "done"}]}}
+    cluster.evict_after["files-append-line"] = 0.3
+    la = make_launcher(cluster, tmp_path, run_id="k4")
+    async with ProxyServer(ScriptedBackend(turns, tokenizer=tok)) as proxy:
+        traj = await run_rollout(harness=ReactHarness(), environment=env, task=env.task("files-rename"), launcher=la,
+                                 proxy=proxy)
+        assert traj.status == S.SUCCESS and traj.reward == 1.0 and traj.metadata["launcher"] == "kubernetes", traj.error
+        res = await run_groups([env.task("files-append-line")], 2, 2, harness=ReactHarness, environment=env,
+                               launcher=la, proxy=proxy, max_retries=2, progress=False)
+    await la.aclose()
+    evicted = [t for t in res.discarded if t.status == S.INFRA_ERROR]
+    assert len(evicted) == 1 and "Evicted" in evicted[0].error, [(t.status, t.error) for t in res.discarded]
+    assert len(res) == 1 and len(res[0].trajectories) == 2
+    assert not [p for p in cluster.pods() if "k4" in p]
+
+
+async def test_forge_rollout_cli_with_kubernetes_launcher(cluster, tmp_path):
+    from typer.testing import CliRunner
+
+    from openforge.cli.main import app
+
+    out = tmp_path / "out"
+    r = await asyncio.to_thread(CliRunner().invoke, app, [
+        "rollout", "--env", "claw", "--task", "json-extract", "--backend", "scripted:-", "--reference",
+        "--launcher", "kubernetes", "--launcher-opt", f"host={cluster.url}", "--launcher-opt", "run_id=k5",
+        "--launcher-opt", f"workdir={tmp_path}/pods/{{pod}}/work", "--launcher-opt", f"home={tmp_path}/pods/{{pod}}/home",
+        "--out", str(out)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert "success" in r.output and (out / "trajectory.json").exists()
+
+
+@pytest.mark.k8s
+async def test_real_cluster_pod_roundtrip(tmp_path):
+    if not os.environ.get("KUBECONFIG"):
+        pytest.skip("KUBECONFIG not set: no real cluster")
+    from openforge.launchers.kubernetes import KubernetesLauncher
+
+    la = KubernetesLauncher(namespace=os.environ.get("OPENFORGE_K8S_NAMESPACE", "default"), run_id="openforge-ci",
+                            network_policy=False, ready_timeout_s=300)
+    try:
+        sbx = await la.start(spec("real-1"))
+        r = await sbx.exec(["sh", "-c", "echo ok > f.txt && cat f.txt && id -u"])
+        assert r.returncode == 0 and r.stdout.split() == ["ok", "1000"]
+        assert (await sbx.pull_workdir() / "f.txt").read_text() == "ok\n"
+        await sbx.close()
+    finally:
+        await la.aclose()
