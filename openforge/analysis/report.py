@@ -138,7 +138,7 @@ def _traj_view(traj: Trajectory, detokenize: Detokenize | None, dom_id: str) -> 
     return {
         "dom_id": dom_id, "rollout_id": traj.rollout_id, "task_id": traj.task_id, "harness": traj.harness,
         "status": str(traj.status), "reward": traj.reward, "step": trajectory_step(traj), "error": traj.error,
-        "phase": (traj.metadata or {}).get("phase"),
+        "phase": (traj.metadata or {}).get("phase"), "trial": (traj.metadata or {}).get("trial"),
         "calls": call_views, "segments": seg_views, "n_calls": len(calls),
     }
 
@@ -202,6 +202,7 @@ def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_traj
         summary_rows=summary_rows, summary=flat,
         trajectories=views, shown=len(views), detokenized=detokenize is not None,
         teacher=len(run.trajectories) - len(run.policy_trajectories),
+        by_step=any(v["step"] is not None for v in views),
     )
 
 
