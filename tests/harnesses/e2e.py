@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from openforge.harness import Harness, HarnessResult, RolloutContext
-from openforge.harnesses import installer
 from openforge.launchers.base import SandboxSpec
 from openforge.task import Task
 from openforge.trajectory import Trajectory, validate_segments
@@ -50,7 +49,8 @@ async def run_e2e(harness: Harness, script: Any, instruction: str, *, tmp_path: 
     task = Task(id=f"e2e-{harness.name}", instruction=instruction, timeout_s=budget_s)
     async with ProxyServer(ScriptedBackend(script, tokenizer=tokenizer), uds=uds) as proxy:
         h = proxy.create_rollout(task.id, harness=harness.name)
-        launcher = LocalLauncher(ro_binds=[str(installer.cache_dir()), str(REPO), sys.prefix], grace_s=1.0)
+        # the harness cache is NOT bound here: harness.ro_paths() must be enough (as in run_rollout)
+        launcher = LocalLauncher(ro_binds=[str(REPO), sys.prefix], grace_s=1.0)
         try:
             sbx = await launcher.start(SandboxSpec(rollout_id=h.rollout_id, task=task, proxy_url=proxy.url,
                                                    api_key=h.api_key, proxy_uds=uds,
