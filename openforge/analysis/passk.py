@@ -77,6 +77,7 @@ class CategoryResult(BaseModel):
     pass_hat_k: float | None
     pass_at_1: float | None
     mean_reward: float | None
+    statuses: dict[str, int] = Field(default_factory=dict)  # every trial of the category's tasks
 
 
 class EvalSummary(BaseModel):
@@ -156,8 +157,11 @@ def summarize_eval(
     categories = []
     for name, rs in sorted(cats.items()):
         pk, phk, p1, mr = _agg(rs)
+        st: Counter[str] = Counter()
+        for r in rs:
+            st.update(r.statuses)
         categories.append(CategoryResult(category=name, tasks=len(rs), pass_at_k=pk, pass_hat_k=phk,
-                                         pass_at_1=p1, mean_reward=mr))
+                                         pass_at_1=p1, mean_reward=mr, statuses=dict(st)))
     pk, phk, p1, mr = _agg(results)
     return EvalSummary(
         k=k, tasks=len(results), trials=len(trajs), valid_trials=sum(r.trials for r in results),

@@ -28,14 +28,19 @@ def _eval_table(summary: Any) -> Any:
 
     k = summary.k
     t = Table(title=f"forge eval · {summary.tasks} tasks × {k} trials")
-    for col in ("category", "tasks", "pass@1", f"pass@{k}", f"pass^{k}", "mean reward"):
-        t.add_column(col, justify="left" if col == "category" else "right")
+    for col in ("category", "tasks", "pass@1", f"pass@{k}", f"pass^{k}", "mean reward", "failures"):
+        t.add_column(col, justify="left" if col in ("category", "failures") else "right", overflow="fold")
+
+    def failures(st: dict[str, int]) -> str:
+        return " ".join(f"{s.replace('_failure', '').replace('_error', '')} {n}"
+                        for s, n in sorted(st.items()) if s != "success") or "–"
+
     for c in summary.categories:
         t.add_row(c.category, str(c.tasks), fmt_value(c.pass_at_1, "pct"), fmt_value(c.pass_at_k, "pct"),
-                  fmt_value(c.pass_hat_k, "pct"), fmt_value(c.mean_reward, "float"))
+                  fmt_value(c.pass_hat_k, "pct"), fmt_value(c.mean_reward, "float"), failures(c.statuses))
     t.add_row("[bold]all[/]", str(summary.tasks), fmt_value(summary.pass_at_1, "pct"),
               fmt_value(summary.pass_at_k, "pct"), fmt_value(summary.pass_hat_k, "pct"),
-              fmt_value(summary.mean_reward, "float"), style="bold")
+              fmt_value(summary.mean_reward, "float"), failures(summary.statuses), style="bold")
     return t
 
 

@@ -75,6 +75,8 @@ def test_summary_per_task_category_and_infra_failures() -> None:
     cats = {c.category: c for c in s.categories}
     assert cats["files"].tasks == 2 and cats["files"].pass_at_k == 0.5
     assert cats["web"].pass_at_k is None and cats["web"].pass_at_1 == 1.0
+    assert cats["files"].statuses == {"success": 2, "policy_failure": 3, "timeout": 1}
+    assert cats["web"].statuses == {"success": 2, "infra_error": 1}
     assert s.behaviour is not None and s.behaviour.rollouts == 8
 
 
