@@ -88,6 +88,11 @@ class Environment(abc.ABC):
         after :meth:`setup`."""
         return {}
 
+    def instruction(self, task: Task, sandbox: Sandbox) -> str:
+        """The instruction as the agent sees it, valid after :meth:`setup` (e.g. with the URL of a
+        web app filled in); default: ``task.instruction``."""
+        return task.instruction
+
     async def setup(self, task: Task, sandbox: Sandbox) -> None:
         """Prepare the sandbox for ``task`` (files, services). Raise to report an ``env_error``."""
         return None

@@ -107,7 +107,9 @@ async def run_rollout(
             timings["setup_s"] = time.monotonic() - t
         if status is None and sandbox is not None:
             base = sandbox.proxy_url.rstrip("/") + f"/r/{rid}"
-            ctx = RolloutContext(rollout_id=rid, task=task, sandbox=sandbox, api_key=handle.api_key,
+            shown = environment.instruction(task, sandbox)
+            ctx = RolloutContext(rollout_id=rid, task=task if shown == task.instruction else
+                                 task.model_copy(update={"instruction": shown}), sandbox=sandbox, api_key=handle.api_key,
                                  openai_base_url=base + "/v1", anthropic_base_url=base, model=model,
                                  budget_s=budget, env=environment.harness_env(task, sandbox))
             t = time.monotonic()

@@ -269,7 +269,10 @@ class LocalSandbox(Sandbox):
         if not argv:
             raise SandboxError("exec needs a command")
         cwd_p = self._resolve(cwd) if cwd is not None else self.workdir
-        full_env = scrub_env(self.home, self.tmpdir, {**self.spec.env, **(env or {})})
+        # Under bwrap /tmp is private to the sandbox (and short: Chromium's singleton socket path must
+        # fit AF_UNIX's 108 bytes); otherwise the rollout's own tmp dir.
+        tmp = Path("/tmp") if self.isolation == "bwrap" else self.tmpdir
+        full_env = scrub_env(self.home, tmp, {**self.spec.env, **(env or {})})
         res = self.spec.task.resources
         budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
         preexec = rlimit_preexec(

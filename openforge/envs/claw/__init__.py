@@ -20,6 +20,7 @@ from ...environment import Environment, VerifyResult
 from ...errors import EnvironmentError_
 from ...launchers.base import Sandbox
 from ...task import Task
+from ..serve import socket_path
 from .services import ServiceServer, ServiceState
 from .spec import CheckContext, ClawSpec
 from .tasks_local import TASKS as _LOCAL
@@ -75,9 +76,7 @@ class ClawEnvironment(Environment):
             await sandbox.write_file(sandbox.workdir / rel, content.encode())
         if spec.services is not None:
             st = ServiceState(spec.services)
-            uds = Path(getattr(sandbox, "root", sandbox.workdir.parent)) / "svc.sock"
-            if len(str(uds)) > 100:  # AF_UNIX paths are limited to 108 bytes
-                uds = Path(getattr(sandbox, "tmpdir", sandbox.workdir)) / "svc.sock"
+            uds = socket_path(sandbox, "svc")
             server = await ServiceServer(st, uds).start()
             self._servers[id(sandbox)] = (server, st)
             sandbox.claw_api = await sandbox.expose(uds)  # type: ignore[attr-defined]

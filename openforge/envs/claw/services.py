@@ -9,11 +9,11 @@ sandbox exposes as ``http://127.0.0.1:PORT`` inside; the URL is given to the age
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import copy
 from pathlib import Path
 from typing import Any
+
+from ..serve import AppServer
 
 __all__ = ["ServiceServer", "ServiceState", "build_app"]
 
@@ -215,34 +215,9 @@ def build_app(state: ServiceState) -> Any:
     return app
 
 
-class ServiceServer:
-    """Serves :func:`build_app` with uvicorn on a Unix socket inside the driver's event loop."""
+class ServiceServer(AppServer):
+    """Serves :func:`build_app` for ``state`` on a Unix socket (see :class:`AppServer`)."""
 
     def __init__(self, state: ServiceState, uds: str | Path):
-        self.state, self.uds = state, str(uds)
-        self._server: Any = None
-        self._task: asyncio.Task | None = None
-
-    async def start(self) -> ServiceServer:
-        import uvicorn
-
-        config = uvicorn.Config(build_app(self.state), uds=self.uds, log_level="warning", lifespan="on",
-                                access_log=False)
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        self._task = asyncio.create_task(self._server.serve())
-        for _ in range(400):
-            if self._server.started:
-                return self
-            if self._task.done():
-                self._task.result()
-                break
-            await asyncio.sleep(0.01)
-        raise RuntimeError("claw services did not start")
-
-    async def stop(self) -> None:
-        if self._server is not None and self._task is not None:
-            self._server.should_exit = True
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 5)
-            self._server = self._task = None
+        super().__init__(build_app(state), uds)
+        self.state = state
