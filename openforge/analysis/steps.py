@@ -11,6 +11,9 @@ and the generic-shell tool list. Pure functions over the wire JSON the proxy rec
 * messages (Anthropic Messages): ``tool_use`` blocks in ``response.content``; results are
   ``tool_result`` blocks (``tool_use_id``, ``is_error``) in later user messages.
 
+browser-use calls no tools: its actions are a JSON answer ``{"action": [{"navigate": {...}}]}`` (chat)
+or the input of one forced ``AgentOutput`` tool (messages); each action is read as a step.
+
 The proxy records ``response`` in its canonical form (``{"text", "reasoning", "tool_calls": [{"id",
 "name", "arguments"}], "finish_reason", ...}``, whatever the wire API); that form is read too.
 A step's result is matched by call id; ids are compared after dropping every character that is
@@ -255,7 +258,29 @@ def _calls_in_response(call: ModelCall) -> list[tuple[str | None, str, Any]]:
         for block in resp["content"]:
             if isinstance(block, dict) and block.get("type") in ("tool_use", "server_tool_use"):
                 out.append((block.get("id"), str(block.get("name", "")), block.get("input") or {}))
-    return out
+    if not out:  # browser-use over chat: the actions are the JSON answer itself
+        out = [(None, n, a) for n, a in _agent_actions(_parse_args(_answer_text(resp)))]
+    expanded: list[tuple[str | None, str, Any]] = []
+    for cid, name, args in out:  # browser-use over messages: one forced AgentOutput tool holding the actions
+        acts = _agent_actions(args) if name.lower() == "agentoutput" else []
+        expanded += [(cid, n, a) for n, a in acts] if acts else [(cid, name, args)]
+    return expanded
+
+
+def _answer_text(resp: dict[str, Any]) -> str:
+    if isinstance(resp.get("text"), str):
+        return resp["text"]
+    choices = resp.get("choices")
+    if isinstance(choices, list) and choices and isinstance((choices[0].get("message") or {}).get("content"), str):
+        return choices[0]["message"]["content"]
+    return ""
+
+
+def _agent_actions(obj: Any) -> list[tuple[str, Any]]:
+    """browser-use's ``{"action": [{"navigate": {...}}, {"click": {...}}]}`` → (name, arguments) pairs."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("action"), list):
+        return []
+    return [next(iter(a.items())) for a in obj["action"] if isinstance(a, dict) and len(a) == 1]
 
 
 def _results_in_request(request: dict[str, Any]) -> Iterable[tuple[str, str, bool | None]]:

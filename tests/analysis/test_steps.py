@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from openforge.analysis.steps import extract_steps, is_error_result, shell_command
@@ -102,3 +104,18 @@ def test_shell_command_shapes() -> None:
 
 def test_all_builders_cover_all_apis() -> None:
     assert set(BUILDERS) == {"chat", "responses", "messages"}
+
+
+def test_browser_use_actions_are_steps() -> None:
+    answer = json.dumps({"thinking": "go", "action": [{"navigate": {"url": "http://127.0.0.1:1/a"}},
+                                                      {"click": {"index": 3}}]})
+    chat = ModelCall(index=0, response={"choices": [{"message": {"role": "assistant", "content": answer}}]})
+    canonical = ModelCall(index=0, response={"text": answer, "tool_calls": []})
+    msgs = ModelCall(index=0, api="messages", response={"content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "AgentOutput", "input": json.loads(answer)}]})
+    for call in (chat, canonical, msgs):
+        steps = extract_steps([call])
+        assert [(s.name, s.arguments) for s in steps] == [("navigate", {"url": "http://127.0.0.1:1/a"}),
+                                                         ("click", {"index": 3})]
+    plain = ModelCall(index=0, response={"text": '{"answer": 42}', "tool_calls": []})
+    assert extract_steps([plain]) == []
