@@ -146,9 +146,13 @@ def compare_table(rows: Sequence[dict[str, Any]]) -> Any:
     for key, label, kind in COMPARE_ROWS:
         if all_k1 and key in ("pass_at_k", "pass_hat_k"):
             continue  # pass@1 = pass^1: shown once
-        if key == "pass_at_k" and rows:
-            label = f"pass@{rows[0].get('k', 'k')}"
-        if key == "pass_hat_k" and rows:
-            label = f"pass^{rows[0].get('k', 'k')}"
-        table.add_row(label, *[fmt_value(r.get(key), kind) for r in rows])
+        ks = {r.get("k") for r in rows}
+        same_k = len(ks) == 1
+        if key in ("pass_at_k", "pass_hat_k") and rows:
+            sym = "@" if key == "pass_at_k" else "^"
+            label = f"pass{sym}{rows[0].get('k')}" if same_k else f"pass{sym}k"
+        values = [fmt_value(r.get(key), kind) for r in rows]
+        if key in ("pass_at_k", "pass_hat_k") and not same_k:
+            values = [f"{v} (k={r.get('k')})" for v, r in zip(values, rows)]
+        table.add_row(label, *values)
     return table
