@@ -203,6 +203,7 @@ def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_traj
         trajectories=views, shown=len(views), detokenized=detokenize is not None,
         teacher=len(run.trajectories) - len(run.policy_trajectories),
         by_step=any(v["step"] is not None for v in views),
+        has_curves=bool(run.metrics or run.steps),
     )
 
 

@@ -186,3 +186,18 @@ def test_report_in_headless_chromium(report: Path, demo: Path, tmp_path: Path) -
         finally:
             browser.close()
     assert all(u.startswith("file:") or u.startswith("data:") for u in requests), requests
+
+
+def test_eval_directory_report_has_tasks_not_curves(tmp_path: Path) -> None:
+    from openforge.analysis.evaluate import EvalRequest, write_eval_dir
+    from openforge.analysis.passk import summarize_eval
+
+    from .factory import traj
+
+    trajs = [traj([("bash", {"command": "ls"}, "a")], task_id=f"t{i % 2}", rollout_id=f"r{i}",
+                  status="success" if i % 3 else "policy_failure", metadata={"trial": i // 2}) for i in range(6)]
+    req = EvalRequest(harness="react", env="claw", backend="reference", trials=3)
+    write_eval_dir(tmp_path, req, summarize_eval(trajs, k=3), trajs)
+    html = build_report(load_run(tmp_path))
+    assert 'id="curves"' not in html and 'id="chart-statuses"' not in html
+    assert 'id="tasks"' in html and "pass@3" in html and "<th>trial</th>" in html
