@@ -33,6 +33,7 @@ from typing import Any
 from ..types import CallStatus, ModelCall
 
 __all__ = [
+    "CONTROL_TOOLS",
     "GENERIC_SHELL_TOOLS",
     "ToolStep",
     "extract_steps",
@@ -48,6 +49,10 @@ GENERIC_SHELL_TOOLS = frozenset(
         "powershell", "container.exec",
     }
 )
+
+# Tools that end the episode with an answer (react's ``finish``, browser-use's ``done``): the answer,
+# not a use of a tool, so they are not steps.
+CONTROL_TOOLS = frozenset({"finish", "final_answer", "done", "task_complete", "attempt_completion", "end_task"})
 
 _SHELL_ARG_KEYS = ("command", "cmd", "script", "commands", "input", "code")
 
@@ -314,7 +319,7 @@ def extract_steps(calls: Iterable[ModelCall]) -> list[ToolStep]:
     """All tool calls of one rollout, in the order the policy made them, with their results.
 
     Calls are taken in ``index`` order; a call that failed at the proxy (status not ``ok``)
-    emitted nothing. A tool call's result is the first result with the same (normalised) id in
+    emitted nothing. Episode-ending answer tools (:data:`CONTROL_TOOLS`) are not steps. A tool call's result is the first result with the same (normalised) id in
     any later request; a step with no such result has ``result=None`` and ``error=False``.
     """
     ordered = sorted(calls, key=lambda c: c.index)
@@ -327,6 +332,8 @@ def extract_steps(calls: Iterable[ModelCall]) -> list[ToolStep]:
         if call.status != CallStatus.OK:
             continue
         for call_id, name, args in _calls_in_response(call):
+            if base_tool_name(name) in CONTROL_TOOLS:
+                continue
             res = results.get(_norm_id(call_id) or "")
             text, flag = res if res is not None else (None, None)
             steps.append(

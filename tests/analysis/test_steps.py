@@ -119,3 +119,8 @@ def test_browser_use_actions_are_steps() -> None:
                                                          ("click", {"index": 3})]
     plain = ModelCall(index=0, response={"text": '{"answer": 42}', "tool_calls": []})
     assert extract_steps([plain]) == []
+
+
+def test_answer_tools_are_not_steps() -> None:
+    t = traj([("shell", {"command": "ls"}, "a"), ("finish", {"answer": "a"}, None)])
+    assert [s.name for s in extract_steps(t.calls)] == ["shell"]
