@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed steps per variant (after one warm-up)")
     ap.add_argument("--micro-batch-tokens", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--trainable-layers", type=int, default=None,
+                    help="also time the trainer with only the last N layers trained")
     args = ap.parse_args()
 
     import torch
@@ -74,16 +76,23 @@ def main() -> None:
             best = min(best, time.perf_counter() - t)
         return best
 
-    # interleave to share the machine's noise fairly
     t_plain = timed(plain_step)
     rss_plain = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     t_trainer = timed(trainer_step)
     rss_all = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    t_partial = None
+    if args.trainable_layers:
+        partial = CPUTrainer(model, CPUTrainerConfig(lr=1e-7, micro_batch_tokens=args.micro_batch_tokens,
+                                                     trainable_layers=args.trainable_layers))
+        t_partial = timed(lambda: partial.step(samples))
     tok = B * T
     print(f"batch {B} × {T} tokens ({tok} tokens, {n_trained} trained), torch threads {torch.get_num_threads()}")
     print(f"{'variant':<34}{'s/step':>10}{'tokens/s':>12}")
     print(f"{'plain PyTorch forward/backward':<34}{t_plain:>10.2f}{tok / t_plain:>12.1f}")
     print(f"{'openforge CPUTrainer.step':<34}{t_trainer:>10.2f}{tok / t_trainer:>12.1f}")
+    if t_partial:
+        label = f"CPUTrainer, last {args.trainable_layers} layers"
+        print(f"{label:<34}{t_partial:>10.2f}{tok / t_partial:>12.1f}")
     print(f"trainer / plain throughput ratio: {t_plain / t_trainer:.2f}  (>1 = trainer faster)")
     print(f"peak RSS: {rss_plain:.2f} GiB after plain, {rss_all:.2f} GiB after both (ru_maxrss is a high-water mark)")
 

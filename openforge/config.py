@@ -99,6 +99,8 @@ class SFTConfig(_Section):
     max_steps: int | None = Field(None, ge=1)
     data: str | None = Field(None, description="an exported SFT file (token format) instead of a teacher")
     autocast_bf16: bool = Field(True, description="bf16 autocast for SFT steps (~2x faster on CPU)")
+    task_scope: Literal["run", "split"] = Field(
+        "run", description="teacher tasks: the run's tasks (subset/max_tasks applied) or every task of env.split")
     cache: bool = Field(True, description="reuse a warm-start already trained with the same settings")
 
 

@@ -248,7 +248,10 @@ class Forge:
         elif cfg.sft.enabled:
             from .train.sft import warm_start
 
-            summary["sft"] = await warm_start(self, tasks)
+            sft_tasks = tasks
+            if cfg.sft.task_scope == "split":
+                sft_tasks = list(self.env.tasks(cfg.env.split))
+            summary["sft"] = await warm_start(self, sft_tasks)
         if cfg.algorithm == "sft":
             self._finish(summary)
             return summary

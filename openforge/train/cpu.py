@@ -55,6 +55,9 @@ class CPUTrainerConfig(BaseModel):
     micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
     logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")
     autocast_bf16: bool = Field(False, description="bf16 autocast (faster; breaks fp32 ratio consistency)")
+    trainable_layers: int | None = Field(
+        None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
+        "backward then stops below them, ~2x cheaper steps on CPU")
     threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice)")
     seed: int = 0
 
@@ -126,13 +129,36 @@ class CPUTrainer:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         torch.manual_seed(self.config.seed)
-        self.params = [p for p in model.parameters() if p.requires_grad]
+        self._trainable = self._select_trainable()
+        self._apply_trainable()
+        self.params = [p for p in model.parameters() if id(p) in self._trainable]
         self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, betas=self.config.betas,
                                            weight_decay=self.config.weight_decay)
         self.step_count = 0
         self.ref_state: dict[str, Any] | None = None
         if self.config.kl_coef > 0:
             self.ref_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+    def _select_trainable(self) -> set[int]:
+        n = self.config.trainable_layers
+        if n is None:
+            return {id(p) for p in self.model.parameters()}
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
+        layers = getattr(decoder, "layers", None)
+        if layers is None:
+            from ..errors import ConfigError
+
+            raise ConfigError("trainer.cpu.trainable_layers needs a decoder with .layers (llama-style model)")
+        keep = [p for layer in list(layers)[-n:] for p in layer.parameters()]
+        norm = getattr(decoder, "norm", None)
+        if norm is not None:
+            keep += list(norm.parameters())
+        return {id(p) for p in keep}
+
+    def _apply_trainable(self) -> None:
+        """Another trainer may share the module (SFT warm-start, then GRPO): set our selection."""
+        for p in self.model.parameters():
+            p.requires_grad_(id(p) in self._trainable)
 
     # ---------------------------------------------------------------- batching
     def _tensors(self, batch: Sequence[TrainSample]) -> dict[str, Any]:
@@ -178,6 +204,7 @@ class CPUTrainer:
 
         if not samples:
             return {"skipped": 1.0, "trained_tokens": 0.0}
+        self._apply_trainable()
         cfg = self.config
         t0 = time.perf_counter()
         batches = pack_microbatches([s.num_tokens for s in samples], cfg.micro_batch_tokens)

@@ -260,7 +260,9 @@ def warm_start_key(forge: Forge, tasks: Sequence[Task]) -> str:
     blob = json.dumps({
         "v": __version__, "model": cfg.model.name, "harness": cfg.harness.model_dump(), "env": cfg.env.name,
         "tasks": [[t.id, t.instruction, forge.env.reference_solution(t)] for t in tasks],
-        "sft": cfg.sft.model_dump(exclude={"cache"}), "max_tokens": cfg.rollout.max_tokens, "seed": cfg.seed,
+        "sft": cfg.sft.model_dump(exclude={"cache", "task_scope"}), "max_tokens": cfg.rollout.max_tokens,
+        "seed": cfg.seed,
+        **({"trainable_layers": cfg.trainer.cpu.trainable_layers} if cfg.trainer.cpu.trainable_layers else {}),
     }, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -134,3 +134,19 @@ def test_sft_step_bf16_autocast(tiny_llama):
     losses = [tr.step([s], kind="sft")["loss"] for _ in range(4)]
     assert losses[-1] < losses[0]
     assert next(tiny_llama.parameters()).dtype == torch.float32  # master weights stay fp32
+
+
+def test_trainable_layers_freezes_the_rest(tiny_llama):
+    ids = list(range(10, 30))
+    mask = [0] * 10 + [1] * 10
+    s = TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[0.0] * 20, advantage=0.0,
+                    token_weights=[m / 10 for m in mask])
+    before = {k: v.clone() for k, v in tiny_llama.state_dict().items()}
+    tr = CPUTrainer(tiny_llama, CPUTrainerConfig(lr=1e-2, trainable_layers=1))
+    tr.step([s], kind="sft")
+    after = tiny_llama.state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.startswith(("model.layers.1.", "model.norm.")) for k in changed), changed
+    # a full trainer on the same module takes every parameter back
+    CPUTrainer(tiny_llama).step([s], kind="sft")
+    assert all(p.requires_grad for p in tiny_llama.parameters())
