@@ -6,8 +6,8 @@ Owns: :data:`COMPARE_ROWS` (which metrics, labels and formats), :func:`run_summa
 
 A run is anything :func:`load_run` reads: a training run directory, a ``forge eval`` output
 directory, or one trajectory file. For a training run the step to compare is selectable
-(``all`` trajectories, ``first`` or ``last`` step, or a step number): "before and after training"
-is ``--step first`` vs ``--step last`` of the same run, or two eval directories.
+(``all`` trajectories, ``first`` or ``last`` step, or a step number), for all runs (``--step``) or
+per run (``RUN@STEP``): "before and after training" is ``forge compare run@first run@last``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from ..errors import ConfigError
 from .passk import EvalSummary, summarize_eval
 from .rundir import RunData, trajectory_step
 
-__all__ = ["COMPARE_ROWS", "behaviour_table", "compare_runs", "compare_table", "fmt_value", "run_summary"]
+__all__ = ["COMPARE_ROWS", "behaviour_table", "compare_runs", "compare_table", "fmt_value", "run_summary",
+           "split_run_arg"]
 
 # (key in the flattened summary, label, format) — "pct" prints 0.139 as 13.9 %.
 COMPARE_ROWS: list[tuple[str, str, str]] = [
@@ -110,14 +111,28 @@ def _flatten(summary: EvalSummary, run: RunData) -> dict[str, Any]:
     return flat
 
 
-def compare_runs(runs: Sequence[RunData], *, k: int | None = None, step: str = "all") -> list[dict[str, Any]]:
-    """One flattened metric dict per run (keys as in :data:`COMPARE_ROWS`, plus ``name``)."""
+def compare_runs(runs: Sequence[RunData], *, k: int | None = None, step: str = "all",
+                 steps: Sequence[str | None] | None = None) -> list[dict[str, Any]]:
+    """One flattened metric dict per run (keys as in :data:`COMPARE_ROWS`, plus ``name``).
+    ``steps`` (one per run, None = ``step``) picks a step per run: ``[run@first, run@last]``."""
     out = []
-    for run in runs:
-        flat = _flatten(run_summary(run, k=k, step=step), run)
-        flat["name"] = run.name
+    for i, run in enumerate(runs):
+        own = steps[i] if steps is not None and steps[i] else step
+        flat = _flatten(run_summary(run, k=k, step=own), run)
+        flat["name"] = run.name if own == "all" else f"{run.name}@{own}"
         out.append(flat)
     return out
+
+
+def split_run_arg(arg: str) -> tuple[str, str | None]:
+    """``runs/x@last`` → (``runs/x``, ``last``); a path that exists as written is never split."""
+    from pathlib import Path
+
+    if "@" in arg and not Path(arg).exists():
+        path, _, step = arg.rpartition("@")
+        if path:
+            return path, step
+    return arg, None
 
 
 def behaviour_table(summary: EvalSummary, title: str = "behaviour") -> Any:

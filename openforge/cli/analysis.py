@@ -92,21 +92,23 @@ def register(app: typer.Typer) -> None:
 
     @app.command("compare")
     def compare_cmd(
-        runs: list[Path] = typer.Argument(..., help="run directories, eval directories or trajectory files"),
+        runs: list[str] = typer.Argument(..., help="run directories, eval directories or trajectory files; "
+                                         "RUN@STEP picks a training step (first, last, N) of that run"),
         k: int = typer.Option(None, "--k", min=1, help="k of pass@k (default: each run's eval k, else 1)"),
         step: str = typer.Option("all", "--step", help="training runs: all, first, last or a step number"),
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     ) -> None:
         """Side-by-side metrics of runs (e.g. one model under several harnesses, or before vs after training)."""
-        from ..analysis.compare import compare_runs, compare_table
+        from ..analysis.compare import compare_runs, compare_table, split_run_arg
         from ..analysis.rundir import load_run
 
-        loaded = [load_run(p) for p in runs]
-        names = [r.name for r in loaded]
+        parsed = [split_run_arg(r) for r in runs]
+        loaded = [load_run(p) for p, _ in parsed]
+        names = [(r.name, s) for r, (_, s) in zip(loaded, parsed)]
         for i, r in enumerate(loaded):  # two runs called "run" in different folders stay apart
-            if names.count(r.name) > 1:
+            if names.count(names[i]) > 1:
                 r.name = f"{r.name} ({r.path.parent.name or i})"
-        rows = compare_runs(loaded, k=k, step=step)
+        rows = compare_runs(loaded, k=k, step=step, steps=[s for _, s in parsed])
         if as_json:
             typer.echo(json.dumps(rows, indent=1, default=str))
         else:

@@ -107,3 +107,13 @@ def test_forge_run_layout_store_steps_inferred_from_metrics(tmp_path: Path) -> N
     # counts that do not add up assign nothing rather than something wrong
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "statuses": {"success": 99}}\n')
     assert load_run(tmp_path).steps == []
+
+
+def test_forge_compare_run_at_step(demo: Path) -> None:
+    res = CliRunner().invoke(app, ["compare", f"{demo}@first", f"{demo}@last", "--json"])
+    assert res.exit_code == 0, res.output
+    first, last = json.loads(res.output)
+    assert (first["name"], last["name"]) == ("demo@first", "demo@last")
+    assert last["behaviour.generic_shell_share"] < first["behaviour.generic_shell_share"]
+    res = CliRunner().invoke(app, ["compare", f"{demo}@99"])
+    assert res.exit_code != 0 and "no trajectories at step 99" in str(res.exception)
