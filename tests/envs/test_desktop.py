@@ -1,0 +1,61 @@
+"""desktop environment: reference xdotool solutions pass and doing nothing fails, with a real Xvfb,
+real Tk apps and the sandboxed process reaching the display only through the forwarded X socket."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from openforge.environment import get_environment
+from openforge.envs.desktop import DesktopEnvironment
+from openforge.launchers.base import SandboxSpec
+from openforge.launchers.local import LocalLauncher
+
+pytestmark = pytest.mark.skipif(not (shutil.which("Xvfb") and shutil.which("xdotool")),
+                                reason="Xvfb/xdotool not installed (apt-get install xvfb xdotool)")
+pytest.importorskip("tkinter")
+ENV = DesktopEnvironment()
+
+
+@pytest.fixture
+async def launcher(tmp_path):
+    la = LocalLauncher(base_dir=tmp_path / "sbx")
+    yield la
+    await la.aclose()
+
+
+async def _run(launcher, task, cmds):
+    sbx = await launcher.start(SandboxSpec(rollout_id=f"d-{task.id}", task=task, proxy_url="", api_key="k",
+                                           hidden_paths=ENV.hidden_paths(task)))
+    try:
+        await ENV.setup(task, sbx)
+        for c in cmds:
+            r = await sbx.exec(["sh", "-c", c], env=ENV.harness_env(task, sbx), timeout_s=60)
+            assert r.returncode == 0, (c, r.stderr)
+        return await ENV.verify(task, sbx)
+    finally:
+        await ENV.teardown(task, sbx)
+        await sbx.close()
+
+
+def test_inventory():
+    assert isinstance(get_environment("desktop"), DesktopEnvironment)
+    assert len(ENV.tasks()) >= 6 and ENV.tasks("eval") and ENV.tasks("easy")
+
+
+@pytest.mark.parametrize("task_id", sorted(t.id for t in ENV.tasks()))
+async def test_reference_passes_and_nothing_fails(launcher, task_id):
+    task = ENV.task(task_id)
+    good = await _run(launcher, task, ENV.reference_solution(task))
+    assert good.reward == 1.0, good
+    bad = await _run(launcher, task, [])
+    assert bad.reward == 0.0 and "never saved" in bad.detail
+
+
+async def test_wrong_input_fails_and_screenshot_works_from_inside(launcher):
+    task = ENV.task("counter-three")
+    res = await _run(launcher, task, ["xdotool search --sync --name 'openforge counter' windowfocus --sync",
+                                      "xdotool key plus plus", "xdotool key Return",
+                                      "xdotool getdisplaygeometry | grep -q '1024 768'"])
+    assert res.reward == 0.0 and res.rewards == {"count": 0.0, "done": 1.0}
