@@ -220,12 +220,17 @@ async def test_groups_retry_infra_drop_short_groups_keep_policy_failures(rig, tm
     assert not list(Path(tmp_path / "sbx3").iterdir())
 
 
-def test_forge_rollout_cli_writes_trajectory(tmp_path):
+@pytest.mark.parametrize(("env", "task"), [("claw", "notes-create"), ("browser", "web-shop-mugs"),
+                                          ("desktop", "counter-three")])
+def test_forge_rollout_cli_writes_trajectory(tmp_path, env, task):
     import json
+    import shutil
     import subprocess
 
+    if env == "desktop" and not (shutil.which("Xvfb") and shutil.which("xdotool")):
+        pytest.skip("Xvfb/xdotool not installed")
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--env", "claw", "--task", "notes-create",
+    r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--env", env, "--task", task,
                         "--backend", "scripted:-", "--reference", "--out", str(out)], capture_output=True, text=True,
                        env={**os.environ, "COLUMNS": "200"},
                        timeout=300)
@@ -233,6 +238,8 @@ def test_forge_rollout_cli_writes_trajectory(tmp_path):
     assert "success" in r.stdout and "written" in r.stdout
     traj = json.loads((out / "trajectory.json").read_text())
     assert traj["status"] == "success" and traj["reward"] == 1.0 and traj["calls"]
+    if env != "claw":
+        return
     r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--task", "no-such-task",
                         "--backend", "scripted:x", "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "has no task 'no-such-task'" in r.stderr
