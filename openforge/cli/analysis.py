@@ -28,19 +28,22 @@ def _eval_table(summary: Any) -> Any:
 
     k = summary.k
     t = Table(title=f"forge eval · {summary.tasks} tasks × {k} trials")
-    for col in ("category", "tasks", "pass@1", f"pass@{k}", f"pass^{k}", "mean reward", "failures"):
+    cols = ["category", "tasks", "pass@1", *([f"pass@{k}", f"pass^{k}"] if k > 1 else []), "mean reward", "failures"]
+    for col in cols:
         t.add_column(col, justify="left" if col in ("category", "failures") else "right", overflow="fold")
 
     def failures(st: dict[str, int]) -> str:
         return " ".join(f"{s.replace('_failure', '').replace('_error', '')} {n}"
                         for s, n in sorted(st.items()) if s != "success") or "–"
 
+    def row(name: str, tasks: int, p1: Any, pk: Any, phk: Any, mr: Any, st: dict[str, int], **kw: Any) -> None:
+        passk = [fmt_value(pk, "pct"), fmt_value(phk, "pct")] if k > 1 else []
+        t.add_row(name, str(tasks), fmt_value(p1, "pct"), *passk, fmt_value(mr, "float"), failures(st), **kw)
+
     for c in summary.categories:
-        t.add_row(c.category, str(c.tasks), fmt_value(c.pass_at_1, "pct"), fmt_value(c.pass_at_k, "pct"),
-                  fmt_value(c.pass_hat_k, "pct"), fmt_value(c.mean_reward, "float"), failures(c.statuses))
-    t.add_row("[bold]all[/]", str(summary.tasks), fmt_value(summary.pass_at_1, "pct"),
-              fmt_value(summary.pass_at_k, "pct"), fmt_value(summary.pass_hat_k, "pct"),
-              fmt_value(summary.mean_reward, "float"), failures(summary.statuses), style="bold")
+        row(c.category, c.tasks, c.pass_at_1, c.pass_at_k, c.pass_hat_k, c.mean_reward, c.statuses)
+    row("[bold]all[/]", summary.tasks, summary.pass_at_1, summary.pass_at_k, summary.pass_hat_k,
+        summary.mean_reward, summary.statuses, style="bold")
     return t
 
 
