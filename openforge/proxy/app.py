@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import ProxyError
@@ -118,14 +118,10 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             log.exception("proxy error")
             return _err(api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500, kind="api_error"))
         if req.stream:
-            chunks = list(adapter.stream(req, result, st))
-
-            async def gen() -> Any:
-                for c in chunks:
-                    yield c
-
-            return StreamingResponse(gen(), media_type="text/event-stream",
-                                     headers={"cache-control": "no-cache", "x-openforge-call": str(result.call_index)})
+            # The answer is complete (generation finished and the call is durable), so the whole event
+            # sequence goes out in one write: same SSE bytes, far fewer syscalls than chunk-by-chunk.
+            return Response(b"".join(adapter.stream(req, result, st)), media_type="text/event-stream",
+                            headers={"cache-control": "no-cache", "x-openforge-call": str(result.call_index)})
         return _Json(adapter.respond(req, result, st), headers={"x-openforge-call": str(result.call_index)})
 
     async def chat(request: Request) -> Response:

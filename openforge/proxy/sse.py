@@ -12,8 +12,19 @@ from typing import Any
 __all__ = ["dumps", "sse", "sse_data"]
 
 
-def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+try:
+    import orjson
+
+    def dumps(obj: Any) -> bytes:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:  # e.g. integers beyond 64 bits echoed from a request
+            return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+
+except ImportError:  # pragma: no cover
+
+    def dumps(obj: Any) -> bytes:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def sse(event: str, data: dict[str, Any]) -> bytes:

@@ -12,7 +12,8 @@ import json
 import os
 from typing import Any
 
-from ...errors import BackendError, BackendTimeout
+from ...errors import BackendError
+from ._http import JsonClient
 from .base import Backend, GenContext, SamplingParams, TextCompletion
 
 __all__ = ["OpenAIBackend"]
@@ -42,17 +43,14 @@ class OpenAIBackend(Backend):
 
     def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 600.0, max_connections: int = 1024):
-        import httpx
-
         self.url = url.rstrip("/")
         self.name = f"openai:{self.url}"
         self.model = model
         self._tokenizer = tokenizer
         key = api_key or os.environ.get("OPENFORGE_UPSTREAM_API_KEY") or os.environ.get("OPENAI_API_KEY")
         headers = {"authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers,
-                                         limits=httpx.Limits(max_connections=max_connections,
-                                                             max_keepalive_connections=max_connections))
+        self._client = JsonClient(headers=headers, timeout_s=timeout_s, max_connections=max_connections,
+                                  label=f"upstream {self.url}")
 
     @property
     def tokenizer(self) -> Any:
@@ -63,8 +61,6 @@ class OpenAIBackend(Backend):
         return self._tokenizer
 
     async def complete(self, request: Any, params: SamplingParams, ctx: GenContext | None = None) -> TextCompletion:
-        import httpx
-
         body: dict[str, Any] = {"model": self.model or request.model, "messages": to_openai_messages(request.messages),
                                 "max_tokens": params.max_tokens, "stream": False}
         if request.tools:
@@ -75,19 +71,11 @@ class OpenAIBackend(Backend):
             body["temperature"] = request.temperature
         if request.response_format is not None and request.api == "chat":
             body["response_format"] = request.response_format
+        data = await self._client.json("POST", self.url + "/chat/completions", body)
         try:
-            r = await self._client.post(self.url + "/chat/completions", json=body)
-        except httpx.TimeoutException as e:
-            raise BackendTimeout(f"upstream {self.url} timed out: {e}") from None
-        except httpx.HTTPError as e:
-            raise BackendError(f"upstream {self.url} unreachable: {type(e).__name__}: {e}") from None
-        if r.status_code != 200:
-            raise BackendError(f"upstream {self.url} -> HTTP {r.status_code}: {r.text[:500]}")
-        try:
-            data = r.json()
             choice = data["choices"][0]
             msg = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError) as e:
+        except (KeyError, IndexError, TypeError) as e:
             raise BackendError(f"upstream returned an unexpected body ({type(e).__name__}: {e})") from None
         calls = [{"id": tc.get("id"), "name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or "{}"}
                  for tc in msg.get("tool_calls") or [] if isinstance(tc, dict) and tc.get("function")]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import BackendError, BackendTimeout
+from ...errors import BackendError
+from ._http import JsonClient
 from .base import Backend, GenContext, Generation, SamplingParams
 
 __all__ = ["VLLMBackend"]
@@ -22,8 +23,6 @@ class VLLMBackend(Backend):
 
     def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 600.0, max_connections: int = 512):
-        import httpx
-
         self.url = url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]
@@ -31,9 +30,8 @@ class VLLMBackend(Backend):
         self.model = model
         self._tokenizer = tokenizer
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0), headers=headers,
-                                         limits=httpx.Limits(max_connections=max_connections,
-                                                             max_keepalive_connections=max_connections))
+        self._client = JsonClient(headers=headers, timeout_s=timeout_s, max_connections=max_connections,
+                                  label=f"vLLM at {self.url}")
 
     @property
     def tokenizer(self) -> Any:
@@ -53,20 +51,7 @@ class VLLMBackend(Backend):
         return self.model
 
     async def _request(self, method: str, path: str, json: Any = None) -> Any:
-        import httpx
-
-        try:
-            r = await self._client.request(method, self.url + path, json=json)
-        except httpx.TimeoutException as e:
-            raise BackendTimeout(f"vLLM at {self.url} timed out: {e}") from None
-        except httpx.HTTPError as e:
-            raise BackendError(f"vLLM at {self.url} unreachable: {type(e).__name__}: {e}") from None
-        if r.status_code != 200:
-            raise BackendError(f"vLLM {method} {path} -> HTTP {r.status_code}: {r.text[:500]}")
-        try:
-            return r.json()
-        except ValueError:
-            raise BackendError(f"vLLM {path} returned non-JSON: {r.text[:200]}") from None
+        return await self._client.json(method, self.url + path, json)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None) -> Generation:
         body: dict[str, Any] = {

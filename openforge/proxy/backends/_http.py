@@ -1,0 +1,80 @@
+"""The HTTP client the remote back-ends (``vllm:``, ``openai:``) share: aiohttp when installed (about a
+third of httpx's per-request CPU cost, which matters for proxy overhead), httpx otherwise.
+
+Owns: :class:`JsonClient` — ``await request(method, url, body) -> (status, text)`` with transport
+errors mapped to :class:`~openforge.errors.BackendError` / :class:`~openforge.errors.BackendTimeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from ...errors import BackendError, BackendTimeout
+
+__all__ = ["JsonClient"]
+
+
+class JsonClient:
+    def __init__(self, *, headers: dict[str, str], timeout_s: float, max_connections: int, label: str):
+        self.headers = {"content-type": "application/json", **headers}
+        self.timeout_s = timeout_s
+        self.max_connections = max_connections
+        self.label = label
+        self._session: Any = None
+        self._httpx: Any = None
+
+    def _client(self) -> Any:
+        if self._session is None and self._httpx is None:
+            try:
+                import aiohttp
+
+                self._session = aiohttp.ClientSession(
+                    headers=self.headers,
+                    connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=self.max_connections),
+                    timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10.0),
+                    json_serialize=json.dumps)
+            except ImportError:
+                import httpx
+
+                self._httpx = httpx.AsyncClient(
+                    headers=self.headers, timeout=httpx.Timeout(self.timeout_s, connect=10.0),
+                    limits=httpx.Limits(max_connections=self.max_connections,
+                                        max_keepalive_connections=self.max_connections))
+        return self._session or self._httpx
+
+    async def request(self, method: str, url: str, body: Any = None) -> tuple[int, str]:
+        client = self._client()
+        data = json.dumps(body) if body is not None else None
+        try:
+            if self._session is not None:
+                async with client.request(method, url, data=data) as r:
+                    return r.status, await r.text()
+            r = await client.request(method, url, content=data)
+            return r.status_code, r.text
+        except asyncio.TimeoutError:
+            raise BackendTimeout(f"{self.label} timed out after {self.timeout_s:g}s") from None
+        except Exception as e:
+            if type(e).__name__ in ("TimeoutException", "ReadTimeout", "ConnectTimeout", "PoolTimeout", "WriteTimeout"):
+                raise BackendTimeout(f"{self.label} timed out: {e}") from None
+            if isinstance(e, (OSError, ValueError)) or type(e).__module__.split(".")[0] in ("aiohttp", "httpx", "httpcore"):
+                raise BackendError(f"{self.label} unreachable: {type(e).__name__}: {e}") from None
+            raise
+
+    async def json(self, method: str, url: str, body: Any = None) -> Any:
+        status, text = await self.request(method, url, body)
+        if status != 200:
+            raise BackendError(f"{self.label} {method} {url} -> HTTP {status}: {text[:500]}")
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise BackendError(f"{self.label} {url} returned non-JSON: {text[:200]}") from None
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._httpx is not None:
+            await self._httpx.aclose()
+            self._httpx = None
