@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError
-from ._isolation import CgroupSet, detect_isolation, rlimit_preexec, scrub_env
+from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._reaper import kill_tree
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec
 
@@ -76,11 +76,10 @@ class LocalLauncher(Launcher):
         else:
             raise SandboxError(f"unknown isolation {isolation!r}: use auto, bwrap, unshare or none")
         if self.isolation != "bwrap":
-            log.warning(
-                "local launcher: %s; %s. Install bubblewrap (apt-get install bubblewrap) for full isolation.",
-                why or "namespaces unavailable",
-                "the network is NOT isolated" if self.isolation == "none" else "only the network is isolated",
-            )
+            cause = f"isolation={isolation!r} was asked for" if isolation != "auto" else (why or "namespaces unavailable")
+            log.warning("local launcher: %s; %s.%s", cause,
+                        "the network is NOT isolated" if self.isolation == "none" else "only the network is isolated",
+                        "" if isolation != "auto" else " Install bubblewrap (apt-get install bubblewrap) for full isolation.")
         self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes")
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.grace_s = grace_s
@@ -275,16 +274,16 @@ class LocalSandbox(Sandbox):
         full_env = scrub_env(self.home, tmp, {**self.spec.env, **(env or {})})
         res = self.spec.task.resources
         budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
-        preexec = rlimit_preexec(
+        prefix = limits_prefix(
             memory_mb=res.memory_mb, cpu_s=budget * max(res.cpu, 1.0) + 5, max_open_files=res.max_open_files,
             max_procs=res.max_processes, cgroups=self.cgroups,
         )
         t0 = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self._command(argv, cwd_p), cwd=str(cwd_p), env=full_env,
+                *prefix, *self._command(argv, cwd_p), cwd=str(cwd_p), env=full_env,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=preexec,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as e:
             return ExecResult(127, "", f"cannot run {argv[0]!r}: {e.strerror or e}", time.monotonic() - t0)
