@@ -41,7 +41,9 @@ __all__ = [
 ]
 
 # Training entry points, imported on first use so `import openforge` stays light.
-_LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config", "load_config": "config"}
+_LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config", "load_config": "config",
+         "Environment": "environment", "VerifyResult": "environment", "get_environment": "environment",
+         "run_rollout": "rollout", "run_groups": "rollout"}
 __all__ += list(_LAZY)
 
 
