@@ -243,3 +243,30 @@ def test_forge_rollout_cli_writes_trajectory(tmp_path, env, task):
     r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--task", "no-such-task",
                         "--backend", "scripted:x", "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "has no task 'no-such-task'" in r.stderr
+
+
+def test_ctrl_c_on_forge_rollout_records_cancelled_and_leaves_nothing(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "script.yaml"
+    script.write_text("turns:\n  - shell: 'sleep 600'\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "rollout", "--task", "files-create-hello",
+                             "--backend", f"scripted:{script}", "--out", str(out)],
+                            env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    base = tmp_path / "openforge-sandboxes"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout:
+        time.sleep(0.2)
+    assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout, proc.stderr
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "cancelled" in err
+    assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
+    assert not list(base.iterdir())
+    [traj] = list(TrajectoryStore(out / "store.db").trajectories())
+    assert traj.status == S.CANCELLED
