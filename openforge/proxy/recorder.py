@@ -128,6 +128,12 @@ class Recorder:
         calls = sorted(st.calls, key=lambda c: c.index)
         errors = [c.index for c in calls if c.status == CallStatus.ERROR]
         trailing_error = bool(calls) and calls[-1].status == CallStatus.ERROR
+        status = RolloutStatus(status) if status is not None else None
+        if status in (RolloutStatus.POLICY_FAILURE, RolloutStatus.TIMEOUT) and trailing_error:
+            # The policy never got to answer its last call: an infra failure, discarded, never scored 0.
+            error = error or f"overridden from {status.value}: the policy back-end failed on the last call " \
+                             f"({calls[-1].error})"
+            status = None
         if status is None:
             if trailing_error:
                 status = RolloutStatus.INFRA_ERROR

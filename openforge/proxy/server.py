@@ -148,7 +148,9 @@ class ProxyServer:
         """Close a rollout: later calls are refused; returns the trajectory with validated segments.
 
         ``status`` defaults to ``infra_error`` when the last call failed in the back-end, else to
-        ``success`` / ``policy_failure`` by ``reward > 0`` (``success`` when no reward is given)."""
+        ``success`` / ``policy_failure`` by ``reward > 0`` (``success`` when no reward is given). A
+        given ``policy_failure`` / ``timeout`` becomes ``infra_error`` when the last call failed in the
+        back-end (the policy never answered it), so back-end outages are never scored 0."""
         return self.recorder.finish(rollout_id, reward=reward, status=status, rewards=rewards, error=error,
                                     environment=environment)
 

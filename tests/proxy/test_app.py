@@ -140,9 +140,9 @@ async def test_backend_error_is_retryable_5xx_and_infra_failure(tokenizer):
         r = await c.post(f"/r/{h.rollout_id}/v1/messages", json={"model": "m", "max_tokens": 5,
                          "messages": [{"role": "user", "content": "hi"}]}, headers={"x-api-key": h.api_key})
     assert r.status_code == 500 and r.json()["type"] == "error" and r.json()["error"]["type"] == "api_error"
-    traj = proxy.finish_rollout(h.rollout_id, reward=1.0 if False else None)
+    traj = proxy.finish_rollout(h.rollout_id, reward=0.0, status="policy_failure")  # what a verifier would say
     assert traj.calls[0].status == CallStatus.ERROR and traj.status == RolloutStatus.INFRA_ERROR
-    assert traj.status.is_infra_failure
+    assert traj.status.is_infra_failure and "back-end failed" in traj.error
 
 
 async def test_backend_timeout_is_503(tokenizer):
