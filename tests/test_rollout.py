@@ -251,7 +251,7 @@ def test_ctrl_c_on_forge_rollout_records_cancelled_and_leaves_nothing(tmp_path):
     import time
 
     script = tmp_path / "script.yaml"
-    script.write_text("turns:\n  - shell: 'sleep 600'\n")
+    script.write_text("turns:\n  - shell: 'sleep 613'\n")
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "rollout", "--task", "files-create-hello",
                              "--backend", f"scripted:{script}", "--out", str(out)],
@@ -259,14 +259,14 @@ def test_ctrl_c_on_forge_rollout_records_cancelled_and_leaves_nothing(tmp_path):
                             stderr=subprocess.PIPE, text=True)
     base = tmp_path / "openforge-sandboxes"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout:
+    while time.monotonic() < deadline and not subprocess.run(["pgrep", "-f", "sleep 613"], capture_output=True).stdout:
         time.sleep(0.2)
-    assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout, proc.stderr
+    assert subprocess.run(["pgrep", "-f", "sleep 613"], capture_output=True).stdout, proc.stderr
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "cancelled" in err
-    assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
+    assert not subprocess.run(["pgrep", "-f", "sleep 613"], capture_output=True).stdout
     assert not list(base.iterdir())
     [traj] = list(TrajectoryStore(out / "store.db").trajectories())
     assert traj.status == S.CANCELLED

@@ -15,7 +15,7 @@ async def main(base: str, how: str) -> None:
                        api_key="k")
     try:
         async with await launcher.start(spec) as sbx:
-            cmd = "sleep 1000 & echo $! > pids; sleep 1000 & echo $! >> pids; exec sleep 1000"
+            cmd = "sleep 1013 & echo $! > pids; sleep 1013 & echo $! >> pids; exec sleep 1013"
             task = asyncio.create_task(sbx.exec(["sh", "-c", cmd], timeout_s=1000))
             while not (sbx.workdir / "pids").exists() or len((sbx.workdir / "pids").read_text().split()) < 2:
                 await asyncio.sleep(0.05)

@@ -105,12 +105,12 @@ def test_unknown_isolation_is_a_clear_error(tmp_path):
 async def test_budget_kills_the_whole_process_group(launcher):
     async with await launcher.start(spec()) as sbx:
         t0 = time.monotonic()
-        r = await sbx.exec(["sh", "-c", "(trap '' TERM; sleep 300) & echo $! > bg; sleep 300"], timeout_s=1.0)
+        r = await sbx.exec(["sh", "-c", "(trap '' TERM; sleep 307) & echo $! > bg; sleep 307"], timeout_s=1.0)
         assert r.timed_out and r.returncode is None
         assert time.monotonic() - t0 < 1.0 + launcher.grace_s + 3
         out = await sbx.exec(["sh", "-c", "ps -eo pid,comm | grep -c sleep || true"])
         assert out.stdout.strip() == "0"
-    assert subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True).stdout == b""
+    assert subprocess.run(["pgrep", "-f", "sleep 307"], capture_output=True).stdout == b""
 
 
 async def test_rlimits_and_cgroups(launcher):
@@ -145,7 +145,7 @@ async def test_hidden_paths_are_invisible(launcher, tmp_path):
 
 async def test_cancel_kills_processes_and_close_removes_dir(launcher):
     sbx = await launcher.start(spec())
-    task = asyncio.create_task(sbx.exec(["sh", "-c", "echo $$ > pid; exec sleep 300"], timeout_s=300))
+    task = asyncio.create_task(sbx.exec(["sh", "-c", "echo $$ > pid; exec sleep 307"], timeout_s=300))
     while not (sbx.workdir / "pid").exists():
         await asyncio.sleep(0.05)
     task.cancel()
@@ -154,11 +154,11 @@ async def test_cancel_kills_processes_and_close_removes_dir(launcher):
     await sbx.close()
     await sbx.close()  # idempotent
     assert not sbx.root.exists()
-    assert subprocess.run(["pgrep", "-f", "sleep 300"], capture_output=True).stdout == b""
+    assert subprocess.run(["pgrep", "-f", "sleep 307"], capture_output=True).stdout == b""
 
 
 def _no_sleepers() -> bool:
-    return subprocess.run(["pgrep", "-f", "sleep 1000"], capture_output=True).stdout == b""
+    return subprocess.run(["pgrep", "-f", "sleep 1013"], capture_output=True).stdout == b""
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigint", "raise"])
