@@ -271,6 +271,13 @@ async def run_groups(
         raise ConfigError(f"group_size and concurrency must be ≥ 1 (got {group_size}, {concurrency})")
     sem = asyncio.Semaphore(concurrency)
     results = GroupResults()
+    sink = store if store is not None else getattr(proxy, "store", None)
+
+    def discard(traj: Trajectory, reason: str) -> None:
+        """Keep a non-trainable attempt with its reason, in the results and in the store."""
+        t = traj.model_copy(update={"metadata": {**traj.metadata, "discard_reason": reason}})
+        results.discarded.append(t)
+        _store(sink, t)
     members: dict[int, list[Trajectory | None]] = {i: [None] * group_size for i in range(len(tasks))}
     bar = _Progress(len(tasks) * group_size, enabled=progress)
 
@@ -284,13 +291,11 @@ async def run_groups(
                                          metadata={"group": ti, "slot": slot, "attempt": attempt}, **rollout_kw)
             results.attempts += 1
             if traj.status in retry_on and attempt < max_retries:
-                results.discarded.append(traj.model_copy(update={"metadata": {
-                    **traj.metadata, "discard_reason": f"{traj.status.value}, retried: {traj.error}"}}))
+                discard(traj, f"{traj.status.value}, retried: {traj.error}")
                 bar.note(traj)
                 continue
             if not traj.trainable:
-                results.discarded.append(traj.model_copy(update={"metadata": {
-                    **traj.metadata, "discard_reason": f"{traj.status.value}: {traj.error}"}}))
+                discard(traj, f"{traj.status.value}: {traj.error}")
             else:
                 members[ti][slot] = traj
             bar.advance(traj)
@@ -305,7 +310,8 @@ async def run_groups(
                                     "reason": f"only {len(valid)} of {group_size} rollouts were trainable "
                                               f"(need ≥ {min(min_group, group_size)})",
                                     "rollout_ids": [t.rollout_id for t in valid]})
-            results.discarded.extend(valid)
+            for t in valid:
+                discard(t, f"group dropped: {results.dropped[-1]['reason']}")
             continue
         results.append(TrajectoryGroup(task_id=task.id, trajectories=valid))
     return results

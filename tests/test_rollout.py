@@ -216,6 +216,7 @@ async def test_groups_retry_infra_drop_short_groups_keep_policy_failures(rig, tm
     assert all(t.status == S.INFRA_ERROR for t in res.discarded) and len(res.discarded) >= 4
     assert all("discard_reason" in t.metadata for t in res.discarded)
     stored = list(store.trajectories())
+    assert all("discard_reason" in t.metadata for t in stored if t.status == S.INFRA_ERROR)
     assert len(stored) == res.attempts and {t.status for t in stored} == {S.SUCCESS, S.POLICY_FAILURE, S.INFRA_ERROR}
     assert not list(Path(tmp_path / "sbx3").iterdir())
 
