@@ -175,6 +175,30 @@ class LocalSandbox(Sandbox):
         isolated_net = self.isolation != "none" and not self.spec.network
         if self.spec.proxy_uds and isolated_net:
             self.proxy_url = await self.expose(self.spec.proxy_uds)
+        elif self.spec.proxy_url and isolated_net:
+            # A proxy reachable only over TCP: bridge a Unix socket in the rollout dir to it.
+            self.proxy_url = await self.expose(await self._tcp_bridge(self.spec.proxy_url))
+
+    async def _tcp_bridge(self, url: str) -> str:
+        from urllib.parse import urlparse
+
+        u = urlparse(url)
+        host, port = u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)
+        path = self.root / "proxy.sock"
+        if len(str(path)) > 100:
+            raise SandboxError(f"sandbox dir {self.root} is too deep for a Unix socket; use a shorter base_dir "
+                               "or give the proxy a uds path")
+
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                ur, uw = await asyncio.open_connection(host, port)
+            except OSError:
+                w.close()
+                return
+            await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
+
+        self._host_fwd.append(await asyncio.start_unix_server(handle, str(path)))
+        return str(path)
 
     @property
     def limits(self) -> dict[str, str]:

@@ -193,3 +193,27 @@ def test_stale_dirs_of_dead_drivers_are_swept(tmp_path):
     (mine / ".owner").write_text(str(os.getpid()))
     LocalLauncher(base_dir=base)
     assert not stale.exists() and mine.exists()
+
+
+@needs_ns
+async def test_tcp_only_proxy_is_bridged_and_other_ports_stay_closed(launcher):
+    async def handle(r, w):
+        await r.readuntil(b"\r\n\r\n")
+        w.write(b"HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\ntcp-ok")
+        await w.drain()
+        w.close()
+
+    proxy = await asyncio.start_server(handle, "127.0.0.1", 0)
+    other = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port, other_port = proxy.sockets[0].getsockname()[1], other.sockets[0].getsockname()[1]
+    s = spec()
+    s.proxy_url = f"http://127.0.0.1:{port}"
+    try:
+        async with await launcher.start(s) as sbx:
+            assert sbx.proxy_url != s.proxy_url
+            r = await sbx.exec(["sh", "-c", f"curl -s {sbx.proxy_url}/; echo; curl -s -m 2 http://127.0.0.1:{other_port}/ "
+                                            f"|| echo refused; curl -s -m 2 http://127.0.0.1:{port}/ || echo refused"])
+            assert r.stdout.split() == ["tcp-ok", "refused", "refused"], r
+    finally:
+        proxy.close()
+        other.close()
