@@ -23,6 +23,7 @@ __all__ = [
     "CanonicalRequest",
     "CanonicalResult",
     "ToolCallOut",
+    "forced_tool",
     "new_id",
     "parse_arguments",
     "require",
@@ -44,6 +45,31 @@ def parse_arguments(args: Any) -> Any:
             return args
         return v if isinstance(v, dict) else args
     return args if args is not None else {}
+
+
+def forced_tool(tool_choice: Any, tools: list[dict[str, Any]]) -> str | None:
+    """The tool a request forces: a name, ``""`` for "some tool" (required / any), None when free.
+    Understands the Chat (``{"type": "function", "function": {"name"}}``), Responses (``{"type":
+    "function"|"custom", "name"}``) and Messages (``{"type": "tool", "name"}`` / ``{"type": "any"}``) forms."""
+    if not tools or tool_choice is None:
+        return None
+    if tool_choice == "required":
+        return ""
+    if not isinstance(tool_choice, dict):
+        return None
+    typ = tool_choice.get("type")
+    if typ == "any":
+        return ""
+    name = None
+    if typ == "function" and isinstance(tool_choice.get("function"), dict):
+        name = tool_choice["function"].get("name")
+    elif typ in ("function", "custom", "tool"):
+        name = tool_choice.get("name")
+    if not isinstance(name, str):
+        return None
+    if name not in {t["function"]["name"] for t in tools}:
+        raise ProxyError(f"'tool_choice' names tool {name!r}, which is not in 'tools'", 400, param="tool_choice")
+    return name
 
 
 def require(cond: bool, message: str, param: str | None = None) -> None:

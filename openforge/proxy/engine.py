@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import BackendError, BackendTimeout, ProxyError
 from ..types import CallStatus, ModelCall
 from .backends.base import Backend, GenContext, Generation, SamplingParams
-from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, new_id
+from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
 from .recorder import Recorder, RolloutState
 from .render import Head, Renderer
 
@@ -123,28 +123,34 @@ class Engine:
         return None
 
     async def _serve(self, st: RolloutState, req: CanonicalRequest, body: bytes) -> CanonicalResult:
-        index = st.take_index()
         params = self.params_for(req)
+        rendered, prefix = None, ""
+        if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
+            forced = forced_tool(req.tool_choice, req.tools)
+            try:
+                rendered = self.renderer.render(req.messages, req.tools, st.heads)
+            except Exception as e:
+                raise ProxyError(f"the conversation cannot be rendered with the chat template: "
+                                 f"{type(e).__name__}: {e}", 400) from None
+            if forced is not None and self.backend.honors_prefill:
+                prefix = self.renderer.parser.forced_prefix(forced)
+                rendered.ids = rendered.ids + self.renderer.encode(prefix)
+        index = st.take_index()
         ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools)
         started, t0 = time.time(), time.perf_counter()
         call = ModelCall(index=index, api=req.api, request=_request_record(req, body), model=req.model,
                          started_at=started, exact=self.backend.exact and not self.backend.passthrough,
                          sampling={"enforced": params.model_dump(exclude_none=True),
                                    "requested": req.requested_sampling()})
-        rendered = None
         try:
             if self.backend.passthrough:
                 result, call = await self._passthrough(req, params, ctx, call)
             else:
-                try:
-                    rendered = self.renderer.render(req.messages, req.tools, st.heads)
-                except Exception as e:
-                    raise ProxyError(f"the conversation cannot be rendered with the chat template: "
-                                     f"{type(e).__name__}: {e}", 400) from None
+                assert rendered is not None
                 call.prompt_ids = rendered.ids
                 call.system_prefix_len = rendered.system_prefix_len
                 gen = await self._generate(rendered.ids, params, ctx)
-                result = self._result(gen, len(rendered.ids))
+                result = self._result(gen, len(rendered.ids), prefix)
                 call.output_ids, call.output_logprobs = gen.output_ids, gen.logprobs
                 call.finish_reason = result.finish_reason
                 call.has_reasoning = bool(result.reasoning)
@@ -186,8 +192,8 @@ class Engine:
             raise BackendError(f"back-end returned {len(gen.logprobs)} logprobs for {len(gen.output_ids)} tokens")
         return gen
 
-    def _result(self, gen: Generation, n_prompt: int) -> CanonicalResult:
-        parsed = self.renderer.parse(gen.output_ids)
+    def _result(self, gen: Generation, n_prompt: int, prefix: str = "") -> CanonicalResult:
+        parsed = self.renderer.parse(gen.output_ids, prefix)
         finish = gen.finish_reason if gen.finish_reason in ("stop", "length") else "stop"
         if parsed.tool_calls and finish == "stop":
             finish = "tool_calls"

@@ -74,6 +74,13 @@ class HermesParser:
         kept.append(text[pos:])
         return Parsed(text="".join(kept).strip(), reasoning=reasoning or None, tool_calls=calls)
 
+    def forced_prefix(self, name: str) -> str:
+        """Generation prefix that forces a tool call (``name == ""``: any tool). The prefix goes into
+        the prompt (context, mask 0); the policy generates the rest of the call."""
+        if not name:
+            return '<tool_call>\n{"name": "'
+        return '<tool_call>\n{"name": ' + json.dumps(name, ensure_ascii=False) + ', "arguments": '
+
     def format(self, text: str, reasoning: str | None, tool_calls: list[tuple[str, Any]]) -> str:
         """The text a model would generate for this turn (inverse of :meth:`parse`), in the exact
         layout the template renders an assistant turn, without the end-of-turn token."""
@@ -189,11 +196,11 @@ class Renderer:
         return head.ids + self.encode(tail + full[len(prefix):])
 
     # -- output ----------------------------------------------------------------------------------
-    def parse(self, output_ids: list[int]) -> Parsed:
+    def parse(self, output_ids: list[int], prefix: str = "") -> Parsed:
         ids = output_ids
         if ids and self.eos_id is not None and ids[-1] == self.eos_id:
             ids = ids[:-1]
-        return self.parser.parse(self.decode(ids))
+        return self.parser.parse(prefix + self.decode(ids))
 
     def format_output(self, text: str, reasoning: str | None, tool_calls: list[tuple[str, Any]]) -> str:
         return self.parser.format(text, reasoning, tool_calls) + self.eos_text

@@ -269,3 +269,50 @@ async def test_unix_socket_listener(tokenizer, tmp_path):
             r = await c.post(f"{h.openai_base_url}/chat/completions", json=chat(), headers={"x-api-key": h.api_key})
         assert r.json()["choices"][0]["message"]["content"] == "via uds"
         assert json.loads(proxy.finish_rollout(h.rollout_id).to_json())["calls"][0]["exact"] is True
+
+
+class FixedTokens(ScriptedBackend):
+    """A token back-end that always generates the same continuation (and honours prefill)."""
+
+    honors_prefill = True
+
+    def __init__(self, text, tokenizer):
+        super().__init__({"turns": []}, tokenizer=tokenizer)
+        self.text = text
+        self.prompts = []
+
+    async def generate(self, prompt_ids, params, ctx=None):
+        self.prompts.append(prompt_ids)
+        ids = self.tokenizer.encode(self.text, add_special_tokens=False)
+        return type(await super().generate(prompt_ids, params, ctx))(ids, [-0.5] * len(ids), "stop")
+
+
+@pytest.mark.parametrize("api", ["chat", "messages", "responses"])
+async def test_forced_tool_choice_is_prefilled(tokenizer, api):
+    backend = FixedTokens('{"command": "ls"}}\n</tool_call><|im_end|>', tokenizer)
+    proxy = ProxyServer(backend)
+    h = proxy.create_rollout("t")
+    hdr = {"x-api-key": h.api_key}
+    fn = TOOLS[0]["function"]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as c:
+        if api == "chat":
+            r = (await c.post(f"/r/{h.rollout_id}/v1/chat/completions", headers=hdr, json=chat(
+                tools=TOOLS, tool_choice={"type": "function", "function": {"name": "bash"}}))).json()
+            args = r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+        elif api == "messages":
+            r = (await c.post(f"/r/{h.rollout_id}/v1/messages", headers=hdr, json={
+                "model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": "x"}],
+                "tools": [{"name": "bash", "input_schema": fn["parameters"]}], "tool_choice": {"type": "tool", "name": "bash"}})).json()
+            args = json.dumps(r["content"][0]["input"])
+        else:
+            r = (await c.post(f"/r/{h.rollout_id}/v1/responses", headers=hdr, json={
+                "model": "m", "input": "x", "tools": [{"type": "function", **fn}],
+                "tool_choice": {"type": "function", "name": "bash"}})).json()
+            args = r["output"][0]["arguments"]
+        assert json.loads(args) == {"command": "ls"}
+        bad = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", headers=hdr, json=chat(
+            [{"role": "user", "content": "y"}], tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}))
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "tool_choice"
+    assert proxy.renderer.decode(backend.prompts[0]).endswith('<|im_start|>assistant\n<tool_call>\n{"name": "bash", "arguments": ')
+    traj = proxy.finish_rollout(h.rollout_id)
+    assert [c.index for c in traj.calls] == [0] and len(traj.segments) == 1  # the refused call left no gap

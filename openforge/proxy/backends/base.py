@@ -72,6 +72,8 @@ class Backend(abc.ABC):
 
     exact: bool = True
     passthrough: bool = False
+    # False for back-ends that write whole turns themselves (scripted): no forced-tool prefill then.
+    honors_prefill: bool = True
     name: str = "backend"
 
     @property

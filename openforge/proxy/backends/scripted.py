@@ -110,6 +110,7 @@ class ScriptedBackend(Backend):
     """Replay a script per rollout. ``tokenizer`` defaults to SmolLM2's (loaded once, cached)."""
 
     exact = True
+    honors_prefill = False
     name = "scripted"
 
     def __init__(self, script: str | Path | dict[str, Any] | list[Any], tokenizer: Any = None):
