@@ -118,6 +118,16 @@ async def test_pod_exec_files_logs_and_cleanup(cluster, tmp_path):
     la = make_launcher(cluster, tmp_path)
     sbx = await la.start(spec("r-exec"))
     assert "of-stale" not in cluster.pods(), "orphan of the same run not removed on start"
+    from kubernetes import client
+
+    [pol] = [p for p in cluster.api.sanitize_for_serialization(
+        client.NetworkingV1Api(cluster.api).list_namespaced_network_policy("default").items)
+        if p["metadata"]["name"] == "k1-egress"]
+    assert pol["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "127.0.0.1/32"}}]
+    assert pol["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 9}]
+    manifest = cluster.api.sanitize_for_serialization(cluster.core.read_namespaced_pod(sbx.pod, "default"))
+    assert manifest["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1000m", "memory": "512Mi",
+                                                                        "ephemeral-storage": "4Gi"}
     r = await sbx.exec(["sh", "-c", "echo hi; echo $OPENFORGE_API_KEY; echo err >&2; pwd"])
     assert r.returncode == 0 and r.stdout.split() == ["hi", "sk-rollout", str(sbx.workdir)] and r.stderr == "err\n"
     await sbx.write_file("a/b.txt", b"data", 0o600)
