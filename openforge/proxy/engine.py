@@ -23,6 +23,11 @@ from .render import Head, Renderer
 __all__ = ["ClientGone", "Engine"]
 
 MAX_REPLAY = 256  # answers kept per rollout for retry replay
+RENDER_IN_THREAD_CHARS = 32_000  # conversations larger than this render in a worker thread
+
+
+def _size(req: CanonicalRequest) -> int:
+    return sum(len(m.get("content") or "") for m in req.messages) + 200 * len(req.tools)
 
 
 class ClientGone(Exception):
@@ -128,7 +133,10 @@ class Engine:
         if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
             forced = forced_tool(req.tool_choice, req.tools)
             try:
-                rendered = self.renderer.render(req.messages, req.tools, st.heads)
+                if _size(req) > RENDER_IN_THREAD_CHARS:  # long contexts: keep the event loop responsive
+                    rendered = await asyncio.to_thread(self.renderer.render, req.messages, req.tools, list(st.heads))
+                else:
+                    rendered = self.renderer.render(req.messages, req.tools, st.heads)
             except Exception as e:
                 raise ProxyError(f"the conversation cannot be rendered with the chat template: "
                                  f"{type(e).__name__}: {e}", 400) from None

@@ -9,8 +9,8 @@ The template is the tokenizer's own when it renders tools, else the bundled Herm
 (``templates/hermes.jinja``), which fits SmolLM2 and the Qwen/Hermes families.
 
 **Splicing.** When a request's history is a previous call's conversation plus the assistant turn we
-generated for it (compared on roles, text and tool-call names/arguments — tool-call ids are ignored
-because harnesses rewrite them), the prompt is that call's exact ``prompt_ids + output_ids`` followed
+generated for it (compared on roles, text, reasoning and tool-call names/arguments — tool-call ids are
+ignored because harnesses rewrite them), the prompt is that call's exact ``prompt_ids + output_ids`` followed
 by the tokens of only the newly rendered text. The policy's own tokens are never re-tokenized, so a
 multi-turn rollout becomes one segment. Otherwise the request is rendered in full and
 ``build_segments`` classifies the break.
@@ -121,7 +121,9 @@ def _norm_msg(m: dict[str, Any]) -> tuple:
         (tc.get("function", {}).get("name"), json.dumps(tc.get("function", {}).get("arguments"), sort_keys=True))
         for tc in m.get("tool_calls") or ()
     )
-    return (m.get("role"), (m.get("content") or "").strip(), calls)
+    # Reasoning counts: a harness that drops our <think> text did not send the conversation we
+    # generated, so it is rendered as sent (build_segments then says `thinking_stripped`).
+    return (m.get("role"), (m.get("content") or "").strip(), calls, (m.get("reasoning_content") or "").strip())
 
 
 class Renderer:
@@ -136,6 +138,7 @@ class Renderer:
         self.parser = PARSERS[parser]()
         self.eos_text: str = tokenizer.eos_token or ""
         self.eos_id: int | None = tokenizer.eos_token_id
+        self._prefix_cache: dict[str, int] = {}
 
     # -- text/ids ------------------------------------------------------------------------------
     def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, gen: bool = True) -> str:
@@ -162,6 +165,16 @@ class Renderer:
             lead.append(m)
         if not lead and not tools:
             return 0
+        key = self.tools_key(tools) + json.dumps(lead, sort_keys=True, default=str)
+        n = self._prefix_cache.get(key)
+        if n is None:
+            n = self._system_prefix_len(lead, tools)
+            self._prefix_cache[key] = n
+            if len(self._prefix_cache) > 256:
+                del self._prefix_cache[next(iter(self._prefix_cache))]
+        return n
+
+    def _system_prefix_len(self, lead: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> int:
         if not lead:  # templates put the tools in a system turn of their own: measure it
             probe = [{"role": "user", "content": "x"}]
             with_tools, without = self.text(probe, tools, gen=False), self.text(probe, None, gen=False)
