@@ -175,7 +175,7 @@ def smollm2():
 
 
 @pytest.mark.slow
-async def test_transformers_backend_exact_logprobs_and_queueing(smollm2):
+async def test_transformers_backend_exact_logprobs_and_batching(smollm2):
     import asyncio
 
     import torch
@@ -192,10 +192,11 @@ async def test_transformers_backend_exact_logprobs_and_queueing(smollm2):
                                  json={"model": "m", "messages": [{"role": "user", "content": q}]})
                 assert r.status_code == 200, r.text
                 return r.json()
-            outs = await asyncio.gather(ask("What is 2+2?"), ask("Name a color."))  # queued, never interleaved
+            outs = await asyncio.gather(ask("What is 2+2?"), ask("Name a color."))  # batched together
         traj = proxy.finish_rollout(h.rollout_id, reward=1.0)
     assert all(o["usage"]["completion_tokens"] > 0 for o in outs)
     traj.validate_segments()
+    assert backend.batches == [2]  # the two concurrent requests ran as one batch
     for call in traj.calls:
         ids = torch.tensor([call.prompt_ids + call.output_ids])
         with torch.inference_mode():
@@ -206,3 +207,23 @@ async def test_transformers_backend_exact_logprobs_and_queueing(smollm2):
         assert max(abs(a - b) for a, b in zip(want.tolist(), call.output_logprobs)) < 2e-3
         assert all(math.isfinite(x) and x <= 0 for x in call.output_logprobs)
     await backend.swap_weights(model.state_dict())  # takes the generation lock; same weights back in
+
+
+@pytest.mark.slow
+async def test_batched_greedy_equals_serial(smollm2):
+    import asyncio
+
+    from openforge.proxy.backends.transformers import TransformersBackend
+    from openforge.proxy.render import Renderer
+
+    model, tok = smollm2
+    r = Renderer(tok)
+    prompts = [r.encode(r.text([{"role": "user", "content": q}], None)) for q in ("Hi", "Name three colors, please.")]
+    p = SamplingParams(temperature=0, max_tokens=8, stop_token_ids=[r.eos_id])
+    serial = [await TransformersBackend(model, tok, max_batch=1).generate(x, p) for x in prompts]
+    b = TransformersBackend(model, tok, max_batch=8)
+    batched = await asyncio.gather(*(b.generate(x, p) for x in prompts))
+    assert b.batches == [2]
+    for s_, b_ in zip(serial, batched):
+        assert s_.output_ids == b_.output_ids and s_.finish_reason == b_.finish_reason
+        assert max(abs(x - y) for x, y in zip(s_.logprobs, b_.logprobs)) < 1e-3
