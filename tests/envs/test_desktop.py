@@ -59,3 +59,32 @@ async def test_wrong_input_fails_and_screenshot_works_from_inside(launcher):
                                       "xdotool key plus plus", "xdotool key Return",
                                       "xdotool getdisplaygeometry | grep -q '1024 768'"])
     assert res.reward == 0.0 and res.rewards == {"count": 0.0, "done": 1.0}
+
+
+async def test_computer_use_harness_solves_a_desktop_task(tmp_path):
+    """The real computer-use harness (screenshots over the forwarded X socket, xdotool keys) with a
+    scripted policy, through run_rollout and the real proxy."""
+    from openforge.harnesses.computer_use import ComputerUseHarness
+    from openforge.rollout import run_rollout
+
+    harness = ComputerUseHarness()
+    if not harness.is_installed():
+        pytest.skip(harness.describe()["detail"])
+    try:
+        from openforge.proxy.backends.scripted import ScriptedBackend
+        from openforge.proxy.backends.transformers import load_tokenizer
+        from openforge.proxy.server import ProxyServer
+
+        tok = load_tokenizer("smollm2-135m")
+    except Exception as e:
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    key = [{"tool": {"name": "computer", "arguments": {"action": "key", "text": k}}} for k in ("plus",) * 3 + ("Return",)]
+    turns = [{"tool": {"name": "computer", "arguments": {"action": "screenshot"}}}, *key, {"text": "Done."}]
+    la = LocalLauncher(base_dir=tmp_path / "sbx")
+    async with ProxyServer(ScriptedBackend({"turns": turns}, tokenizer=tok), uds=str(tmp_path / "p.sock")) as proxy:
+        traj = await run_rollout(harness=harness, environment=ENV, task=ENV.task("counter-three"), launcher=la,
+                                 proxy=proxy)
+    await la.aclose()
+    assert traj.status.value == "success" and traj.reward == 1.0, (traj.error, traj.metadata.get("harness_stderr"))
+    shot = traj.calls[1].request["messages"][-1]["content"][0]
+    assert shot["type"] == "tool_result" and any(c.get("type") == "image" for c in shot["content"])
