@@ -86,3 +86,39 @@ async def test_chromium_renders_the_app_inside_the_sandbox(launcher):
         f"d=$(mktemp -d /tmp/chr.XXXXXX); TMPDIR=$d {chromium} --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
         "--user-data-dir=$d --dump-dom \"$WEB_URL/product/1\" 2>&1 | tail -40"], check=False)
     assert "Add to cart" in outs[0] and "Blue Mug" in outs[0]
+
+
+@pytest.mark.browser
+async def test_browser_use_harness_opens_an_article(tmp_path):
+    """The real browser-use Agent + Chromium, scripted, against the browser environment's app."""
+    import json
+
+    from openforge.harnesses.browser_use import BrowserUseHarness
+    from openforge.rollout import run_rollout
+
+    harness = BrowserUseHarness(max_steps=4)
+    if not harness.is_installed():
+        pytest.skip(harness.describe()["detail"])
+    la = LocalLauncher(base_dir=tmp_path / "sbx")
+    if la.isolation != "bwrap":
+        pytest.skip("the scripted URL assumes bubblewrap's fixed in-sandbox ports")
+    try:
+        from openforge.proxy.backends.scripted import ScriptedBackend
+        from openforge.proxy.backends.transformers import load_tokenizer
+        from openforge.proxy.server import ProxyServer
+
+        tok = load_tokenizer("smollm2-135m")
+    except Exception as e:
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    url = "http://127.0.0.1:18001/article/1"  # the proxy is the sandbox's first exposed port, the app the second
+    nav = {"thinking": "Open it.", "evaluation_previous_goal": "Start", "memory": "", "next_goal": "Open the article",
+           "action": [{"navigate": {"url": url, "new_tab": False}}]}
+    done = {"thinking": "Open.", "evaluation_previous_goal": "Opened. Verdict: Success", "memory": "", "next_goal": "Finish",
+            "action": [{"done": {"text": "Emperor penguins breed in winter.", "success": True, "files_to_display": []}}]}
+    turns = [{"text": json.dumps(nav)}, {"text": json.dumps(done)}]
+    async with ProxyServer(ScriptedBackend({"turns": turns}, tokenizer=tok), uds=str(tmp_path / "p.sock")) as proxy:
+        traj = await run_rollout(harness=harness, environment=ENV, task=ENV.task("web-open-article"), launcher=la,
+                                 proxy=proxy, budget_s=240)
+    await la.aclose()
+    assert traj.status.value == "success" and traj.reward == 1.0, (traj.error, traj.metadata.get("harness_stderr"))
+    assert "127.0.0.1:18001" in traj.calls[0].request["messages"][-1]["content"].__str__()
