@@ -117,6 +117,8 @@ class CanonicalResult:
     completion_tokens: int = 0
     call_index: int = -1
     replayed: bool = False
+    # per generated token (text, behaviour logprob), filled when the request asks for logprobs
+    token_logprobs: list[tuple[str, float]] | None = None
 
     def assistant_message(self) -> dict[str, Any]:
         """The assistant turn in canonical message form (for history splicing)."""

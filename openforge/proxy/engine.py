@@ -159,6 +159,9 @@ class Engine:
                 call.system_prefix_len = rendered.system_prefix_len
                 gen = await self._generate(rendered.ids, params, ctx)
                 result = self._result(gen, len(rendered.ids), prefix)
+                if req.extra.get("logprobs"):
+                    dec = self.renderer.decode
+                    result.token_logprobs = [(dec([t]), lp) for t, lp in zip(gen.output_ids, gen.logprobs)]
                 call.output_ids, call.output_logprobs = gen.output_ids, gen.logprobs
                 call.finish_reason = result.finish_reason
                 call.has_reasoning = bool(result.reasoning)

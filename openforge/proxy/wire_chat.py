@@ -119,13 +119,20 @@ class ChatAdapter:
             tool_choice=body.get("tool_choice"), max_tokens=mt, stream=bool(stream),
             temperature=body.get("temperature"), top_p=body.get("top_p"),
             response_format=body.get("response_format"),
-            extra={"include_usage": bool(so.get("include_usage")), "raw": body},
+            extra={"include_usage": bool(so.get("include_usage")), "raw": body, "logprobs": body.get("logprobs") is True},
         )
 
     @staticmethod
     def _usage(r: CanonicalResult) -> dict[str, int]:
         return {"prompt_tokens": r.prompt_tokens, "completion_tokens": r.completion_tokens,
                 "total_tokens": r.prompt_tokens + r.completion_tokens}
+
+    @staticmethod
+    def _logprobs(r: CanonicalResult) -> dict[str, Any] | None:
+        if r.token_logprobs is None:
+            return None
+        return {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+                            for t, lp in r.token_logprobs], "refusal": None}
 
     def respond(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": r.text if (r.text or not r.tool_calls) else None}
@@ -136,7 +143,7 @@ class ChatAdapter:
                                  for t in r.tool_calls]
         return {"id": new_id("chatcmpl-"), "object": "chat.completion", "created": int(time.time()),
                 "model": req.model, "system_fingerprint": "openforge",
-                "choices": [{"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish_reason}],
+                "choices": [{"index": 0, "message": msg, "logprobs": self._logprobs(r), "finish_reason": r.finish_reason}],
                 "usage": self._usage(r)}
 
     def stream(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> Iterator[bytes]:
@@ -148,6 +155,9 @@ class ChatAdapter:
                                                   "finish_reason": finish}]})
 
         yield chunk({"role": "assistant", "content": ""})
+        if r.token_logprobs is not None:  # one chunk carrying every generated token's logprob
+            yield sse_data({**base, "choices": [{"index": 0, "delta": {}, "logprobs": self._logprobs(r),
+                                                 "finish_reason": None}]})
         if r.reasoning:
             yield chunk({"reasoning_content": r.reasoning})
         if r.text:

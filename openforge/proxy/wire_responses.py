@@ -150,7 +150,7 @@ class ResponsesAdapter:
             conv = st.responses.get(prev) if st is not None else None
             if conv is None:
                 raise ProxyError(f"Previous response with id '{prev}' not found.", 400, param="previous_response_id")
-            messages = [m for m in conv if m.get("role") != "system"] if body.get("instructions") else list(conv)
+            messages = list(conv)  # instructions are not carried over (they are not stored)
         instr = body.get("instructions")
         require(instr is None or isinstance(instr, (str, list)), "'instructions' must be a string", "instructions")
         if instr:
@@ -164,7 +164,8 @@ class ResponsesAdapter:
             api="responses", model=model, messages=messages, tools=tools, tool_choice=body.get("tool_choice"),
             max_tokens=mt, stream=bool(stream), temperature=body.get("temperature"), top_p=body.get("top_p"),
             response_format=(body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None,
-            extra={"custom": custom, "namespace": namespace, "previous_response_id": prev, "raw": body},
+            extra={"custom": custom, "namespace": namespace, "previous_response_id": prev, "raw": body,
+                   "has_instructions": bool(instr)},
         )
 
     # -- output ----------------------------------------------------------------------------------
@@ -214,7 +215,8 @@ class ResponsesAdapter:
 
     def _remember(self, req: CanonicalRequest, r: CanonicalResult, rid: str, st: Any) -> None:
         if st is not None:
-            st.remember_response(rid, [*req.messages, r.assistant_message()])
+            conv = req.messages[1:] if req.extra.get("has_instructions") else req.messages
+            st.remember_response(rid, [*conv, r.assistant_message()])
 
     def respond(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> dict[str, Any]:
         rid = new_id("resp_")

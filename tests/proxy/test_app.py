@@ -316,3 +316,16 @@ async def test_forced_tool_choice_is_prefilled(tokenizer, api):
     assert proxy.renderer.decode(backend.prompts[0]).endswith('<|im_start|>assistant\n<tool_call>\n{"name": "bash", "arguments": ')
     traj = proxy.finish_rollout(h.rollout_id)
     assert [c.index for c in traj.calls] == [0] and len(traj.segments) == 1  # the refused call left no gap
+
+
+async def test_chat_logprobs_are_the_recorded_behaviour_logprobs(tokenizer):
+    backend = FixedTokens("Hello there<|im_end|>", tokenizer)
+    proxy = ProxyServer(backend)
+    h = proxy.create_rollout("t")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as c:
+        r = (await c.post(f"/r/{h.rollout_id}/v1/chat/completions", headers={"x-api-key": h.api_key},
+                          json=chat(logprobs=True))).json()
+    content = r["choices"][0]["logprobs"]["content"]
+    call = proxy.get_trajectory(h.rollout_id).calls[0]
+    assert [x["logprob"] for x in content] == call.output_logprobs
+    assert "".join(x["token"] for x in content) == "Hello there<|im_end|>"
