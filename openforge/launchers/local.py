@@ -362,20 +362,35 @@ class LocalSandbox(Sandbox):
         self.launcher._sandboxes.discard(self)
 
 
+_MASKED_TOPS = ("tmp", "var", "run")  # hidden behind a tmpfs in the sandbox (with root and home)
+
+
 def _tool_dirs() -> list[str]:
-    """Directories under /root or /home that hold tools (the Python install, PATH entries such as
-    ~/.pyenv, ~/.nvm, ~/.local): bound back read-only over the tmpfs that hides the home dirs."""
+    """Directories hidden by the sandbox's tmpfs mounts that hold tools the rollout needs: the
+    Python install and PATH entries under /root or /home (~/.pyenv, ~/.nvm, ~/.local: their top
+    dir), and the Python prefix or the openforge package itself when they live under /tmp, /var/tmp
+    or /run (a checkout or venv in a temp dir, as CI may use). All are bound back read-only."""
+    import openforge
+
     cands = [sys.base_prefix, sys.prefix, *os.environ.get("PATH", "").split(os.pathsep)]
     out: list[str] = []
+
+    def add(p: Path) -> None:
+        if p.is_dir() and str(p) not in out and p.name not in (".ssh", ".aws", ".config"):
+            out.append(str(p))
+
     for c in cands:
         if not c:
             continue
         for p in {Path(c), Path(c).resolve()}:
             parts = p.parts
             if len(parts) >= 3 and parts[1] in ("root", "home"):
-                top = Path(*parts[: 3 if parts[1] == "root" else 4])
-                if top.is_dir() and str(top) not in out and top.name not in (".ssh", ".aws", ".config"):
-                    out.append(str(top))
+                add(Path(*parts[: 3 if parts[1] == "root" else 4]))
+            elif len(parts) >= 3 and parts[1] in _MASKED_TOPS and c in (sys.prefix, sys.base_prefix):
+                add(p)
+    pkg = Path(openforge.__file__).resolve().parent
+    if len(pkg.parts) >= 3 and pkg.parts[1] in (*_MASKED_TOPS, "root", "home"):
+        add(pkg)
     return out
 
 
