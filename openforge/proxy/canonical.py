@@ -143,7 +143,8 @@ class CanonicalResult:
         }
 
 
-def text_of(content: Any, *, param: str, allow: tuple[str, ...] = ("text", "input_text", "output_text")) -> str:
+def text_of(content: Any, *, param: str, allow: tuple[str, ...] = ("text", "input_text", "output_text"),
+            lenient: bool = False) -> str:
     """Flatten string-or-parts content into text; images become a placeholder."""
     if content is None:
         return ""
@@ -170,6 +171,8 @@ def text_of(content: Any, *, param: str, allow: tuple[str, ...] = ("text", "inpu
             out.append(IMAGE_PLACEHOLDER)
         elif t == "refusal":
             out.append(str(part.get("refusal", "")))
+        elif lenient:  # tool output: keep going, show the model what kind of part it was
+            out.append(f"[{t}]")
         else:
             raise ProxyError(f"unsupported content part type {t!r} in '{param}[{i}]'", 400, param=f"{param}[{i}].type")
     return "".join(out) if all(p != IMAGE_PLACEHOLDER for p in out) else "\n".join(out)

@@ -80,7 +80,7 @@ def _convert_messages(messages: Any) -> list[dict[str, Any]]:
                 msg["tool_calls"] = tcs
             out.append(msg)
         elif role in ("tool", "function"):
-            out.append({"role": "tool", "content": text_of(m.get("content"), param=f"{p}.content"),
+            out.append({"role": "tool", "content": text_of(m.get("content"), param=f"{p}.content", lenient=True),
                         "tool_call_id": str(m.get("tool_call_id") or m.get("name") or "")})
         else:
             raise ProxyError(f"unsupported role {role!r} in '{p}.role'", 400, param=f"{p}.role")

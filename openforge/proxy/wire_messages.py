@@ -117,7 +117,7 @@ def _messages(messages: Any, system: str | None) -> list[dict[str, Any]]:
                 calls.append({"id": str(b.get("id") or ""), "type": "function",
                               "function": {"name": b["name"], "arguments": b.get("input") or {}}})
             elif t == "tool_result" and role == "user":
-                c = text_of(b.get("content"), param=f"{bp}.content", allow=("text",))
+                c = text_of(b.get("content"), param=f"{bp}.content", allow=("text",), lenient=True)
                 if b.get("is_error") and not c.startswith("Error"):
                     c = f"Error: {c}"
                 tools_out.append({"role": "tool", "content": c, "tool_call_id": str(b.get("tool_use_id") or "")})

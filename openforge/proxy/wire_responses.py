@@ -118,7 +118,7 @@ def _input(items: Any) -> list[dict[str, Any]]:
                 {"id": str(it.get("call_id") or it.get("id") or ""), "type": "function",
                  "function": {"name": it["name"], "arguments": args}})
         elif typ in ("function_call_output", "custom_tool_call_output"):
-            out.append({"role": "tool", "content": text_of(it.get("output"), param=f"{p}.output"),
+            out.append({"role": "tool", "content": text_of(it.get("output"), param=f"{p}.output", lenient=True),
                         "tool_call_id": str(it.get("call_id") or "")})
         else:
             raise ProxyError(f"unsupported input item type {typ!r} in '{p}'", 400, param=f"{p}.type")

@@ -193,7 +193,9 @@ class TransformersBackend(Backend):
         self._max_new(prompt_ids, params)  # an over-long prompt fails alone, not its batch
         row = _Row(list(prompt_ids), params, asyncio.get_running_loop().create_future())
         self._pending.append(row)
-        if self._worker is None or self._worker.done():
+        loop = asyncio.get_running_loop()
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._pending = [r for r in self._pending if r.fut.get_loop() is loop]  # drop a dead loop's rows
             self._worker = asyncio.ensure_future(self._work())
         try:
             return await asyncio.shield(row.fut)
