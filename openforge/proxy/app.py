@@ -156,6 +156,21 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         return _Json({"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "openforge",
                                                   "type": "model", "display_name": name}]})
 
+    async def model(request: Request) -> Response:
+        try:
+            auth(request, live=False)
+        except ProxyError as e:
+            return _err("chat", e)
+        name = request.path_params["model"]  # the proxy serves whatever model name a harness sends
+        return _Json({"id": name, "object": "model", "created": 0, "owned_by": "openforge", "type": "model",
+                      "display_name": name})
+
+    async def unknown(request: Request) -> Response:
+        api = "messages" if "/messages" in request.url.path or request.headers.get("anthropic-version") else "chat"
+        return _err(api, ProxyError(f"no route {request.method} {request.url.path}: the proxy serves "
+                                    "/v1/chat/completions, /v1/responses, /v1/messages, /v1/models", 404,
+                                    kind="not_found_error"))
+
     async def root(request: Request) -> Response:
         return Response(status_code=200)
 
@@ -247,12 +262,14 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         Route(base + "/v1/messages", messages, methods=["POST"]),
         Route(base + "/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route(base + "/v1/models", models, methods=["GET"]),
+        Route(base + "/v1/models/{model:path}", model, methods=["GET"]),
         Route("/admin/rollouts", create, methods=["POST"]),
         Route("/admin/rollouts/{rollout_id}", get_rollout, methods=["GET"]),
         Route("/admin/rollouts/{rollout_id}/finish", finish, methods=["POST"]),
         Route("/admin/pause", pause, methods=["POST"]),
         Route("/admin/resume", resume, methods=["POST"]),
         Route("/admin/health", health, methods=["GET"]),
+        Route(base + "/{rest:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)
 

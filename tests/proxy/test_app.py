@@ -79,6 +79,12 @@ async def test_admin_control_plane(tokenizer):
         assert (await c.head(f"/r/{h['rollout_id']}")).status_code == 200
         models = await c.get(f"/r/{h['rollout_id']}/v1/models", headers=auth)
         assert models.json()["data"][0]["id"] == "scripted"
+        one = await c.get(f"/r/{h['rollout_id']}/v1/models/gpt-5.5", headers=auth)
+        assert one.json()["id"] == "gpt-5.5"
+        nf = await c.post(f"/r/{h['rollout_id']}/v1/embeddings", json={}, headers=auth)
+        assert nf.status_code == 404 and "no route" in nf.json()["error"]["message"]
+        nf = await c.post(f"/r/{h['rollout_id']}/v1/messages/batches", json={}, headers=auth)
+        assert nf.json()["type"] == "error"
 
 
 async def test_store_records_every_call_durably(tokenizer, tmp_path):

@@ -179,7 +179,9 @@ class TransformersBackend(Backend):
     @classmethod
     def from_spec(cls, name_or_path: str) -> TransformersBackend:
         model, tok = load_model(name_or_path)
-        return cls(model, tok)
+        backend = cls(model, tok)
+        backend.name = name_or_path
+        return backend
 
     @property
     def tokenizer(self) -> Any:
