@@ -27,6 +27,13 @@ MAX_RESPONSES = 64
 
 
 @dataclass(frozen=True)
+class _Stub:
+    """Marks a finished rollout whose trajectory lives in the store only."""
+
+    rollout_id: str
+
+
+@dataclass(frozen=True)
 class RolloutHandle:
     rollout_id: str
     api_key: str
@@ -52,7 +59,7 @@ class RolloutState:
     responses: OrderedDict[str, list[dict[str, Any]]] = field(default_factory=OrderedDict)
     replay: dict[str, tuple[float, Any]] = field(default_factory=dict)
     inflight: dict[str, Any] = field(default_factory=dict)  # body hash -> asyncio.Future
-    finished: Trajectory | None = None
+    finished: Trajectory | _Stub | None = None
 
     def take_index(self) -> int:
         i = self.next_index
@@ -112,7 +119,7 @@ class Recorder:
                 return self.store.get_trajectory(rollout_id)
             return None
         if st.finished is not None:
-            return st.finished
+            return self._finished(st)
         return Trajectory(rollout_id=st.rollout_id, task_id=st.task_id, harness=st.harness,
                           environment=st.environment, calls=sorted(st.calls, key=lambda c: c.index),
                           metadata=st.metadata)
@@ -124,7 +131,10 @@ class Recorder:
         if st is None:
             raise ProxyError(f"unknown rollout {rollout_id!r}", 404, param="rollout_id", kind="not_found_error")
         if st.finished is not None:
-            return st.finished
+            done = self._finished(st)
+            if done is None:
+                raise ProxyError(f"rollout {rollout_id!r} is finished and no longer held", 404, kind="not_found_error")
+            return done
         calls = sorted(st.calls, key=lambda c: c.index)
         errors = [c.index for c in calls if c.status == CallStatus.ERROR]
         trailing_error = bool(calls) and calls[-1].status == CallStatus.ERROR
@@ -150,9 +160,19 @@ class Recorder:
             metrics={"num_calls": len(calls), "backend_errors": errors,
                      "cancelled_calls": [c.index for c in calls if c.status == CallStatus.CANCELLED]},
         ).build(detokenize=self.detokenize)
-        if self.store is not None:
-            self.store.put_trajectory(traj)
         st.finished = traj
         st.heads.clear()
         st.replay.clear()
+        st.responses.clear()
+        if self.store is not None:
+            self.store.put_trajectory(traj)
+            # The store has it: keep only a stub in memory, so long runs do not grow without bound.
+            self.rollouts[rollout_id] = RolloutState(rollout_id=st.rollout_id, task_id=st.task_id, api_key=st.api_key,
+                                                     harness=st.harness, environment=st.environment,
+                                                     finished=_Stub(traj.rollout_id))
         return traj
+
+    def _finished(self, st: RolloutState) -> Trajectory | None:
+        if isinstance(st.finished, _Stub):
+            return self.store.get_trajectory(st.rollout_id) if self.store is not None else None
+        return st.finished

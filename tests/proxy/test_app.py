@@ -335,3 +335,17 @@ async def test_chat_logprobs_are_the_recorded_behaviour_logprobs(tokenizer):
     call = proxy.get_trajectory(h.rollout_id).calls[0]
     assert [x["logprob"] for x in content] == call.output_logprobs
     assert "".join(x["token"] for x in content) == "Hello there<|im_end|>"
+
+
+async def test_finished_rollouts_are_served_from_the_store(tokenizer, tmp_path):
+    store_mod = pytest.importorskip("openforge.store")
+    with store_mod.TrajectoryStore(tmp_path / "s.db") as store:
+        proxy, c = make(tokenizer, store=store)
+        h = proxy.create_rollout("t")
+        async with c:
+            await c.post(f"/r/{h.rollout_id}/v1/chat/completions", json=chat(), headers={"x-api-key": h.api_key})
+            traj = proxy.finish_rollout(h.rollout_id, reward=1.0)
+            assert proxy.recorder.rollouts[h.rollout_id].calls == []  # memory released
+            assert proxy.get_trajectory(h.rollout_id) == traj == proxy.finish_rollout(h.rollout_id)
+            late = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", json=chat(), headers={"x-api-key": h.api_key})
+            assert late.status_code == 403 and "finished" in late.json()["error"]["message"]
