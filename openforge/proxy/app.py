@@ -61,6 +61,9 @@ async def _read_json(request: Request, limit: int) -> tuple[bytes, dict[str, Any
             raise ProxyError(f"request body exceeds the limit of {limit} bytes", 413, kind="request_too_large")
         chunks.append(c)
     body = b"".join(chunks)
+    enc = (request.headers.get("content-encoding") or "identity").lower()
+    if enc != "identity":
+        body = _decompress(body, enc, limit)
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError) as e:
@@ -68,6 +71,32 @@ async def _read_json(request: Request, limit: int) -> tuple[bytes, dict[str, Any
     if not isinstance(data, dict):
         raise ProxyError("request body must be a JSON object", 400)
     return body, data
+
+
+def _decompress(body: bytes, enc: str, limit: int) -> bytes:
+    import zlib
+
+    try:
+        if enc in ("gzip", "x-gzip", "deflate"):
+            d = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+            out = d.decompress(body, limit + 1)
+        elif enc == "zstd":
+            import zstandard
+
+            out = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+        else:
+            raise ProxyError(f"unsupported content-encoding {enc!r} (send identity, gzip, deflate or zstd)", 415)
+    except ImportError:
+        raise ProxyError("content-encoding zstd needs the zstandard package on the proxy host", 415) from None
+    except (zlib.error, ValueError) as e:
+        raise ProxyError(f"request body is not valid {enc}: {e}", 400) from None
+    except ProxyError:
+        raise
+    except Exception as e:  # zstandard.ZstdError and friends
+        raise ProxyError(f"request body is not valid {enc}: {e}", 400) from None
+    if len(out) > limit:
+        raise ProxyError(f"decompressed request body exceeds the limit of {limit} bytes", 413, kind="request_too_large")
+    return out
 
 
 def _key(request: Request) -> str | None:

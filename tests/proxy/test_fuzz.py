@@ -61,6 +61,19 @@ async def test_malformed_and_huge_bodies(fuzz_env):
                 assert r.status_code == 400, (route, raw, r.text)
             r = await c.post(f"/r/{h.rollout_id}/v1/{route}", content=b'{"x": "' + b"a" * (2 << 20) + b'"}', headers=hdr)
             assert r.status_code == 413
+        import gzip
+        import json as _json
+
+        ok = _json.dumps({"model": "m", "messages": [{"role": "user", "content": "gz"}]}).encode()
+        r = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", content=gzip.compress(ok),
+                         headers={**hdr, "content-encoding": "gzip"})
+        assert r.status_code == 200
+        r = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", content=b"not gzip",
+                         headers={**hdr, "content-encoding": "gzip"})
+        assert r.status_code == 400
+        bomb = gzip.compress(b'{"x": "' + b"a" * (4 << 20) + b'"}')
+        r = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", content=bomb, headers={**hdr, "content-encoding": "gzip"})
+        assert r.status_code == 413
         r = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", headers=hdr, json={
             "model": "m", "messages": [{"role": "user", "content": "hi"}], "brand_new_field": {"x": 1}, "store": False})
         assert r.status_code == 200  # unknown fields are ignored (harnesses add new ones all the time)
