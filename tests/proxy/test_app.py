@@ -349,3 +349,46 @@ async def test_finished_rollouts_are_served_from_the_store(tokenizer, tmp_path):
             assert proxy.get_trajectory(h.rollout_id) == traj == proxy.finish_rollout(h.rollout_id)
             late = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", json=chat(), headers={"x-api-key": h.api_key})
             assert late.status_code == 403 and "finished" in late.json()["error"]["message"]
+
+
+async def test_tcp_and_unix_socket_together_and_many_concurrent_rollouts(tokenizer, tmp_path):
+    import random
+
+    turns = [{"shell": "echo 1"}, {"shell": "echo 2"}, {"text": "done"}]
+    sock = tmp_path / "p.sock"
+    async with ProxyServer(SlowScripted({"turns": turns}, tokenizer=tokenizer, delay=0.01), uds=sock) as proxy:
+        async def one(i: int) -> tuple[int, str]:
+            h = proxy.create_rollout(f"task-{i % 3}")
+            transport = httpx.AsyncHTTPTransport(uds=str(sock)) if i % 2 else None
+            async with httpx.AsyncClient(transport=transport, timeout=30) as c:
+                msgs = [{"role": "system", "content": f"agent {i}"}, {"role": "user", "content": "go"}]
+                for _ in range(3):
+                    await asyncio.sleep(random.random() / 50)
+                    r = await c.post(f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key},
+                                     json=chat(msgs, tools=TOOLS))
+                    m = r.json()["choices"][0]["message"]
+                    msgs.append(m)
+                    msgs += [{"role": "tool", "tool_call_id": t["id"], "content": f"out {i}"} for t in m.get("tool_calls") or []]
+            return i, h.rollout_id
+
+        ids = await asyncio.gather(*(one(i) for i in range(16)))
+        for i, rid in ids:
+            traj = proxy.finish_rollout(rid, reward=1.0)
+            assert [c.index for c in traj.calls] == [0, 1, 2]
+            assert len(traj.segments) == 1 and traj.segments[0].break_reason == "first"
+            text = proxy.renderer.decode(traj.segments[0].input_ids)
+            assert f"system\nagent {i}\n" in text and text.count(f"out {i}\n") == 2  # no cross-talk
+
+
+async def test_responses_instructions_with_previous_response_id(tokenizer):
+    proxy, c = make(tokenizer, turns=[{"text": "first"}, {"text": "second"}])
+    h = proxy.create_rollout("t")
+    url, hdr = f"/r/{h.rollout_id}/v1/responses", {"x-api-key": h.api_key}
+    async with c:
+        r1 = (await c.post(url, json={"model": "m", "instructions": "Be brief.", "input": "one"}, headers=hdr)).json()
+        r2 = (await c.post(url, json={"model": "m", "instructions": "Be brief.", "input": "two",
+                                      "previous_response_id": r1["id"]}, headers=hdr)).json()
+    assert r2["output"][0]["content"][0]["text"] == "second" and r2["previous_response_id"] == r1["id"]
+    traj = proxy.finish_rollout(h.rollout_id)
+    assert len(traj.segments) == 1
+    assert proxy.renderer.decode(traj.calls[1].prompt_ids).count("Be brief.") == 1
