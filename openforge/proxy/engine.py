@@ -143,6 +143,10 @@ class Engine:
             if forced is not None and self.backend.honors_prefill:
                 prefix = self.renderer.parser.forced_prefix(forced)
                 rendered.ids = rendered.ids + self.renderer.encode(prefix)
+            limit = self.backend.max_context
+            if limit and len(rendered.ids) >= limit:
+                raise ProxyError(f"This model's maximum context length is {limit} tokens, but the prompt has "
+                                 f"{len(rendered.ids)} tokens (context_length_exceeded).", 400, param="messages")
         index = st.take_index()
         ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools)
         started, t0 = time.time(), time.perf_counter()

@@ -392,3 +392,16 @@ async def test_responses_instructions_with_previous_response_id(tokenizer):
     traj = proxy.finish_rollout(h.rollout_id)
     assert len(traj.segments) == 1
     assert proxy.renderer.decode(traj.calls[1].prompt_ids).count("Be brief.") == 1
+
+
+async def test_prompt_longer_than_the_context_is_a_400(tokenizer):
+    class Small(ScriptedBackend):
+        max_context = 64
+
+    proxy = ProxyServer(Small({"turns": ["x"]}, tokenizer=tokenizer))
+    h = proxy.create_rollout("t")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as c:
+        r = await c.post(f"/r/{h.rollout_id}/v1/messages", headers={"x-api-key": h.api_key}, json={
+            "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "word " * 200}]})
+    assert r.status_code == 400 and "maximum context length is 64" in r.json()["error"]["message"]
+    assert proxy.get_trajectory(h.rollout_id).calls == []

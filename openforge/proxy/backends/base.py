@@ -81,6 +81,11 @@ class Backend(abc.ABC):
     def tokenizer(self) -> Any:
         """The HF tokenizer whose ids :meth:`generate` consumes and produces."""
 
+    @property
+    def max_context(self) -> int | None:
+        """The model's context length in tokens, when known (longer prompts are refused with a 400)."""
+        return None
+
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None
     ) -> Generation:

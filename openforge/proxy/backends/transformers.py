@@ -187,6 +187,10 @@ class TransformersBackend(Backend):
     def tokenizer(self) -> Any:
         return self._tokenizer
 
+    @property
+    def max_context(self) -> int | None:
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
     async def generate(
         self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None
     ) -> Generation:
