@@ -75,7 +75,6 @@ def _input(items: Any) -> list[dict[str, Any]]:
     require(isinstance(items, list), "'input' must be a string or a list of items", "input")
     out: list[dict[str, Any]] = []
     cur: dict[str, Any] | None = None  # the open assistant turn
-    pending_reasoning: list[str] = []
 
     def assistant() -> dict[str, Any]:
         nonlocal cur
@@ -122,7 +121,6 @@ def _input(items: Any) -> list[dict[str, Any]]:
                         "tool_call_id": str(it.get("call_id") or "")})
         else:
             raise ProxyError(f"unsupported input item type {typ!r} in '{p}'", 400, param=f"{p}.type")
-    del pending_reasoning
     return out
 
 
