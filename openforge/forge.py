@@ -297,25 +297,29 @@ class Forge:
 # ------------------------------------------------------------------------------------ entry points
 
 
+def _statuses(counts: dict[str, int]) -> str:
+    short = {"success": "ok", "policy_failure": "fail", "timeout": "timeout"}
+    return " ".join(f"{short.get(k, k)}={v}" for k, v in sorted(counts.items(), key=lambda kv: kv[0] not in short))
+
+
 def print_summary(summary: dict[str, Any], console: Any = None) -> None:
-    """The end-of-run table (one row per GRPO step)."""
+    """The end-of-run table (the SFT warm-start, then one row per GRPO step)."""
     from rich.console import Console
     from rich.table import Table
 
     console = console or Console()
     table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
-    for col in ("step", "reward mean", "reward std", "pass rate", "rollouts", "statuses", "gen tokens",
-                "trained tokens", "step s"):
-        table.add_column(col, justify="right" if col not in ("statuses",) else "left")
+    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "gen tok", "train tok", "s"):
+        table.add_column(col, justify="left" if col == "statuses" else "right", no_wrap=col == "statuses")
     sft = summary.get("sft")
     if sft:
-        table.add_row("sft", "", "", f"{sft.get('teacher_pass_rate', 0):.2f}", str(sft.get("trajectories", "")),
-                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} steps", "",
-                      str(int(sft.get("trained_tokens", 0))), f"{sft.get('time_s', 0):.0f}")
+        table.add_row("sft", "", "", f"{sft.get('teacher_pass_rate') or 0:.2f}", str(sft.get("trajectories", "")),
+                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} SFT steps", "",
+                      str(int(sft.get("trained_tokens", 0))), "0" if sft.get("cached") else f"{sft.get('time_s', 0):.0f}")
     for s in summary.get("steps", []):
         table.add_row(str(s["step"]), f"{s['reward_mean']:.3f}", f"{s['reward_std']:.3f}", f"{s['pass_rate']:.2f}",
-                      str(s["rollouts"]), " ".join(f"{k}={v}" for k, v in sorted(s["statuses"].items())),
-                      str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))), f"{s['step_time_s']:.0f}")
+                      str(s["rollouts"]), _statuses(s["statuses"]), str(s["generated_tokens"]),
+                      str(int(s.get("train/trained_tokens", 0))), f"{s['step_time_s']:.0f}")
     console.print(table)
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
 
