@@ -24,6 +24,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2, help="timed steps per variant (after one warm-up)")
     ap.add_argument("--micro-batch-tokens", type=int, default=4096)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--trainer-only", action="store_true",
+                    help="skip the baseline (to read the trainer's own peak RSS)")
     ap.add_argument("--trainable-layers", type=int, default=None,
                     help="also time the trainer with only the last N layers trained")
     args = ap.parse_args()
@@ -76,7 +78,7 @@ def main() -> None:
             best = min(best, time.perf_counter() - t)
         return best
 
-    t_plain = timed(plain_step)
+    t_plain = timed(plain_step) if not args.trainer_only else float("nan")
     rss_plain = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     t_trainer = timed(trainer_step)
     rss_all = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
