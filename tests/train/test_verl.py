@@ -247,3 +247,39 @@ def test_verl_grpo_on_gpu(tmp_path):
 
     res = launch(cfg, tmp_path, load_tasks(cfg))
     assert res["rc"] == 0
+
+
+@pytest.mark.slow
+async def test_agent_loop_real_rollout_through_proxy_and_react(smollm2):
+    """The default episode runner: openforge proxy in this process over VerlServerBackend, the react
+    harness as a real process in a local sandbox, the claw verifier — driven by a server_manager that
+    answers from SmolLM2 like veRL's LLMServerClient would."""
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from openforge.environment import get_environment
+    from openforge.train.verl import agent_loop as al
+    from openforge.train.verl.agent_loop import OpenForgeAgentLoop
+
+    model, tok = smollm2
+    server = _HFServer(model)
+    conf = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": 2, "max_model_len": 4096}}})
+    al._RUNTIMES.clear()
+    task = get_environment("claw").task("files-create-hello")
+
+    def make():
+        return OpenForgeAgentLoop(trainer_config=DictConfigWrap(conf), server_manager=server, tokenizer=tok,
+                                  processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})),
+                                  hf_model_type="llama", name="openforge", max_tokens=24,
+                                  harness_options={"max_turns": 1, "max_tokens": 24}, episode_timeout_s=180)
+
+    sp = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    row = {"extra_info": {"task": task.model_dump_json(), "group_size": 2}}
+    outs = await asyncio.gather(*[make().run(sp, uid="g", session_id=s, global_steps=1, **row) for s in range(2)])
+    for session in outs:
+        assert session and session[-1].reward_score in (0.0, 1.0)
+        for o in session:
+            assert sum(o.response_mask) > 0 and len(o.response_logprobs) == len(o.response_ids)
+            assert o.response_mask[0] == 1
+    assert server.calls and all(sp_["max_tokens"] <= 24 for _, sp_ in server.calls)
+    al._RUNTIMES.clear()
