@@ -89,3 +89,32 @@ def test_reference_script():
     assert s["tasks"] == {"a": [{"shell": "ls"}, {"shell": "echo"}, {"text": "Done."}]}
     with pytest.raises(ConfigError, match="no task"):
         reference_script(Env(), tasks[1:])
+
+
+@pytest.mark.slow
+def test_forge_export_sft_runs_the_reference_teacher(tmp_path):
+    """`forge export sft`: reference solutions replayed through the real react harness and proxy."""
+    pytest.importorskip("torch")
+    datasets = pytest.importorskip("datasets")
+    from typer.testing import CliRunner
+
+    from openforge.cli.main import app
+
+    out = tmp_path / "teacher.jsonl"
+    r = CliRunner().invoke(app, ["export", "sft", str(out), "--subset", "easy", "--max-tasks", "2",
+                                 "--run-dir", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    ds = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert len(ds) == 2
+    msgs = ds[0]["messages"]
+    assert msgs[0]["role"] == "system" and any(m["tool_calls"] for m in msgs if m["role"] == "assistant")
+
+
+@pytest.mark.slow
+def test_claw_sft_recipe(tmp_path):
+    pytest.importorskip("torch")
+    from openforge.forge import run
+
+    s = run(recipe="claw-sft", preset="test", overrides=[f"run_dir={tmp_path}"], progress=False)
+    assert s["sft"]["steps"] == 1 and s["sft"]["trajectories"] == 2 and s["steps"] == []
+    assert (tmp_path / "sft" / "teacher_tokens.jsonl").is_file()
