@@ -11,7 +11,6 @@ background lookups of Google hosts are only stopped by the sandbox's network nam
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import shutil
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 from ..errors import HarnessNotInstalled
 from ..harness import RolloutContext
 from . import installer
-from .cli import CliHarness
+from .cli import PythonLoopHarness
 from .versions import PYPI_PINS
 
 __all__ = ["BrowserUseHarness", "find_chromium"]
@@ -40,7 +39,7 @@ def find_chromium(explicit: str | None = None) -> str | None:
     return None
 
 
-class BrowserUseHarness(CliHarness):
+class BrowserUseHarness(PythonLoopHarness):
     name = "browser-use"
     wire_api = "chat"
     install_hint = (f"forge harness install browser-use  (a venv with {PYPI_PINS['browser-use']} in the cache; "
@@ -48,8 +47,8 @@ class BrowserUseHarness(CliHarness):
 
     def __init__(self, *, python: str | None = None, chromium: str | None = None, max_steps: int = 6,
                  max_tokens: int = 1024, **kw: Any):
-        super().__init__(**kw)
-        self.python, self.chromium = python, chromium
+        super().__init__(python=python, **kw)
+        self.python, self.chromium = python, chromium  # None: find the browser-use venv
         self.max_steps, self.max_tokens = max_steps, max_tokens
 
     def resolve_executable(self) -> str:
@@ -64,9 +63,6 @@ class BrowserUseHarness(CliHarness):
         if importlib.util.find_spec("browser_use") is not None:
             return sys.executable
         raise HarnessNotInstalled(f"the browser-use package is not installed: {self.install_hint}")
-
-    def node_path_dirs(self) -> list[str]:
-        return []
 
     def chromium_path(self) -> str:
         path = find_chromium(self.chromium)
@@ -89,9 +85,6 @@ class BrowserUseHarness(CliHarness):
         prefix = py.parent.parent
         return sorted({str(prefix), str(py.resolve().parent.parent), sys.base_prefix, str(DRIVER.parent)})
 
-    def config_files(self, ctx: RolloutContext) -> dict[str, str]:
-        return {".openforge-task.txt": ctx.instruction}
-
     def environment(self, ctx: RolloutContext) -> dict[str, str]:
         return {"ANONYMIZED_TELEMETRY": "false", "BROWSER_USE_VERSION_CHECK": "false",
                 "BROWSER_USE_CLOUD_SYNC": "false", "BROWSER_USE_LOGGING_LEVEL": "info",
@@ -99,16 +92,6 @@ class BrowserUseHarness(CliHarness):
 
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
         # -I: the script dir (openforge/harnesses, with its own browser_use.py) must not shadow the package
-        return [exe, "-I", str(DRIVER), "--task-file", str(ctx.home / ".openforge-task.txt"), "--model", ctx.model,
+        return [exe, "-I", str(DRIVER), "--task-file", self.task_file(ctx), "--model", ctx.model,
                 "--base-url", ctx.openai_base_url, "--chromium", self.chromium_path(),
                 "--max-steps", str(self.max_steps), "--max-tokens", str(self.max_tokens), *self.extra_args]
-
-    def final_text(self, stdout: str) -> str | None:
-        for line in reversed(stdout.strip().splitlines()):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and "final" in data:
-                return data["final"]
-        return None

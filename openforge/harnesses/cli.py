@@ -11,8 +11,10 @@ and, as needed, :meth:`environment`, :meth:`config_files` and :meth:`final_text`
 from __future__ import annotations
 
 import abc
+import json
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -21,7 +23,7 @@ from ..errors import HarnessNotInstalled
 from ..harness import Harness, HarnessResult, RolloutContext
 from . import installer
 
-__all__ = ["CliHarness"]
+__all__ = ["CliHarness", "PythonLoopHarness"]
 
 
 class CliHarness(Harness):
@@ -135,3 +137,46 @@ class CliHarness(Harness):
             except Exception as e:  # a parse problem of the final text is not a failed run
                 out.extra["final_text_error"] = f"{type(e).__name__}: {e}"
         return out
+
+
+class PythonLoopHarness(CliHarness):
+    """A harness whose agent loop is a Python program shipped with openforge (react,
+    computer-use, the browser-use driver): it runs with this interpreter (or ``python=``), gets the
+    task in a file under its private HOME, and prints its final answer as a JSON line
+    ``{"final": ...}``."""
+
+    TASK_FILE: ClassVar[str] = ".openforge-task.txt"
+
+    def __init__(self, *, python: str | None = None, **kw: object):
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.python = python or sys.executable
+
+    def resolve_executable(self) -> str:
+        return self.python
+
+    def node_path_dirs(self) -> list[str]:
+        return []
+
+    def location(self) -> str:
+        return f"built in ({self.python})"
+
+    def ro_paths(self) -> list[str]:
+        """The Python environment and the openforge package the loop runs from."""
+        pkg = str(Path(__file__).resolve().parent.parent.parent)
+        return sorted({sys.prefix, sys.base_prefix, pkg})
+
+    def task_file(self, ctx: RolloutContext) -> str:
+        return str(ctx.home / self.TASK_FILE)
+
+    def config_files(self, ctx: RolloutContext) -> dict[str, str]:
+        return {self.TASK_FILE: ctx.instruction}
+
+    def final_text(self, stdout: str) -> str | None:
+        for line in reversed(stdout.strip().splitlines()):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and "final" in data:
+                return data["final"]
+        return None

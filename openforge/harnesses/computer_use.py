@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..harness import RolloutContext
-from .cli import CliHarness
+from .cli import PythonLoopHarness
 
 __all__ = ["ComputerUseHarness", "Display", "main"]
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class ComputerUseHarness(CliHarness):
+class ComputerUseHarness(PythonLoopHarness):
     """Runs the computer-use loop inside the sandbox (a private Xvfb unless ``ctx.env`` has DISPLAY)."""
 
     name = "computer-use"
@@ -197,23 +197,9 @@ class ComputerUseHarness(CliHarness):
 
     def __init__(self, *, python: str | None = None, width: int = 1024, height: int = 768, max_turns: int = 10,
                  screenshot_after_action: bool = True, **kw: Any):
-        super().__init__(**kw)
-        self.python = python or sys.executable
+        super().__init__(python=python, **kw)
         self.width, self.height, self.max_turns = width, height, max_turns
         self.screenshot_after_action = screenshot_after_action
-
-    def resolve_executable(self) -> str:
-        return self.python
-
-    def node_path_dirs(self) -> list[str]:
-        return []
-
-    def location(self) -> str:
-        return f"built in ({self.python})"
-
-    def ro_paths(self) -> list[str]:
-        pkg = str(Path(__file__).resolve().parent.parent.parent)
-        return sorted({sys.prefix, sys.base_prefix, pkg})
 
     def check_installed(self) -> None:
         import importlib.util
@@ -225,25 +211,12 @@ class ComputerUseHarness(CliHarness):
         if missing:
             raise HarnessNotInstalled(f"computer-use needs {', '.join(missing)}: {self.install_hint}")
 
-    def config_files(self, ctx: RolloutContext) -> dict[str, str]:
-        return {".openforge-task.txt": ctx.instruction}
-
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
-        return [exe, "-m", "openforge.harnesses.computer_use", "--task-file", str(ctx.home / ".openforge-task.txt"),
+        return [exe, "-m", "openforge.harnesses.computer_use", "--task-file", self.task_file(ctx),
                 "--model", ctx.model, "--base-url", ctx.anthropic_base_url, "--width", str(self.width),
                 "--height", str(self.height), "--max-turns", str(self.max_turns),
                 "--screenshot-after-action" if self.screenshot_after_action else "--no-screenshot-after-action",
                 *self.extra_args]
-
-    def final_text(self, stdout: str) -> str | None:
-        for line in reversed(stdout.strip().splitlines()):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and "final" in data:
-                return data["final"]
-        return None
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..harness import RolloutContext
-from .cli import CliHarness
+from .cli import PythonLoopHarness
 
 __all__ = ["SYSTEM_PROMPT", "TOOLS", "ReactHarness", "main"]
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-class ReactHarness(CliHarness):
+class ReactHarness(PythonLoopHarness):
     """Runs the react loop as ``python -m openforge.harnesses.react`` inside the sandbox."""
 
     name = "react"
@@ -148,23 +148,8 @@ class ReactHarness(CliHarness):
 
     def __init__(self, *, python: str | None = None, max_turns: int = 8, max_tokens: int = 512,
                  max_output: int = 1500, **kw: Any):
-        super().__init__(**kw)
-        self.python = python or sys.executable
+        super().__init__(python=python, **kw)
         self.max_turns, self.max_tokens, self.max_output = max_turns, max_tokens, max_output
-
-    def resolve_executable(self) -> str:
-        return self.python
-
-    def node_path_dirs(self) -> list[str]:
-        return []
-
-    def location(self) -> str:
-        return f"built in ({self.python})"
-
-    def ro_paths(self) -> list[str]:
-        """The Python environment and the openforge package the loop runs from."""
-        pkg = str(Path(__file__).resolve().parent.parent.parent)
-        return sorted({sys.prefix, sys.base_prefix, pkg})
 
     def check_installed(self) -> None:
         import importlib.util
@@ -175,22 +160,9 @@ class ReactHarness(CliHarness):
             raise HarnessNotInstalled("react needs the `openai` package: pip install openai")
 
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
-        return [exe, "-m", "openforge.harnesses.react", "--task-file", str(ctx.home / ".openforge-task.txt"),
+        return [exe, "-m", "openforge.harnesses.react", "--task-file", self.task_file(ctx),
                 "--model", ctx.model, "--base-url", ctx.openai_base_url, "--max-turns", str(self.max_turns),
                 "--max-tokens", str(self.max_tokens), "--max-output", str(self.max_output), *self.extra_args]
-
-    def config_files(self, ctx: RolloutContext) -> dict[str, str]:
-        return {".openforge-task.txt": ctx.instruction}
-
-    def final_text(self, stdout: str) -> str | None:
-        for line in reversed(stdout.strip().splitlines()):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and "final" in data:
-                return data["final"]
-        return None
 
 
 if __name__ == "__main__":
