@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError
+from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._reaper import kill_tree
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec
@@ -393,14 +394,3 @@ def _tool_dirs() -> list[str]:
         add(pkg)
     return out
 
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            writer.close()
