@@ -131,6 +131,8 @@ class OpenForgeAgentLoop(AgentLoopBase):
         task = Task.model_validate_json(task_json) if isinstance(task_json, str) else Task.model_validate(task_json)
         n = int(info.get("group_size") or self.rollout_config.get("n") or 1)
         rollout_id = f"{uid}-{sid}-{uuid.uuid4().hex[:6]}"
+        # veRL's sampling (train or validation) for every call; the proxy may mint its own rollout id
+        self.backend.default_sampling = dict(sampling_params)
         self.backend.open_rollout(rollout_id, sampling_params)
         traj: Trajectory | None = None
         reason = ""
@@ -144,6 +146,8 @@ class OpenForgeAgentLoop(AgentLoopBase):
             reason = f"{type(e).__name__}: {e}"
         finally:
             steps = self.backend.close_rollout(rollout_id)
+        if traj is not None and traj.rollout_id != rollout_id:
+            steps = self.backend.close_rollout(traj.rollout_id) or steps
         if traj is not None and not traj.trainable:
             reason = f"rollout {rollout_id} ended in {traj.status}: {traj.error or ''}".strip()
         elif traj is not None and not any(s.num_trained_tokens for s in traj.segments):
