@@ -107,6 +107,7 @@ class SFTConfig(_Section):
 class VerlConfig(_Section):
     """What the veRL launcher turns into ``verl.trainer.main_ppo`` overrides."""
 
+    lr: float = Field(1e-6, gt=0, description="actor learning rate")
     n_gpus_per_node: int = Field(1, ge=1)
     nnodes: int = Field(1, ge=1)
     train_batch_size: int = Field(8, ge=1, description="task groups per step")

@@ -106,7 +106,7 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={v.ppo_max_token_len_per_gpu}",
         "actor_rollout_ref.actor.use_kl_loss=false",
         "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        f"actor_rollout_ref.actor.optim.lr={cfg.trainer.cpu.lr}",
+        f"actor_rollout_ref.actor.optim.lr={v.lr}",
         "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.mode=async",
         f"actor_rollout_ref.rollout.n={n}",
