@@ -111,26 +111,6 @@ def step_metrics(groups: Any, *, step: int, elapsed: dict[str, float]) -> dict[s
 # ------------------------------------------------------------------------------------ Forge
 
 
-class AsyncProxy:
-    """``run_rollout`` awaits ``create_rollout`` / ``finish_rollout``; :class:`ProxyServer` exposes them
-    as plain methods. This view awaits whichever it gets and forwards everything else."""
-
-    def __init__(self, proxy: Any):
-        self._proxy = proxy
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._proxy, name)
-
-    async def create_rollout(self, *args: Any, **kw: Any) -> Any:
-        res = self._proxy.create_rollout(*args, **kw)
-        return await res if asyncio.iscoroutine(res) else res
-
-    async def finish_rollout(self, *args: Any, **kw: Any) -> Any:
-        res = self._proxy.finish_rollout(*args, **kw)
-        return await res if asyncio.iscoroutine(res) else res
-
-
-
 class Forge:
     """Owns everything one run needs; ``async with Forge(cfg) as forge: await forge.train()``."""
 
@@ -218,7 +198,7 @@ class Forge:
 
         return await run_groups(
             tasks, group_size, self.cfg.rollout.concurrency, harness=self.harness_factory(),
-            environment=self.env, launcher=self.launcher, proxy=AsyncProxy(proxy or self.proxy), store=self.store,
+            environment=self.env, launcher=self.launcher, proxy=proxy or self.proxy, store=self.store,
             budget_s=self.cfg.rollout.timeout_s, progress=self.progress, min_group=min_group)
 
     def _log_metrics(self, line: dict[str, Any]) -> None:
@@ -382,6 +362,6 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
 
     async def run_one(task: Task, rollout_id: str) -> Trajectory:
         return await run_rollout(harness=hcls(**harness_options), environment=env, task=task, launcher=launch,
-                                 proxy=AsyncProxy(proxy), metadata={"verl_session": rollout_id})
+                                 proxy=proxy, metadata={"verl_session": rollout_id})
 
     return run_one

@@ -13,7 +13,6 @@ Each trajectory's metadata gets the task's ``category``, ``required_tools``, ``s
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -47,24 +46,6 @@ class EvalRequest(BaseModel):
     tokenizer: str | None = None
     launcher: str = "local"
     max_retries: int = Field(1, ge=0)
-
-
-class _Proxy:
-    """Adapts the proxy's create/finish (sync or async) to the awaitables the orchestrator uses."""
-
-    def __init__(self, server: Any):
-        self._server = server
-        self.url = server.url
-        self.uds = getattr(server, "uds", None)
-        self.store = getattr(server, "store", None)
-
-    async def create_rollout(self, *a: Any, **kw: Any) -> Any:
-        r = self._server.create_rollout(*a, **kw)
-        return await r if inspect.isawaitable(r) else r
-
-    async def finish_rollout(self, *a: Any, **kw: Any) -> Any:
-        r = self._server.finish_rollout(*a, **kw)
-        return await r if inspect.isawaitable(r) else r
 
 
 def _select_tasks(env: Any, req: EvalRequest) -> list[Task]:
@@ -136,7 +117,7 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
         async with ProxyServer(backend, store=store, uds=os.path.join(sock_dir, "proxy.sock")) as server:
             results = await run_groups(
                 tasks, req.trials, req.concurrency, harness=harness_cls, environment=env, launcher=launcher,
-                proxy=_Proxy(server), store=store, max_retries=req.max_retries, min_group=1,
+                proxy=server, store=store, max_retries=req.max_retries, min_group=1,
                 budget_s=req.budget_s, progress=progress,
             )
     finally:
