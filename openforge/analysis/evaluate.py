@@ -13,6 +13,7 @@ Each trajectory's metadata gets the task's ``category``, ``required_tools``, ``s
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -45,6 +46,7 @@ class EvalRequest(BaseModel):
     budget_s: float | None = None
     tokenizer: str | None = None
     launcher: str = "local"
+    harness_options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the harness
     max_retries: int = Field(1, ge=0)
 
 
@@ -98,6 +100,11 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
     env = get_environment(req.env)
     tasks = _select_tasks(env, req)
     harness_cls = get_harness(req.harness)
+    try:
+        harness_cls(**req.harness_options)  # fail early, before any model loads, on a bad option
+    except TypeError as e:
+        raise ConfigError(f"harness {req.harness!r}: {e}") from None
+    harness = functools.partial(harness_cls, **req.harness_options)
     if req.backend == "reference":  # the tasks' reference solutions, replayed: evaluates the SFT teacher
         from ..train.sft import teacher_backend
 
@@ -116,7 +123,7 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
         # local launcher forwards into sandboxes whose network namespace has only loopback.
         async with ProxyServer(backend, store=store, uds=os.path.join(sock_dir, "proxy.sock")) as server:
             results = await run_groups(
-                tasks, req.trials, req.concurrency, harness=harness_cls, environment=env, launcher=launcher,
+                tasks, req.trials, req.concurrency, harness=harness, environment=env, launcher=launcher,
                 proxy=server, store=store, max_retries=req.max_retries, min_group=1,
                 budget_s=req.budget_s, progress=progress,
             )

@@ -65,16 +65,21 @@ def register(app: typer.Typer) -> None:
         tokenizer: str = typer.Option(None, "--tokenizer", help="tokenizer for scripted/vllm/openai back-ends"),
         out: Path = typer.Option(None, "--out", "-o", help="output directory (default: runs/eval-<harness>-<UTC time>)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON instead of tables"),
+        harness_opt: list[str] = typer.Option([], "--harness-opt",
+                                              help="KEY=VALUE option of the harness, e.g. max_turns=4 (repeatable)"),
+        launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
     ) -> None:
         """Run every task k times; report pass@k, pass^k, mean reward per category and the failure taxonomy."""
         import asyncio
         import datetime as dt
 
         from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
+        from ._opts import parse_options
 
         req = EvalRequest(harness=harness, env=env, backend=backend, trials=trials,
                           split=None if split == "all" else split, tasks=list(task), concurrency=concurrency,
-                          budget_s=budget_s, tokenizer=tokenizer)
+                          budget_s=budget_s, tokenizer=tokenizer, launcher=launcher,
+                          harness_options=parse_options(harness_opt, "--harness-opt"))
         if out is None:
             out = Path("runs") / f"eval-{harness}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
         summary, trajs = asyncio.run(run_eval(req, progress=not as_json))

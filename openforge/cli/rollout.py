@@ -25,6 +25,8 @@ def rollout(
     out: Path = typer.Option(Path("rollout-out"), "--out", "-o", help="Directory for trajectory.json and store.db"),
     budget: float = typer.Option(None, "--budget", help="Wall-clock budget in seconds (default: the task's)"),
     launcher_opt: list[str] = typer.Option([], "--launcher-opt", help="KEY=VALUE option of the launcher (repeatable)"),
+    harness_opt: list[str] = typer.Option([], "--harness-opt",
+                                          help="KEY=VALUE option of the harness, e.g. max_turns=4 (repeatable)"),
     reference: bool = typer.Option(False, "--reference", help="With scripted:-: replay the task's reference solution"),
     proxy_host: str = typer.Option("127.0.0.1", "--proxy-host",
                                    help="Interface the proxy listens on (0.0.0.0 for pods of a cluster)"),
@@ -33,18 +35,14 @@ def rollout(
     """Run one rollout through the real proxy and harness, verify it and write the trajectory."""
     import asyncio
 
-    from ..errors import ConfigError
+    from ._opts import parse_options
 
-    opts: dict[str, str] = {}
-    for item in launcher_opt:
-        if "=" not in item:
-            raise ConfigError(f"--launcher-opt {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        opts[k.replace("-", "_")] = v
+    opts = parse_options(launcher_opt, "--launcher-opt", typed=False)
+    hopts = parse_options(harness_opt, "--harness-opt")
     out.mkdir(parents=True, exist_ok=True)
     try:
         traj = asyncio.run(_run(harness, env, task, backend, launcher, out, budget, opts, reference, proxy_host,
-                                proxy_port))
+                                proxy_port, hopts))
     except KeyboardInterrupt:
         typer.echo("interrupted: the rollout was recorded as cancelled and its sandbox removed", err=True)
         raise typer.Exit(130) from None
@@ -53,7 +51,8 @@ def rollout(
 
 
 async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str, launcher_name: str, out: Path,
-               budget: float | None, opts: dict[str, str], reference: bool, host: str, port: int):
+               budget: float | None, opts: dict[str, str], reference: bool, host: str, port: int,
+               harness_opts: dict | None = None):
     import secrets
 
     import yaml
@@ -67,7 +66,9 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
 
     environment = get_environment(env_name)
     task = environment.task(task_id)
-    harness = get_harness(harness_name)()
+    from ._opts import make
+
+    harness = make(get_harness(harness_name), harness_opts or {}, f"harness {harness_name!r}")
     if reference:
         sol = environment.reference_solution(task)
         if not sol:
