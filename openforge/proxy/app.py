@@ -10,22 +10,24 @@ SDKs retry only when retrying can help (5xx/429 for back-end trouble, 4xx for th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..errors import ProxyError
 from ..types import RolloutStatus
 from .engine import ClientGone, Engine
 from .recorder import RolloutState
-from .sse import dumps
+from .sse import dumps, sse, sse_data
+from .stream import DeltaDecoder, TokenSink
 from .wire_chat import ChatAdapter, openai_error
 from .wire_messages import MessagesAdapter, anthropic_error
 from .wire_responses import ResponsesAdapter
@@ -35,6 +37,8 @@ __all__ = ["MAX_BODY_BYTES", "build_app"]
 log = logging.getLogger("openforge.proxy")
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _CHAT, _RESP, _MSG = ChatAdapter(), ResponsesAdapter(), MessagesAdapter()
+_SSE_HEADERS = {"cache-control": "no-cache"}
+_BACKGROUND: set[asyncio.Future] = set()
 
 
 class _Json(Response):
@@ -137,8 +141,25 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             except Exception as e:  # a shape the validators missed: still the caller's input
                 raise ProxyError(f"invalid request: {type(e).__name__}: {e}", 400) from None
             retry = request.headers.get("x-stainless-retry-count", "0")
-            result = await engine.serve(st, req, body=body, retry_count=int(retry) if retry.isdigit() else 0,
-                                        disconnect=lambda: _wait_disconnect(request))
+            kw: dict[str, Any] = {"body": body, "retry_count": int(retry) if retry.isdigit() else 0,
+                                  "disconnect": lambda: _wait_disconnect(request)}
+            if req.stream:
+                sink = TokenSink()
+                task = asyncio.ensure_future(engine.serve(st, req, sink=sink, **kw))
+                started = asyncio.ensure_future(sink.started.wait())
+                try:
+                    await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:
+                    task.cancel()
+                    raise
+                finally:
+                    started.cancel()
+                if not task.done():  # generation has begun: stream it as it comes
+                    return StreamingResponse(_live(adapter, req, st, sink, task, engine.renderer),
+                                             media_type="text/event-stream", headers=_SSE_HEADERS)
+                result = task.result()
+            else:
+                result = await engine.serve(st, req, **kw)
         except ProxyError as e:
             return _err(api, e)
         except ClientGone:
@@ -147,10 +168,11 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             log.exception("proxy error")
             return _err(api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500, kind="api_error"))
         if req.stream:
-            # The answer is complete (generation finished and the call is durable), so the whole event
-            # sequence goes out in one write: same SSE bytes, far fewer syscalls than chunk-by-chunk.
+            # The answer is already complete (a replay, a pass-through back-end, or a generation that
+            # ended before the response could start) and durable: the whole event sequence goes out in
+            # one write — same SSE bytes, far fewer syscalls than chunk-by-chunk.
             return Response(b"".join(adapter.stream(req, result, st)), media_type="text/event-stream",
-                            headers={"cache-control": "no-cache", "x-openforge-call": str(result.call_index)})
+                            headers={**_SSE_HEADERS, "x-openforge-call": str(result.call_index)})
         return _Json(adapter.respond(req, result, st), headers={"x-openforge-call": str(result.call_index)})
 
     async def chat(request: Request) -> Response:
@@ -301,6 +323,61 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         Route(base + "/{rest:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     return Starlette(routes=routes)
+
+
+async def _live(adapter: Any, req: Any, st: RolloutState, sink: TokenSink, task: asyncio.Future,
+                renderer: Any) -> AsyncIterator[bytes]:
+    """The body of a live streaming response: opening events now, deltas as the back-end pushes
+    tokens, closing events once the call is recorded (``task`` returns only after the durable write).
+    If the client goes away, the response is cancelled and so is ``task`` (the call is recorded
+    ``cancelled`` and the back-end stops generating)."""
+    w = adapter.streamer(req, st, sink.prompt_tokens)
+    dec = DeltaDecoder(renderer, sink.prefix)
+    try:
+        yield w.open()
+        while not task.done():
+            woke = asyncio.ensure_future(sink.wait())
+            try:
+                await asyncio.wait({task, woke}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woke.cancel()
+            if task.done():
+                break  # the final answer supersedes what is still queued
+            reasoning, text = dec.feed(sink.take())
+            if reasoning or text:
+                yield w.delta(reasoning, text)
+        try:
+            result = task.result()
+        except ClientGone:
+            return
+        except ProxyError as e:
+            yield _stream_error(adapter.api, e)
+            return
+        except Exception as e:
+            log.exception("proxy error")
+            yield _stream_error(adapter.api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500,
+                                                        kind="api_error"))
+            return
+        yield w.close(result)
+    finally:
+        if not task.done():  # the client went away mid-stream: stop generating, record it cancelled
+            task.cancel()
+            _BACKGROUND.add(task)  # finishes recording on its own even if this generator is torn down
+            task.add_done_callback(_BACKGROUND.discard)
+            try:
+                await asyncio.shield(task)
+            except BaseException:
+                pass
+
+
+def _stream_error(api: str, e: ProxyError) -> bytes:
+    """A failure after the response started: the error event each API's SDK raises on."""
+    if api == "messages":
+        return sse("error", anthropic_error(e))
+    if api == "responses":
+        return sse("error", {"type": "error", "code": e.kind, "message": e.message, "param": e.param,
+                             "sequence_number": 0})
+    return sse_data(openai_error(e))
 
 
 async def _wait_disconnect(request: Request) -> None:

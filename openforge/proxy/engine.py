@@ -2,7 +2,8 @@
 parse → record (durable) → result.
 
 Owns: :class:`Engine` (pause/resume gate, in-flight accounting, sampling enforcement, retry replay,
-cancellation on client disconnect, back-end error/timeout mapping) and :class:`ClientGone`.
+cancellation on client disconnect, back-end error/timeout mapping, starting a streaming request's
+:class:`~openforge.proxy.stream.TokenSink`) and :class:`ClientGone`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .backends.base import Backend, GenContext, Generation, SamplingParams
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
 from .recorder import Recorder, RolloutState
 from .render import Head, Renderer
+from .stream import TokenSink
 
 __all__ = ["ClientGone", "Engine"]
 
@@ -75,7 +77,13 @@ class Engine:
         return p
 
     async def serve(self, st: RolloutState, req: CanonicalRequest, *, body: bytes, retry_count: int = 0,
-                    disconnect: Callable[[], Awaitable[Any]] | None = None) -> CanonicalResult:
+                    disconnect: Callable[[], Awaitable[Any]] | None = None,
+                    sink: TokenSink | None = None) -> CanonicalResult:
+        """Serve one call. With ``sink`` (a streaming request), ``sink.start`` is called once the
+        prompt is rendered and generation begins, and a streaming back-end pushes its ids into it as
+        they are generated; the returned result (recorded durably first) stays authoritative. A retry
+        replay or a pass-through back-end never starts the sink: the caller then sends the whole
+        answer at once."""
         key = hashlib.sha256(body).hexdigest()
         replay = self._replay(st, key, retry_count)
         if replay is not None:
@@ -89,16 +97,17 @@ class Engine:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         st.inflight[key] = fut
         try:
-            task = asyncio.ensure_future(self._serve(st, req, body))
+            task = asyncio.ensure_future(self._serve(st, req, body, sink))
             if disconnect is not None:
                 gone = asyncio.ensure_future(disconnect())
-                done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+                except asyncio.CancelledError:  # our caller went away (e.g. the streaming response)
+                    gone.cancel()
+                    await _cancel(task)
+                    raise
                 if task not in done:
-                    task.cancel()
-                    try:
-                        await task
-                    except BaseException:
-                        pass
+                    await _cancel(task)
                     raise ClientGone()
                 gone.cancel()
             result = await task
@@ -127,7 +136,8 @@ class Engine:
             return _as_replay(result)
         return None
 
-    async def _serve(self, st: RolloutState, req: CanonicalRequest, body: bytes) -> CanonicalResult:
+    async def _serve(self, st: RolloutState, req: CanonicalRequest, body: bytes,
+                     sink: TokenSink | None = None) -> CanonicalResult:
         params = self.params_for(req)
         rendered, prefix = None, ""
         if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
@@ -161,6 +171,9 @@ class Engine:
                 assert rendered is not None
                 call.prompt_ids = rendered.ids
                 call.system_prefix_len = rendered.system_prefix_len
+                if sink is not None:
+                    ctx.on_tokens, ctx.loop = sink.push, asyncio.get_running_loop()
+                    sink.start(len(rendered.ids), prefix)
                 gen = await self._generate(rendered.ids, params, ctx)
                 result = self._result(gen, len(rendered.ids), prefix)
                 if req.extra.get("logprobs"):
@@ -241,6 +254,14 @@ class Engine:
         call.finish_reason = finish
         call.has_reasoning = bool(out.reasoning)
         return result, call
+
+
+async def _cancel(task: asyncio.Future) -> None:
+    task.cancel()
+    try:
+        await task
+    except BaseException:
+        pass
 
 
 def _as_replay(result: CanonicalResult) -> CanonicalResult:

@@ -1,6 +1,6 @@
 """OpenAI Chat Completions wire adapter: request → canonical, result → JSON or SSE chunks.
 
-Owns: :class:`ChatAdapter`. Streams the full chunk sequence (role chunk, reasoning/content deltas,
+Owns: :class:`ChatAdapter`, :class:`ChatStream` (the live chunk writer). Streams the full chunk sequence (role chunk, reasoning/content deltas,
 tool-call deltas, finish chunk, usage chunk when ``stream_options.include_usage``, ``[DONE]``).
 """
 
@@ -13,8 +13,9 @@ from typing import Any
 from ..errors import ProxyError
 from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, text_of
 from .sse import sse_data
+from .stream import remainder
 
-__all__ = ["ChatAdapter", "openai_error"]
+__all__ = ["ChatAdapter", "ChatStream", "openai_error"]
 
 # Fields that would change what is generated in ways the proxy cannot honour: refused with a 400.
 _UNSUPPORTED = {
@@ -146,27 +147,60 @@ class ChatAdapter:
                 "choices": [{"index": 0, "message": msg, "logprobs": self._logprobs(r), "finish_reason": r.finish_reason}],
                 "usage": self._usage(r)}
 
+    def streamer(self, req: CanonicalRequest, st: Any = None, prompt_tokens: int = 0) -> ChatStream:
+        """A live chunk writer: :meth:`ChatStream.open`, then deltas, then :meth:`ChatStream.close`."""
+        return ChatStream(self, req)
+
     def stream(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> Iterator[bytes]:
-        base = {"id": new_id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": req.model, "system_fingerprint": "openforge"}
+        s = self.streamer(req, st, r.prompt_tokens)
+        yield s.open()
+        yield s.close(r)
 
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            return sse_data({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                                  "finish_reason": finish}]})
 
-        yield chunk({"role": "assistant", "content": ""})
+class ChatStream:
+    """The chunk sequence of one streamed chat completion, written as generation goes."""
+
+    def __init__(self, adapter: ChatAdapter, req: CanonicalRequest):
+        self.adapter, self.req = adapter, req
+        self.base = {"id": new_id("chatcmpl-"), "object": "chat.completion.chunk", "created": int(time.time()),
+                     "model": req.model, "system_fingerprint": "openforge"}
+        self.reasoning = self.text = ""
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse_data({**self.base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                   "finish_reason": finish}]})
+
+    def open(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def delta(self, reasoning: str = "", text: str = "") -> bytes:
+        out = b""
+        if reasoning:
+            self.reasoning += reasoning
+            out += self._chunk({"reasoning_content": reasoning})
+        if text:
+            self.text += text
+            out += self._chunk({"content": text})
+        return out
+
+    def close(self, r: CanonicalResult) -> bytes:
+        out = []
         if r.token_logprobs is not None:  # one chunk carrying every generated token's logprob
-            yield sse_data({**base, "choices": [{"index": 0, "delta": {}, "logprobs": self._logprobs(r),
-                                                 "finish_reason": None}]})
-        if r.reasoning:
-            yield chunk({"reasoning_content": r.reasoning})
-        if r.text:
-            yield chunk({"content": r.text})
+            out.append(sse_data({**self.base, "choices": [{"index": 0, "delta": {},
+                                                           "logprobs": self.adapter._logprobs(r),
+                                                           "finish_reason": None}]}))
+        rest = remainder(self.reasoning, r.reasoning, "reasoning")
+        if rest:
+            out.append(self._chunk({"reasoning_content": rest}))
+        rest = remainder(self.text, r.text, "text")
+        if rest:
+            out.append(self._chunk({"content": rest}))
         for i, t in enumerate(r.tool_calls):
-            yield chunk({"tool_calls": [{"index": i, "id": t.id, "type": "function",
-                                         "function": {"name": t.name, "arguments": ""}}]})
-            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": t.arguments}}]})
-        yield chunk({}, r.finish_reason)
-        if req.extra.get("include_usage"):
-            yield sse_data({**base, "choices": [], "usage": self._usage(r)})
-        yield sse_data("[DONE]")
+            out.append(self._chunk({"tool_calls": [{"index": i, "id": t.id, "type": "function",
+                                                    "function": {"name": t.name, "arguments": ""}}]}))
+            out.append(self._chunk({"tool_calls": [{"index": i, "function": {"arguments": t.arguments}}]}))
+        out.append(self._chunk({}, r.finish_reason))
+        if self.req.extra.get("include_usage"):
+            out.append(sse_data({**self.base, "choices": [], "usage": self.adapter._usage(r)}))
+        out.append(sse_data("[DONE]"))
+        return b"".join(out)

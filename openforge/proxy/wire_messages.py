@@ -1,6 +1,6 @@
 """Anthropic Messages wire adapter: request → canonical, result → JSON or the SSE event sequence.
 
-Owns: :class:`MessagesAdapter`, :func:`anthropic_error`. Handles system blocks (Claude Code's
+Owns: :class:`MessagesAdapter`, :class:`MessagesStream` (the live event writer), :func:`anthropic_error`. Handles system blocks (Claude Code's
 ``x-anthropic-billing-header`` line is stripped: it changes per request and would break splicing),
 ``role: system`` messages mid-conversation, ``tool_use`` / ``tool_result`` (text and images),
 ``thinking`` blocks, Anthropic-defined tools (``bash_*``, ``computer_*``, ``text_editor_*``).
@@ -17,8 +17,9 @@ from typing import Any
 from ..errors import ProxyError
 from .canonical import CanonicalRequest, CanonicalResult, new_id, require, text_of
 from .sse import sse
+from .stream import remainder
 
-__all__ = ["MessagesAdapter", "anthropic_error", "strip_billing_header"]
+__all__ = ["MessagesAdapter", "MessagesStream", "anthropic_error", "strip_billing_header"]
 
 BILLING_PREFIX = "x-anthropic-billing-header:"
 _KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -200,28 +201,93 @@ class MessagesAdapter:
                 "content": self._blocks(r), "stop_reason": self._stop(r), "stop_sequence": None,
                 "usage": self._usage(r)}
 
+    def streamer(self, req: CanonicalRequest, st: Any = None, prompt_tokens: int = 0) -> MessagesStream:
+        """A live event writer: :meth:`MessagesStream.open`, then deltas, then :meth:`MessagesStream.close`."""
+        return MessagesStream(self, req, prompt_tokens)
+
     def stream(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> Iterator[bytes]:
-        start = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": req.model, "content": [],
-                 "stop_reason": None, "stop_sequence": None, "usage": {**self._usage(r), "output_tokens": 1}}
-        yield sse("message_start", {"type": "message_start", "message": start})
-        yield sse("ping", {"type": "ping"})
-        for i, b in enumerate(self._blocks(r)):
-            if b["type"] == "thinking":
-                head, delta = {"type": "thinking", "thinking": "", "signature": ""}, \
-                    {"type": "thinking_delta", "thinking": b["thinking"]}
-            elif b["type"] == "text":
-                head, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": b["text"]}
-            else:
-                head = {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}
-                delta = {"type": "input_json_delta", "partial_json": json.dumps(b["input"], ensure_ascii=False)}
-            yield sse("content_block_start", {"type": "content_block_start", "index": i, "content_block": head})
-            if delta.get("text") != "":
-                yield sse("content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta})
-            if b["type"] == "thinking":
-                yield sse("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                  "delta": {"type": "signature_delta", "signature": ""}})
-            yield sse("content_block_stop", {"type": "content_block_stop", "index": i})
-        yield sse("message_delta", {"type": "message_delta",
-                                    "delta": {"stop_reason": self._stop(r), "stop_sequence": None},
-                                    "usage": {"output_tokens": r.completion_tokens}})
-        yield sse("message_stop", {"type": "message_stop"})
+        s = self.streamer(req, st, r.prompt_tokens)
+        yield s.open()
+        yield s.close(r)
+
+
+def _ev(kind: str, **data: Any) -> bytes:
+    return sse(kind, {"type": kind, **data})
+
+
+class MessagesStream:
+    """The event sequence of one streamed message, written as generation goes: the thinking and the
+    text block open on their first delta; the rest is written by :meth:`close`."""
+
+    def __init__(self, adapter: MessagesAdapter, req: CanonicalRequest, prompt_tokens: int):
+        self.adapter, self.req, self.prompt_tokens = adapter, req, prompt_tokens
+        self.opened: list[str] = []  # block kinds in index order
+        self.done: set[str] = set()
+        self.sent = {"thinking": "", "text": ""}
+
+    def open(self) -> bytes:
+        usage = {"input_tokens": self.prompt_tokens, "output_tokens": 1, "cache_creation_input_tokens": 0,
+                 "cache_read_input_tokens": 0}
+        start = {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": self.req.model, "content": [],
+                 "stop_reason": None, "stop_sequence": None, "usage": usage}
+        return _ev("message_start", message=start) + _ev("ping")
+
+    def _start(self, kind: str, head: dict[str, Any] | None = None) -> bytes:
+        self.opened.append(kind)
+        head = head or ({"type": "thinking", "thinking": "", "signature": ""} if kind == "thinking"
+                        else {"type": "text", "text": ""})
+        return _ev("content_block_start", index=len(self.opened) - 1, content_block=head)
+
+    def _delta(self, kind: str, delta: str) -> bytes:
+        self.sent[kind] += delta
+        d = {"type": "thinking_delta", "thinking": delta} if kind == "thinking" else {"type": "text_delta", "text": delta}
+        return _ev("content_block_delta", index=self.opened.index(kind), delta=d)
+
+    def _stop(self, kind: str) -> bytes:
+        self.done.add(kind)
+        i = self.opened.index(kind)
+        out = b""
+        if kind == "thinking":
+            out = _ev("content_block_delta", index=i, delta={"type": "signature_delta", "signature": ""})
+        return out + _ev("content_block_stop", index=i)
+
+    def delta(self, reasoning: str = "", text: str = "") -> bytes:
+        out = b""
+        if reasoning and "text" not in self.opened:
+            if "thinking" not in self.opened:
+                out += self._start("thinking")
+            out += self._delta("thinking", reasoning)
+        if text:
+            if "thinking" in self.opened and "thinking" not in self.done:
+                out += self._stop("thinking")
+            if "text" not in self.opened:
+                out += self._start("text")
+            out += self._delta("text", text)
+        return out
+
+    def close(self, r: CanonicalResult) -> bytes:
+        blocks = self.adapter._blocks(r)
+        order = {k: i for i, k in enumerate(self.opened)}
+        blocks.sort(key=lambda b: order.get(b["type"], len(order)))
+        out = []
+        for b in blocks:
+            kind = b["type"]
+            if kind in ("thinking", "text"):
+                if kind in self.done:
+                    continue
+                if kind not in self.opened:
+                    out.append(self._start(kind))
+                rest = remainder(self.sent[kind], b[kind], kind)
+                if rest or (kind == "thinking" and not self.sent[kind]):
+                    out.append(self._delta(kind, rest))
+                out.append(self._stop(kind))
+                continue
+            out.append(self._start(b["id"], {"type": "tool_use", "id": b["id"], "name": b["name"], "input": {}}))
+            i = len(self.opened) - 1
+            out.append(_ev("content_block_delta", index=i, delta={
+                "type": "input_json_delta", "partial_json": json.dumps(b["input"], ensure_ascii=False)}))
+            out.append(_ev("content_block_stop", index=i))
+        out.append(_ev("message_delta", delta={"stop_reason": self.adapter._stop(r), "stop_sequence": None},
+                       usage={"output_tokens": r.completion_tokens}))
+        out.append(_ev("message_stop"))
+        return b"".join(out)

@@ -1,6 +1,6 @@
 """OpenAI Responses wire adapter: request → canonical, result → JSON or the SSE event sequence.
 
-Owns: :class:`ResponsesAdapter`. Input items: role messages (``developer``/``system`` → system),
+Owns: :class:`ResponsesAdapter`, :class:`ResponsesStream` (the live event writer). Input items: role messages (``developer``/``system`` → system),
 ``function_call`` / ``function_call_output``, ``custom_tool_call`` / ``custom_tool_call_output``,
 ``reasoning``; ``instructions``; ``previous_response_id`` (kept per rollout). Tools: ``function``,
 ``custom`` (freeform: rendered as a function with one string parameter ``input``), ``namespace``
@@ -18,8 +18,9 @@ from typing import Any
 from ..errors import ProxyError
 from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, text_of
 from .sse import sse
+from .stream import remainder
 
-__all__ = ["ResponsesAdapter"]
+__all__ = ["ResponsesAdapter", "ResponsesStream"]
 
 _UNSUPPORTED = {"background": "background responses are not supported",
                 "conversation": "stored conversations are not supported; send the input items"}
@@ -167,13 +168,15 @@ class ResponsesAdapter:
         )
 
     # -- output ----------------------------------------------------------------------------------
-    def _items(self, req: CanonicalRequest, r: CanonicalResult) -> list[dict[str, Any]]:
+    def _items(self, req: CanonicalRequest, r: CanonicalResult,
+               ids: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        ids = ids or {}
         items: list[dict[str, Any]] = []
         if r.reasoning:
-            items.append({"type": "reasoning", "id": new_id("rs_"), "summary": [{"type": "summary_text", "text": r.reasoning}],
+            items.append({"type": "reasoning", "id": ids.get("reasoning") or new_id("rs_"), "summary": [{"type": "summary_text", "text": r.reasoning}],
                           "content": [{"type": "reasoning_text", "text": r.reasoning}], "encrypted_content": None})
         if r.text or not r.tool_calls:
-            items.append({"type": "message", "id": new_id("msg_"), "role": "assistant", "status": "completed",
+            items.append({"type": "message", "id": ids.get("message") or new_id("msg_"), "role": "assistant", "status": "completed",
                           "content": [{"type": "output_text", "text": r.text, "annotations": [], "logprobs": []}]})
         for t in r.tool_calls:
             if t.name in req.extra.get("custom", {}):
@@ -221,50 +224,131 @@ class ResponsesAdapter:
         self._remember(req, r, rid, st)
         return self._response(req, r, rid, self._items(req, r), "completed")
 
+    def streamer(self, req: CanonicalRequest, st: Any = None, prompt_tokens: int = 0) -> ResponsesStream:
+        """A live event writer: :meth:`ResponsesStream.open`, then deltas, then :meth:`ResponsesStream.close`."""
+        return ResponsesStream(self, req, st)
+
     def stream(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> Iterator[bytes]:
-        rid = new_id("resp_")
-        self._remember(req, r, rid, st)
-        seq = 0
+        s = self.streamer(req, st, r.prompt_tokens)
+        yield s.open()
+        yield s.close(r)
 
-        def ev(kind: str, **data: Any) -> bytes:
-            nonlocal seq
-            seq += 1
-            return sse(kind, {"type": kind, "sequence_number": seq - 1, **data})
 
-        yield ev("response.created", response=self._response(req, r, rid, [], "in_progress"))
-        yield ev("response.in_progress", response=self._response(req, r, rid, [], "in_progress"))
-        items = self._items(req, r)
-        for oi, item in enumerate(items):
-            iid, typ = item["id"], item["type"]
-            if typ == "message":
-                text = item["content"][0]["text"]
-                yield ev("response.output_item.added", output_index=oi, item={**item, "status": "in_progress", "content": []})
-                part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                yield ev("response.content_part.added", item_id=iid, output_index=oi, content_index=0, part=part0)
-                if text:
-                    yield ev("response.output_text.delta", item_id=iid, output_index=oi, content_index=0, delta=text,
-                             logprobs=[])
-                yield ev("response.output_text.done", item_id=iid, output_index=oi, content_index=0, text=text, logprobs=[])
-                yield ev("response.content_part.done", item_id=iid, output_index=oi, content_index=0,
-                         part=item["content"][0])
-            elif typ == "reasoning":
-                text = item["summary"][0]["text"]
-                yield ev("response.output_item.added", output_index=oi, item={**item, "summary": [], "content": []})
-                part = {"type": "summary_text", "text": ""}
-                yield ev("response.reasoning_summary_part.added", item_id=iid, output_index=oi, summary_index=0, part=part)
-                yield ev("response.reasoning_summary_text.delta", item_id=iid, output_index=oi, summary_index=0, delta=text)
-                yield ev("response.reasoning_summary_text.done", item_id=iid, output_index=oi, summary_index=0, text=text)
-                yield ev("response.reasoning_summary_part.done", item_id=iid, output_index=oi, summary_index=0,
-                         part={"type": "summary_text", "text": text})
-            elif typ == "function_call":
-                yield ev("response.output_item.added", output_index=oi,
-                         item={**item, "arguments": "", "status": "in_progress"})
-                yield ev("response.function_call_arguments.delta", item_id=iid, output_index=oi, delta=item["arguments"])
-                yield ev("response.function_call_arguments.done", item_id=iid, output_index=oi, name=item["name"],
-                         arguments=item["arguments"])
+class ResponsesStream:
+    """The event sequence of one streamed response, written as generation goes: the reasoning item
+    and the message item open on their first delta; the rest is written by :meth:`close`."""
+
+    def __init__(self, adapter: ResponsesAdapter, req: CanonicalRequest, st: Any):
+        self.adapter, self.req, self.st = adapter, req, st
+        self.rid = new_id("resp_")
+        self.ids = {"reasoning": new_id("rs_"), "message": new_id("msg_")}
+        self.seq = 0
+        self.opened: list[str] = []  # item kinds opened while streaming, in output order
+        self.done: set[str] = set()
+        self.sent = {"reasoning": "", "message": ""}
+
+    def _ev(self, kind: str, **data: Any) -> bytes:
+        self.seq += 1
+        return sse(kind, {"type": kind, "sequence_number": self.seq - 1, **data})
+
+    def open(self) -> bytes:
+        pending = self.adapter._response(self.req, CanonicalResult(), self.rid, [], "in_progress")
+        return self._ev("response.created", response=pending) + self._ev("response.in_progress", response=pending)
+
+    def _start(self, kind: str) -> bytes:
+        oi, iid = len(self.opened), self.ids[kind]
+        self.opened.append(kind)
+        if kind == "reasoning":
+            item = {"type": "reasoning", "id": iid, "summary": [], "content": [], "encrypted_content": None}
+            return (self._ev("response.output_item.added", output_index=oi, item=item)
+                    + self._ev("response.reasoning_summary_part.added", item_id=iid, output_index=oi, summary_index=0,
+                               part={"type": "summary_text", "text": ""}))
+        item = {"type": "message", "id": iid, "role": "assistant", "status": "in_progress", "content": []}
+        part0 = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        return (self._ev("response.output_item.added", output_index=oi, item=item)
+                + self._ev("response.content_part.added", item_id=iid, output_index=oi, content_index=0, part=part0))
+
+    def _text_delta(self, kind: str, delta: str) -> bytes:
+        self.sent[kind] += delta
+        oi, iid = self.opened.index(kind), self.ids[kind]
+        if kind == "reasoning":
+            return self._ev("response.reasoning_summary_text.delta", item_id=iid, output_index=oi, summary_index=0,
+                            delta=delta)
+        return self._ev("response.output_text.delta", item_id=iid, output_index=oi, content_index=0, delta=delta,
+                        logprobs=[])
+
+    def _finish(self, item: dict[str, Any]) -> bytes:
+        kind = item["type"]
+        self.done.add(kind)
+        oi, iid = self.opened.index(kind), item["id"]
+        if kind == "reasoning":
+            text = item["summary"][0]["text"]
+            return (self._ev("response.reasoning_summary_text.done", item_id=iid, output_index=oi, summary_index=0,
+                             text=text)
+                    + self._ev("response.reasoning_summary_part.done", item_id=iid, output_index=oi, summary_index=0,
+                               part={"type": "summary_text", "text": text})
+                    + self._ev("response.output_item.done", output_index=oi, item=item))
+        text = item["content"][0]["text"]
+        return (self._ev("response.output_text.done", item_id=iid, output_index=oi, content_index=0, text=text,
+                         logprobs=[])
+                + self._ev("response.content_part.done", item_id=iid, output_index=oi, content_index=0,
+                           part=item["content"][0])
+                + self._ev("response.output_item.done", output_index=oi, item=item))
+
+    def delta(self, reasoning: str = "", text: str = "") -> bytes:
+        out = b""
+        if reasoning and "message" not in self.opened:
+            if "reasoning" not in self.opened:
+                out += self._start("reasoning")
+            out += self._text_delta("reasoning", reasoning)
+        if text:
+            if "reasoning" in self.opened and "reasoning" not in self.done:  # reasoning is complete
+                r = self.sent["reasoning"]
+                out += self._finish({"type": "reasoning", "id": self.ids["reasoning"],
+                                     "summary": [{"type": "summary_text", "text": r}],
+                                     "content": [{"type": "reasoning_text", "text": r}], "encrypted_content": None})
+            if "message" not in self.opened:
+                out += self._start("message")
+            out += self._text_delta("message", text)
+        return out
+
+    def close(self, r: CanonicalResult) -> bytes:
+        self.adapter._remember(self.req, r, self.rid, self.st)
+        items = self.adapter._items(self.req, r, self.ids)
+        order = {k: i for i, k in enumerate(self.opened)}
+        items.sort(key=lambda it: order.get(it["type"], len(order)))  # stable: items opened live come first
+        out = []
+        for item in items:
+            typ = item["type"]
+            if typ in ("reasoning", "message"):
+                if typ in self.done:
+                    continue
+                if typ not in self.opened:
+                    out.append(self._start(typ))
+                final = item["summary"][0]["text"] if typ == "reasoning" else item["content"][0]["text"]
+                rest = remainder(self.sent[typ], final, typ)
+                if rest:
+                    out.append(self._text_delta(typ, rest))
+                out.append(self._finish(item))
+                continue
+            oi = len(self.opened)
+            self.opened.append(item["id"])
+            iid = item["id"]
+            if typ == "function_call":
+                out.append(self._ev("response.output_item.added", output_index=oi,
+                                    item={**item, "arguments": "", "status": "in_progress"}))
+                out.append(self._ev("response.function_call_arguments.delta", item_id=iid, output_index=oi,
+                                    delta=item["arguments"]))
+                out.append(self._ev("response.function_call_arguments.done", item_id=iid, output_index=oi,
+                                    name=item["name"], arguments=item["arguments"]))
             else:  # custom_tool_call
-                yield ev("response.output_item.added", output_index=oi, item={**item, "input": "", "status": "in_progress"})
-                yield ev("response.custom_tool_call_input.delta", item_id=iid, output_index=oi, delta=item["input"])
-                yield ev("response.custom_tool_call_input.done", item_id=iid, output_index=oi, input=item["input"])
-            yield ev("response.output_item.done", output_index=oi, item=item)
-        yield ev("response.completed", response=self._response(req, r, rid, items, "completed"))
+                out.append(self._ev("response.output_item.added", output_index=oi,
+                                    item={**item, "input": "", "status": "in_progress"}))
+                out.append(self._ev("response.custom_tool_call_input.delta", item_id=iid, output_index=oi,
+                                    delta=item["input"]))
+                out.append(self._ev("response.custom_tool_call_input.done", item_id=iid, output_index=oi,
+                                    input=item["input"]))
+            out.append(self._ev("response.output_item.done", output_index=oi, item=item))
+        out.append(self._ev("response.completed",
+                            response=self.adapter._response(self.req, r, self.rid, items, "completed")))
+        return b"".join(out)

@@ -17,6 +17,19 @@ def tokenizer():
         pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
 
 
+@pytest.fixture(scope="session")
+def smollm2():
+    """SmolLM2-135M-Instruct ``(model, tokenizer)``, loaded once per session (slow tests only)."""
+    pytest.importorskip("torch")
+    from openforge.errors import ConfigError
+    from openforge.proxy.backends.transformers import load_smollm2
+
+    try:
+        return load_smollm2()
+    except ConfigError as e:
+        pytest.skip(str(e))
+
+
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command.",
                                            "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
                                                           "required": ["command"]}}}]

@@ -163,17 +163,6 @@ async def test_openai_passthrough_is_recorded_inexact(tokenizer):
     assert "Finished." in tokenizer.decode(traj.calls[1].output_ids)  # tokens computed locally for SFT
 
 
-@pytest.fixture(scope="session")
-def smollm2():
-    pytest.importorskip("torch")
-    from openforge.proxy.backends.transformers import load_smollm2
-
-    try:
-        return load_smollm2()
-    except ConfigError as e:
-        pytest.skip(str(e))
-
-
 @pytest.mark.slow
 async def test_transformers_backend_exact_logprobs_and_batching(smollm2):
     import asyncio

@@ -11,6 +11,8 @@ instead implements :meth:`Backend.complete` on the canonical request and is reco
 from __future__ import annotations
 
 import abc
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,12 +49,40 @@ class Generation:
 
 @dataclass
 class GenContext:
-    """Who asks: lets a back-end keep per-rollout state (the scripted policy replays per rollout)."""
+    """Who asks: lets a back-end keep per-rollout state (the scripted policy replays per rollout),
+    and, for a streaming request, where to send tokens as they are generated.
+
+    A back-end that can stream calls :meth:`emit` with each batch of new output ids (in order, the
+    same ids it finally returns), from the event loop or from a worker thread. Back-ends that do not
+    call it (vLLM, the ``openai:`` pass-through) are streamed as one final chunk."""
 
     rollout_id: str = ""
     task_id: str = ""
     call_index: int = 0
     tools: list[dict[str, Any]] = field(default_factory=list)  # canonical function tools
+    on_tokens: Callable[[list[int]], None] | None = None  # set by the engine when the request streams
+    loop: asyncio.AbstractEventLoop | None = None  # the loop ``on_tokens`` runs on
+
+    @property
+    def streaming(self) -> bool:
+        return self.on_tokens is not None
+
+    def emit(self, ids: list[int]) -> None:
+        """Hand newly generated ids to the streaming response (thread-safe; a no-op when not streaming)."""
+        cb, loop = self.on_tokens, self.loop
+        if cb is None or not ids:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop:
+            cb(list(ids))
+        else:
+            try:
+                loop.call_soon_threadsafe(cb, list(ids))
+            except RuntimeError:  # the loop has closed: nobody is listening any more
+                pass
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Owns: :class:`OpenAIBackend`. The canonical request goes upstream as a non-streaming chat
 completion; the answer's text, reasoning and tool calls are served to the harness and recorded.
 Token ids are computed locally with the policy tokenizer after the fact, so calls are
-``exact: false``: fit for SFT export, never for RL.
+``exact: false``: fit for SFT export, never for RL. A streaming harness gets the whole answer in
+one write once the upstream has answered (the pass-through never streams incrementally).
 """
 
 from __future__ import annotations

@@ -113,8 +113,13 @@ class ScriptedBackend(Backend):
     honors_prefill = False
     name = "scripted"
 
-    def __init__(self, script: str | Path | dict[str, Any] | list[Any], tokenizer: Any = None):
+    stream_chunks = 4  # a streaming request receives each turn's tokens in this many pushes
+
+    def __init__(self, script: str | Path | dict[str, Any] | list[Any], tokenizer: Any = None, *,
+                 token_delay_s: float = 0.0):
         self.script = load_script(script)
+        self.token_delay_s = float(token_delay_s)  # > 0: emit one token per delay (simulates a slow model)
+        self.cancelled: list[tuple[str, int]] = []  # (rollout_id, call_index) of generations cancelled midway
         self._tokenizer = tokenizer
         self._pos: dict[str, int] = {}
         self._renderer: Any = None
@@ -157,5 +162,19 @@ class ScriptedBackend(Backend):
             calls.append((found[0], {found[1]: str(turn["shell"])}))
         text = self._render().format_output(str(turn.get("text") or ""), turn.get("reasoning"), calls)
         ids = self._render().encode(text)
-        await asyncio.sleep(0)
+        try:
+            if self.token_delay_s > 0:  # a slow model: one token at a time
+                for t in ids:
+                    await asyncio.sleep(self.token_delay_s)
+                    ctx.emit([t])
+            elif ctx.streaming:  # a streaming request gets the turn in a few chunks, as a model would send it
+                step = max(1, -(-len(ids) // self.stream_chunks))
+                for i in range(0, len(ids), step):
+                    ctx.emit(ids[i:i + step])
+                    await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            self.cancelled.append((ctx.rollout_id, ctx.call_index))
+            raise
         return Generation(output_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")

@@ -8,7 +8,9 @@ Generation is a plain sampling loop with a KV cache, so each sampled token's log
 ``log_softmax(logits / temperature)[token]`` (greedy when ``temperature == 0``, logprob then under
 the unscaled distribution). Requests are batched: those that arrive while a batch runs form the next
 batch (up to ``max_batch``, left-padded and attention-masked), generated in a worker thread; a
-cancelled request stops at its next token.
+cancelled request stops at its next token. A streaming request (``ctx.on_tokens`` set) gets each
+sampled id pushed to its response as soon as it is sampled (``loop.call_soon_threadsafe`` via
+:meth:`GenContext.emit`).
 
 Weight updates: the CPU trainer may update ``backend.model`` in place while the proxy is paused
 (``await proxy.pause()`` ... ``await proxy.resume()``), or call :meth:`TransformersBackend.swap_weights`,
@@ -21,6 +23,7 @@ import asyncio
 import importlib.util
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,11 +151,16 @@ def _atomic_save(target: Path, save: Any, keep: Path) -> None:
 
 
 class _Row:
-    __slots__ = ("cancel", "fut", "params", "prompt")
+    __slots__ = ("cancel", "ctx", "fut", "params", "prompt")
 
-    def __init__(self, prompt: list[int], params: SamplingParams, fut: asyncio.Future):
-        self.prompt, self.params, self.fut = prompt, params, fut
+    def __init__(self, prompt: list[int], params: SamplingParams, fut: asyncio.Future, ctx: GenContext | None = None):
+        self.prompt, self.params, self.fut, self.ctx = prompt, params, fut, ctx
         self.cancel = threading.Event()
+
+    def emit(self, tok: int) -> None:
+        """Stream one sampled id to the request (from the worker thread; a no-op when not streaming)."""
+        if self.ctx is not None and self.ctx.on_tokens is not None and not self.cancel.is_set():
+            self.ctx.emit([tok])
 
 
 class TransformersBackend(Backend):
@@ -197,7 +205,7 @@ class TransformersBackend(Backend):
         if not prompt_ids:
             raise BackendError("empty prompt")
         self._max_new(prompt_ids, params)  # an over-long prompt fails alone, not its batch
-        row = _Row(list(prompt_ids), params, asyncio.get_running_loop().create_future())
+        row = _Row(list(prompt_ids), params, asyncio.get_running_loop().create_future(), ctx)
         self._pending.append(row)
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
@@ -240,7 +248,7 @@ class TransformersBackend(Backend):
     def _generate_rows(self, rows: list[_Row]) -> list[Generation]:
         if len(rows) == 1:
             r = rows[0]
-            return [self._generate_sync(r.prompt, r.params, r.cancel)]
+            return [self._generate_sync(r.prompt, r.params, r.cancel, r.emit)]
         return self._generate_batch(rows)
 
     def _sampler(self, params: SamplingParams) -> Any:
@@ -268,7 +276,8 @@ class TransformersBackend(Backend):
             tok = int(torch.multinomial(probs, 1, generator=gen))
         return tok, float(logp[tok])
 
-    def _generate_sync(self, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event) -> Generation:
+    def _generate_sync(self, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event,
+                       emit: Callable[[int], None] | None = None) -> Generation:
         import torch
 
         max_new = self._max_new(prompt_ids, params)
@@ -289,6 +298,8 @@ class TransformersBackend(Backend):
                 tok, lp = self._sample(res.logits[0, -1].float(), params, gen)
                 out.append(tok)
                 lps.append(lp)
+                if emit is not None:
+                    emit(tok)
                 if tok in stop_ids:
                     finish = "stop"
                     break
@@ -324,6 +335,7 @@ class TransformersBackend(Backend):
                             tok, lp = self._sample(logits[i], r.params, gens[i])
                             outs[i].append(tok)
                             lps[i].append(lp)
+                            r.emit(tok)
                             if tok in stops[i]:
                                 done[i], finish[i] = True, "stop"
                             elif len(outs[i]) >= max_new[i]:

@@ -4,7 +4,9 @@ Owns: :class:`VLLMBackend`. Each call posts the exact prompt ids to ``/v1/comple
 ``logprobs: 0`` (the sampled token's logprob), ``return_token_ids: true`` (vLLM ≥ 0.10.2; falls back
 to ``return_tokens_as_token_ids`` ``"token_id:N"`` strings for older servers), ``skip_special_tokens:
 false`` and the proxy's enforced sampling, so recorded ids and logprobs are the server's own.
-The local tokenizer (SmolLM2's unless given) must be the served model's.
+The local tokenizer (SmolLM2's unless given) must be the served model's. The upstream call is not
+streamed: a streaming harness gets its opening events when generation starts and the whole answer
+as one final chunk (generation on a GPU server is fast; token-exact SSE from vLLM is future work).
 """
 
 from __future__ import annotations

@@ -1,0 +1,124 @@
+"""Incremental streaming: generated token ids → safe reasoning/text deltas while generation runs.
+
+Owns: :class:`TokenSink` (per streaming request: the engine marks when generation starts, the
+back-end pushes token ids into it — from the event loop or, through :meth:`GenContext.emit
+<openforge.proxy.backends.base.GenContext.emit>`, from a worker thread), :class:`DeltaDecoder` (ids →
+deltas) and :func:`safe_split` (the part of a partial output that the final parse is guaranteed to keep).
+
+Safety rules, so that the concatenated deltas always equal the final parsed answer:
+
+* the ids are decoded in full each time and trailing U+FFFD (an incomplete UTF-8 sequence of a
+  byte-level token) is held back; a trailing end-of-turn id is dropped, as the final parse does;
+* while the output may still open with ``<think>`` nothing is sent; inside it, reasoning streams with
+  trailing whitespace and a possible partial ``</think>`` held back;
+* text streams until the first ``<tool_call>`` (or a possible start of one at the end): from there on
+  everything is held, so tool-call markup never leaks as text; trailing whitespace is held (the parse
+  strips it).
+
+What is held comes out when generation ends: the adapter sends the final answer's remaining suffix
+(:func:`remainder`), then its tool calls and closing events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+__all__ = ["DeltaDecoder", "TokenSink", "remainder", "safe_split"]
+
+log = logging.getLogger("openforge.proxy")
+THINK_OPEN, THINK_CLOSE, CALL_OPEN = "<think>", "</think>", "<tool_call>"
+
+
+def _hold_partial(s: str, marker: str) -> str:
+    """``s`` without a trailing partial (proper prefix) of ``marker``."""
+    for k in range(min(len(marker) - 1, len(s)), 0, -1):
+        if s.endswith(marker[:k]):
+            return s[:-k]
+    return s
+
+
+def safe_split(s: str) -> tuple[str, str]:
+    """``(reasoning, text)`` of the partial output ``s`` that are prefixes of what the Hermes parser
+    returns for any continuation of ``s``."""
+    t = s.lstrip()
+    if THINK_OPEN.startswith(t):  # undecided (empty or a partial "<think>")
+        return "", ""
+    reasoning = ""
+    if t.startswith(THINK_OPEN):
+        body = t[len(THINK_OPEN):]
+        end = body.find(THINK_CLOSE)
+        if end < 0:
+            return _hold_partial(body, THINK_CLOSE).strip(), ""
+        reasoning = body[:end].strip()
+        t = body[end + len(THINK_CLOSE):].lstrip()
+    i = t.find(CALL_OPEN)
+    t = t[:i] if i >= 0 else _hold_partial(t, CALL_OPEN)
+    return reasoning, t.rstrip()
+
+
+def remainder(sent: str, final: str | None, what: str) -> str:
+    """The part of ``final`` not yet sent (``sent`` is always a prefix of it)."""
+    final = final or ""
+    if final.startswith(sent):
+        return final[len(sent):]
+    log.warning("streamed %s is not a prefix of the final answer (%r vs %r)", what, sent[:80], final[:80])
+    return ""
+
+
+class DeltaDecoder:
+    """Turns the growing list of generated ids into ``(reasoning_delta, text_delta)`` pairs."""
+
+    def __init__(self, renderer: Any, prefix: str = ""):
+        self.renderer = renderer
+        self.prefix = prefix  # forced-tool prefill text: part of what the parser sees
+        self.ids: list[int] = []
+        self.reasoning = ""  # sent so far
+        self.text = ""
+
+    def feed(self, ids: list[int]) -> tuple[str, str]:
+        if not ids:
+            return "", ""
+        self.ids.extend(ids)
+        cur = self.ids
+        eos = self.renderer.eos_id
+        if eos is not None and cur[-1] == eos:
+            cur = cur[:-1]
+        s = (self.prefix + self.renderer.decode(cur)).rstrip("\ufffd")
+        reasoning, text = safe_split(s)
+        dr = dt = ""
+        if len(reasoning) > len(self.reasoning) and reasoning.startswith(self.reasoning) and not self.text:
+            dr, self.reasoning = reasoning[len(self.reasoning):], reasoning
+        if len(text) > len(self.text) and text.startswith(self.text):
+            dt, self.text = text[len(self.text):], text
+        return dr, dt
+
+
+class TokenSink:
+    """One streaming request's channel from the back-end to the HTTP response."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.prompt_tokens = 0
+        self.prefix = ""
+        self._ids: list[int] = []
+        self._wake = asyncio.Event()
+
+    def start(self, prompt_tokens: int, prefix: str = "") -> None:
+        """Generation begins: the response may start (its opening events need the prompt length)."""
+        self.prompt_tokens, self.prefix = prompt_tokens, prefix
+        self.started.set()
+
+    def push(self, ids: list[int]) -> None:
+        """New generated ids (event-loop thread only; threads go through ``GenContext.emit``)."""
+        self._ids.extend(ids)
+        self._wake.set()
+
+    def take(self) -> list[int]:
+        ids, self._ids = self._ids, []
+        self._wake.clear()
+        return ids
+
+    async def wait(self) -> None:
+        await self._wake.wait()

@@ -1,0 +1,214 @@
+"""Incremental streaming over a real socket with the real SDKs: the first delta arrives long before a
+slow generation ends, the deltas add up to the final answer, tool-call markup never leaks as text, and
+a client that disconnects mid-stream cancels generation and is recorded ``cancelled``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import anthropic
+import httpx
+import openai
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from openforge.proxy.backends.scripted import ScriptedBackend
+from openforge.proxy.render import HermesParser
+from openforge.proxy.server import ProxyServer
+from openforge.proxy.stream import safe_split
+from openforge.types import CallStatus
+
+from .conftest import TOOLS
+
+LONG = ("The quick brown fox jumps over the lazy dog while the proxy streams every token as soon as it is "
+        "sampled, so the harness sees the answer grow instead of waiting in silence. ")
+DELAY = 0.02  # per token: LONG is ~40 tokens, so each generation takes >= ~0.8 s
+
+
+def _backend(tokenizer, turns, delay=DELAY):
+    return ScriptedBackend({"turns": turns}, tokenizer=tokenizer, token_delay_s=delay)
+
+
+def _early(arrivals: list[float], t0: float, t_end: float) -> None:
+    """The first delta came well before the generation ended, and the deltas were spread out."""
+    assert len(arrivals) >= 5, arrivals
+    total = t_end - t0
+    assert total >= 0.7, total
+    assert arrivals[0] - t0 < 0.5 * total, (arrivals[0] - t0, total)
+    assert arrivals[-1] - arrivals[0] > 0.4 * total
+
+
+async def test_openai_chat_streams_tokens_as_generated(tokenizer):
+    proxy = ProxyServer(_backend(tokenizer, [{"text": LONG}]))
+    async with proxy:
+        h = proxy.create_rollout("t")
+        c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
+        t0 = time.monotonic()
+        s = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], stream=True)
+        parts, arrivals = [], []
+        async for chunk in s:
+            if chunk.choices and chunk.choices[0].delta.content:
+                parts.append(chunk.choices[0].delta.content)
+                arrivals.append(time.monotonic())
+        t_end = time.monotonic()
+        traj = proxy.get_trajectory(h.rollout_id)
+    _early(arrivals, t0, t_end)
+    assert "".join(parts) == traj.calls[0].response["text"] == LONG.strip()
+    assert traj.calls[0].status == CallStatus.OK
+
+
+async def test_openai_responses_streams_tokens_as_generated(tokenizer):
+    proxy = ProxyServer(_backend(tokenizer, [{"text": LONG, "reasoning": "think first, then write a long answer"}]))
+    async with proxy:
+        h = proxy.create_rollout("t")
+        c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
+        t0 = time.monotonic()
+        parts, reasoning, arrivals, kinds = [], [], [], []
+        async with c.responses.stream(model="m", input="go") as s:
+            async for ev in s:
+                kinds.append(ev.type)
+                if ev.type == "response.output_text.delta":
+                    parts.append(ev.delta)
+                    arrivals.append(time.monotonic())
+                elif ev.type == "response.reasoning_summary_text.delta":
+                    reasoning.append(ev.delta)
+            final = await s.get_final_response()
+        t_end = time.monotonic()
+    _early(arrivals, t0, t_end)
+    assert "".join(parts) == final.output_text == LONG.strip()
+    assert "".join(reasoning) == "think first, then write a long answer"
+    assert kinds.count("response.reasoning_summary_text.delta") > 1  # reasoning streamed too
+    assert [o.type for o in final.output] == ["reasoning", "message"]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+
+
+async def test_anthropic_messages_streams_and_never_leaks_tool_markup(tokenizer):
+    proxy = ProxyServer(_backend(tokenizer, [{"text": LONG, "reasoning": "plan the command", "shell": "ls -la"}]))
+    async with proxy:
+        h = proxy.create_rollout("t")
+        c = anthropic.AsyncAnthropic(base_url=h.anthropic_base_url, api_key=h.api_key, max_retries=0)
+        t0 = time.monotonic()
+        parts, thinking, arrivals = [], [], []
+        tools = [{"name": "Bash", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}]
+        async with c.messages.stream(model="claude-x", max_tokens=500, tools=tools,
+                                     messages=[{"role": "user", "content": "go"}]) as s:
+            async for ev in s:
+                if ev.type == "content_block_delta" and ev.delta.type == "text_delta":
+                    parts.append(ev.delta.text)
+                    arrivals.append(time.monotonic())
+                elif ev.type == "content_block_delta" and ev.delta.type == "thinking_delta":
+                    thinking.append(ev.delta.thinking)
+            msg = await s.get_final_message()
+        t_end = time.monotonic()
+    _early(arrivals, t0, t_end)
+    text = "".join(parts)
+    assert text == LONG.strip() and "<tool_call" not in text and "<" not in "".join(thinking)
+    assert "".join(thinking) == "plan the command"
+    assert [b.type for b in msg.content] == ["thinking", "text", "tool_use"]
+    assert msg.content[2].input == {"command": "ls -la"} and msg.stop_reason == "tool_use"
+
+
+async def test_chat_tool_call_markup_never_leaks(tokenizer):
+    proxy = ProxyServer(_backend(tokenizer, [{"text": "Let me look.", "shell": "cat README.md"}], delay=0.005))
+    async with proxy:
+        h = proxy.create_rollout("t")
+        c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
+        s = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], tools=TOOLS,
+                                            stream=True)
+        content, args, finish = [], [], None
+        async for chunk in s:
+            d = chunk.choices[0].delta
+            content += [d.content] if d.content else []
+            args += [tc.function.arguments for tc in d.tool_calls or [] if tc.function and tc.function.arguments]
+            finish = chunk.choices[0].finish_reason or finish
+    assert "".join(content) == "Let me look." and finish == "tool_calls"
+    assert all("<" not in p and "tool_call" not in p for p in content)
+    assert "".join(args) == '{"command": "cat README.md"}'
+
+
+async def test_disconnect_mid_stream_cancels_generation(tokenizer):
+    backend = _backend(tokenizer, [{"text": LONG * 5}])  # ~200 tokens: ~4 s if left to finish
+    proxy = ProxyServer(backend)
+    async with proxy:
+        h = proxy.create_rollout("t")
+        t0 = time.monotonic()
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+        async with httpx.AsyncClient(timeout=30) as c, c.stream(
+                "POST", f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key}, json=body) as r:
+            assert r.status_code == 200
+            seen = b""
+            async for b in r.aiter_bytes():
+                seen += b
+                if seen.count(b'"content"') >= 4:  # the role chunk and a few deltas
+                    break
+        # the connection is closed here, mid-generation
+        for _ in range(100):
+            calls = proxy.get_trajectory(h.rollout_id).calls
+            if calls and backend.cancelled:
+                break
+            await asyncio.sleep(0.02)
+        elapsed = time.monotonic() - t0
+    assert backend.cancelled == [(h.rollout_id, 0)]  # the back-end saw the cancel
+    assert calls[0].status == CallStatus.CANCELLED
+    assert elapsed < 0.6 * 200 * DELAY  # stopped well before the generation would have finished
+
+
+async def test_retry_replay_of_a_streamed_answer(tokenizer):
+    proxy = ProxyServer(_backend(tokenizer, [{"text": "one"}, {"text": "two"}], delay=0.01))
+    async with proxy:
+        h = proxy.create_rollout("t")
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
+        async with httpx.AsyncClient(timeout=30) as c:
+            url, hdr = f"{h.openai_base_url}/chat/completions", {"x-api-key": h.api_key}
+            first = (await c.post(url, json=body, headers=hdr)).text
+            again = (await c.post(url, json=body, headers={**hdr, "x-stainless-retry-count": "1"})).text
+        traj = proxy.get_trajectory(h.rollout_id)
+    assert '"content":"one"' in first and '"content":"one"' in again and "[DONE]" in again
+    assert len(traj.calls) == 1
+
+
+FRAGMENTS = ["<think>", "</think>", "<tool_call>", "</tool_call>", '\n{"name": "f", "arguments": {"a": 1}}\n',
+             " ", "\n", "a", "b c", "<", "</", "<t", "<tool", "think>", "_call>", "{", "}"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=14), st.data())
+def test_safe_split_is_a_monotone_prefix_of_the_final_parse(frags, data):
+    full = "".join(frags)
+    final = HermesParser().parse(full)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(full)), max_size=8)))
+    prev = ("", "")
+    for k in [*cuts, len(full)]:
+        r, t = safe_split(full[:k])
+        assert (final.reasoning or "").startswith(r) and final.text.startswith(t), (full[:k], r, t, final)
+        assert r.startswith(prev[0]) and t.startswith(prev[1])
+        assert not t or not prev[0] or r == (final.reasoning or "")  # text only once reasoning is complete
+        prev = (r, t)
+
+
+@pytest.mark.slow
+async def test_real_smollm2_streams_incrementally(smollm2):
+    from openforge.proxy.backends.transformers import TransformersBackend
+
+    model, tok = smollm2
+    backend = TransformersBackend(model, tok, seed=0)
+    async with ProxyServer(backend, sampling={"temperature": 0.7, "max_tokens": 40}) as proxy:
+        h = proxy.create_rollout("t")
+        c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0, timeout=120)
+        t0 = time.monotonic()
+        s = await c.chat.completions.create(model="m", stream=True, messages=[
+            {"role": "user", "content": "Write three sentences about the sea."}])
+        parts, arrivals = [], []
+        async for chunk in s:
+            if chunk.choices and chunk.choices[0].delta.content:
+                parts.append(chunk.choices[0].delta.content)
+                arrivals.append(time.monotonic())
+        t_end = time.monotonic()
+        traj = proxy.get_trajectory(h.rollout_id)
+    call = traj.calls[0]
+    assert "".join(parts) == call.response["text"] and len(parts) > 3
+    assert arrivals[0] - t0 < 0.6 * (t_end - t0)
+    assert tok.decode(call.output_ids[:-1] if call.output_ids[-1] == tok.eos_token_id else call.output_ids,
+                      skip_special_tokens=False).strip() == call.response["text"]
