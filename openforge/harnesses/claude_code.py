@@ -10,10 +10,8 @@ contacted), auto-approves tools (``--dangerously-skip-permissions``, which as ro
 
 from __future__ import annotations
 
-import json
-
 from ..harness import RolloutContext
-from .cli import CliHarness
+from .cli import CliHarness, last_json_event
 from .versions import NPM_PINS
 
 __all__ = ["ClaudeCodeHarness", "claude_code_env"]
@@ -56,12 +54,4 @@ class ClaudeCodeHarness(CliHarness):
 
     def final_text(self, stdout: str) -> str | None:
         """``result`` of the final ``{"type": "result"}`` event of the stream-json output."""
-        final = None
-        for line in stdout.splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(ev, dict) and ev.get("type") == "result":
-                final = ev.get("result")
-        return final
+        return last_json_event(stdout, lambda ev: ev.get("result") if ev.get("type") == "result" else None)

@@ -15,15 +15,28 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ..errors import HarnessNotInstalled
 from ..harness import Harness, HarnessResult, RolloutContext
 from . import installer
 
-__all__ = ["CliHarness", "PythonLoopHarness"]
+__all__ = ["CliHarness", "PythonLoopHarness", "last_json_event"]
+
+
+def last_json_event(stdout: str, pick: Callable[[dict[str, Any]], Any]) -> Any:
+    """The last non-None ``pick(event)`` over the JSON-object lines of a harness's event stream
+    (Codex ``--json``, Claude Code ``stream-json``, the built-in loops' ``{"final": ...}``)."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(ev, dict) and (value := pick(ev)) is not None:
+            return value
+    return None
 
 
 class CliHarness(Harness):
@@ -172,11 +185,4 @@ class PythonLoopHarness(CliHarness):
         return {self.TASK_FILE: ctx.instruction}
 
     def final_text(self, stdout: str) -> str | None:
-        for line in reversed(stdout.strip().splitlines()):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and "final" in data:
-                return data["final"]
-        return None
+        return last_json_event(stdout, lambda ev: ev.get("final"))

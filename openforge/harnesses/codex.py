@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 from ..harness import RolloutContext
-from .cli import CliHarness
+from .cli import CliHarness, last_json_event
 from .versions import NPM_PINS
 
 __all__ = ["CodexHarness", "codex_config"]
@@ -72,13 +72,9 @@ class CodexHarness(CliHarness):
 
     def final_text(self, stdout: str) -> str | None:
         """The text of the last ``agent_message`` item in the ``--json`` event stream."""
-        final = None
-        for line in stdout.splitlines():
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
-            item = ev.get("item") if isinstance(ev, dict) else None
-            if isinstance(item, dict) and item.get("type") == "agent_message" and "text" in item:
-                final = item["text"]
-        return final
+
+        def pick(ev: dict) -> str | None:
+            item = ev.get("item")
+            return item.get("text") if isinstance(item, dict) and item.get("type") == "agent_message" else None
+
+        return last_json_event(stdout, pick)
