@@ -4,7 +4,9 @@ Everything runs on loopback against a fast fake OpenAI-compatible upstream (a ra
 server in its own process). One run measures, for each target:
 
 * added latency at concurrency 1: p50 / p99 of non-streaming chat completions, minus direct;
-* throughput at 64 and 256 concurrent streaming requests (requests/s), as a ratio of direct.
+* throughput at 64 and 256 concurrent streaming requests (requests/s), as a ratio of direct;
+* the live streaming path: a proxy with the ``scripted:`` back-end (tokens pushed in chunks, so SSE
+  deltas go out while "generating") serving streamed vs non-streamed requests, as a ratio.
 
 and prints the ratios the proxy issue sets as targets (openforge adds <= 1 ms p50, keeps >= 90 % of
 direct throughput at 256 streams, adds at most a fifth of LiteLLM's overhead).
@@ -187,7 +189,7 @@ async def latency(t: Target, n: int, warmup: int = 50) -> list[float]:
     return out
 
 
-async def throughput(t: Target, conc: int, seconds: float) -> float:
+async def throughput(t: Target, conc: int, seconds: float, stream: bool = True) -> float:
     stop = time.perf_counter() + seconds + 1.0
     start_count = time.perf_counter() + 1.0  # 1 s warm-up
     done = 0
@@ -198,12 +200,12 @@ async def throughput(t: Target, conc: int, seconds: float) -> float:
         c = Conn(t.host, t.port, t.headers)
         while time.perf_counter() < stop:
             try:
-                status, data = await c.request(t.path, _body(_next(), True))
+                status, data = await c.request(t.path, _body(_next(), stream))
             except (OSError, asyncio.IncompleteReadError):
                 errors += 1
                 c = Conn(t.host, t.port, t.headers)
                 continue
-            if status == 200 and data.rstrip().endswith(b"[DONE]"):
+            if status == 200 and (data.rstrip().endswith(b"[DONE]") or not stream):
                 if time.perf_counter() >= start_count:
                     done += 1
             else:
@@ -259,13 +261,13 @@ def find_litellm(arg: str | None) -> str | None:
     return None
 
 
-def start_openforge(up: int, log: Path) -> tuple[subprocess.Popen, Target]:
+def start_openforge(up: int, log: Path, backend: str | None = None) -> tuple[subprocess.Popen, Target]:
     import httpx
 
     port = free_port()
     env = {**os.environ, "OPENFORGE_ADMIN_TOKEN": "bench-admin"}
-    proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", "--backend",
-                             f"openai:http://127.0.0.1:{up}/v1", "--model", "fake", "--port", str(port)],
+    spec = ["--backend", backend] if backend else ["--backend", f"openai:http://127.0.0.1:{up}/v1", "--model", "fake"]
+    proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", *spec, "--port", str(port)],
                             env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     wait_port(port, proc)
     h = httpx.post(f"http://127.0.0.1:{port}/admin/rollouts", json={"task_id": "bench"},
@@ -330,6 +332,7 @@ def main() -> None:
         procs.append(proc)
         results["openforge"] = run(measure(t, args))
         stop(proc)
+        results_live = live_streaming(up, tmp, args, run)
         binary = find_litellm(args.litellm)
         if binary is None:
             print("LiteLLM: not installed (pip install 'litellm[proxy]' into its own venv, pass --litellm); skipped")
@@ -347,6 +350,34 @@ def main() -> None:
         for p in procs:
             stop(p)
     report(results)
+    if results_live:
+        js, ss = results_live
+        print(f"live streaming (scripted back-end, tokens pushed in 4 chunks) at 64 concurrent: {ss:.0f} rps "
+              f"streamed vs {js:.0f} rps non-streaming = {ss / js:.2f}x (same proxy, same run)")
+
+
+_SCRIPT = 'turns: []\nfinal: "Hello from the scripted policy: this answer is streamed to the client in a few chunks."\n'
+
+
+def live_streaming(up: int, tmp: Path, args, run) -> tuple[float, float] | None:
+    """The live (incremental) SSE path's cost: one proxy with the scripted back-end serves the same
+    answers streamed and not; the ratio is streamed / non-streaming requests per second."""
+    try:
+        from openforge.proxy.backends.transformers import load_tokenizer
+
+        load_tokenizer("smollm2-135m")
+    except Exception as e:
+        print(f"live streaming: skipped (the scripted back-end needs the SmolLM2 tokenizer: {e})")
+        return None
+    script = tmp / "script.yaml"
+    script.write_text(_SCRIPT)
+    proc, t = start_openforge(up, tmp / "openforge-scripted.log", backend=f"scripted:{script}")
+    try:
+        js = run(throughput(t, 64, args.seconds, stream=False))
+        ss = run(throughput(t, 64, args.seconds, stream=True))
+    finally:
+        stop(proc)
+    return js, ss
 
 
 def report(r: dict[str, dict[str, float]]) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import ProxyError
@@ -143,20 +143,17 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             retry = request.headers.get("x-stainless-retry-count", "0")
             kw: dict[str, Any] = {"body": body, "retry_count": int(retry) if retry.isdigit() else 0,
                                   "disconnect": lambda: _wait_disconnect(request)}
-            if req.stream:
+            if req.stream and not engine.backend.passthrough:  # a pass-through answers all at once
                 sink = TokenSink()
                 task = asyncio.ensure_future(engine.serve(st, req, sink=sink, **kw))
-                started = asyncio.ensure_future(sink.started.wait())
+                sink.watch(task)
                 try:
-                    await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+                    await sink.ready()
                 except asyncio.CancelledError:
                     task.cancel()
                     raise
-                finally:
-                    started.cancel()
                 if not task.done():  # generation has begun: stream it as it comes
-                    return StreamingResponse(_live(adapter, req, st, sink, task, engine.renderer),
-                                             media_type="text/event-stream", headers=_SSE_HEADERS)
+                    return _LiveSSE(_live(adapter, req, st, sink, task, engine.renderer))
                 result = task.result()
             else:
                 result = await engine.serve(st, req, **kw)
@@ -325,6 +322,35 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
     return Starlette(routes=routes)
 
 
+class _Final(bytes):
+    """The last chunk of a live response."""
+
+
+class _LiveSSE(Response):
+    """A ``text/event-stream`` response written as its body iterator yields. Unlike Starlette's
+    StreamingResponse it does not listen for the disconnect itself (the engine already does, and
+    cancels the call, which ends the iterator): one reader of ``receive``, no task group per response."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, body: AsyncIterator[bytes]):
+        self.body_iterator, self.status_code, self.background = body, 200, None
+        self.init_headers(_SSE_HEADERS)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        it = self.body_iterator
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            async for chunk in it:
+                last = isinstance(chunk, _Final)  # the closing events end the body in the same write
+                await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not last})
+                if last:
+                    return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await it.aclose()  # type: ignore[attr-defined]
+
+
 async def _live(adapter: Any, req: Any, st: RolloutState, sink: TokenSink, task: asyncio.Future,
                 renderer: Any) -> AsyncIterator[bytes]:
     """The body of a live streaming response: opening events now, deltas as the back-end pushes
@@ -336,11 +362,7 @@ async def _live(adapter: Any, req: Any, st: RolloutState, sink: TokenSink, task:
     try:
         yield w.open()
         while not task.done():
-            woke = asyncio.ensure_future(sink.wait())
-            try:
-                await asyncio.wait({task, woke}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woke.cancel()
+            await sink.wait()
             if task.done():
                 break  # the final answer supersedes what is still queued
             reasoning, text = dec.feed(sink.take())
@@ -358,7 +380,7 @@ async def _live(adapter: Any, req: Any, st: RolloutState, sink: TokenSink, task:
             yield _stream_error(adapter.api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500,
                                                         kind="api_error"))
             return
-        yield w.close(result)
+        yield _Final(w.close(result))
     finally:
         if not task.done():  # the client went away mid-stream: stop generating, record it cancelled
             task.cancel()

@@ -99,16 +99,28 @@ class TokenSink:
     """One streaming request's channel from the back-end to the HTTP response."""
 
     def __init__(self) -> None:
-        self.started = asyncio.Event()
+        self.started = False
         self.prompt_tokens = 0
         self.prefix = ""
         self._ids: list[int] = []
-        self._wake = asyncio.Event()
+        self._ready = asyncio.Event()  # started, or the call is over
+        self._wake = asyncio.Event()  # new ids, or the call is over
 
     def start(self, prompt_tokens: int, prefix: str = "") -> None:
         """Generation begins: the response may start (its opening events need the prompt length)."""
-        self.prompt_tokens, self.prefix = prompt_tokens, prefix
-        self.started.set()
+        self.prompt_tokens, self.prefix, self.started = prompt_tokens, prefix, True
+        self._ready.set()
+
+    def watch(self, task: asyncio.Future) -> None:
+        """Wake the reader when ``task`` (the call being served) ends."""
+        task.add_done_callback(self._over)
+
+    def _over(self, _: Any = None) -> None:
+        self._ready.set()
+        self._wake.set()
+
+    async def ready(self) -> None:
+        await self._ready.wait()
 
     def push(self, ids: list[int]) -> None:
         """New generated ids (event-loop thread only; threads go through ``GenContext.emit``)."""
