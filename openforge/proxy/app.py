@@ -26,7 +26,7 @@ from ..errors import ProxyError
 from ..types import RolloutStatus
 from .engine import ClientGone, Engine
 from .recorder import RolloutState
-from .sse import dumps, sse, sse_data
+from .sse import dumps
 from .stream import DeltaDecoder, TokenSink
 from .wire_chat import ChatAdapter, openai_error
 from .wire_messages import MessagesAdapter, anthropic_error
@@ -373,12 +373,11 @@ async def _live(adapter: Any, req: Any, st: RolloutState, sink: TokenSink, task:
         except ClientGone:
             return
         except ProxyError as e:
-            yield _stream_error(adapter.api, e)
+            yield _Final(w.fail(e))
             return
         except Exception as e:
             log.exception("proxy error")
-            yield _stream_error(adapter.api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500,
-                                                        kind="api_error"))
+            yield _Final(w.fail(ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500, kind="api_error")))
             return
         yield _Final(w.close(result))
     finally:
@@ -390,16 +389,6 @@ async def _live(adapter: Any, req: Any, st: RolloutState, sink: TokenSink, task:
                 await asyncio.shield(task)
             except BaseException:
                 pass
-
-
-def _stream_error(api: str, e: ProxyError) -> bytes:
-    """A failure after the response started: the error event each API's SDK raises on."""
-    if api == "messages":
-        return sse("error", anthropic_error(e))
-    if api == "responses":
-        return sse("error", {"type": "error", "code": e.kind, "message": e.message, "param": e.param,
-                             "sequence_number": 0})
-    return sse_data(openai_error(e))
 
 
 async def _wait_disconnect(request: Request) -> None:

@@ -183,6 +183,10 @@ class ChatStream:
             out += self._chunk({"content": text})
         return out
 
+    def fail(self, e: ProxyError) -> bytes:
+        """A failure after the response started: an ``error`` data frame (the SDKs raise on it)."""
+        return sse_data(openai_error(e))
+
     def close(self, r: CanonicalResult) -> bytes:
         out = []
         if r.token_logprobs is not None:  # one chunk carrying every generated token's logprob

@@ -265,6 +265,10 @@ class MessagesStream:
             out += self._delta("text", text)
         return out
 
+    def fail(self, e: ProxyError) -> bytes:
+        """A failure after the response started: an ``error`` event (the SDK raises on it)."""
+        return sse("error", anthropic_error(e))
+
     def close(self, r: CanonicalResult) -> bytes:
         blocks = self.adapter._blocks(r)
         order = {k: i for i, k in enumerate(self.opened)}

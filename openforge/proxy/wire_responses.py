@@ -312,6 +312,12 @@ class ResponsesStream:
             out += self._text_delta("message", text)
         return out
 
+    def fail(self, e: ProxyError) -> bytes:
+        """A failure after the response started: ``response.failed`` with the error."""
+        resp = self.adapter._response(self.req, CanonicalResult(), self.rid, [], "failed")
+        resp["error"] = {"code": "server_error" if e.status >= 500 else e.kind, "message": e.message}
+        return self._ev("response.failed", response=resp)
+
     def close(self, r: CanonicalResult) -> bytes:
         self.adapter._remember(self.req, r, self.rid, self.st)
         items = self.adapter._items(self.req, r, self.ids)

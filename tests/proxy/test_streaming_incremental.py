@@ -212,3 +212,36 @@ async def test_real_smollm2_streams_incrementally(smollm2):
     assert arrivals[0] - t0 < 0.6 * (t_end - t0)
     assert tok.decode(call.output_ids[:-1] if call.output_ids[-1] == tok.eos_token_id else call.output_ids,
                       skip_special_tokens=False).strip() == call.response["text"]
+
+
+class _FailsMidway(ScriptedBackend):
+    """Streams a few tokens, then the back-end breaks (an upstream crash mid-generation)."""
+
+    async def generate(self, prompt_ids, params, ctx=None):
+        for t in self._render().encode("Partial answer that never ends")[:4]:
+            await asyncio.sleep(0.01)
+            ctx.emit([t])
+        raise RuntimeError("the model server crashed")
+
+
+async def test_backend_failure_mid_stream_is_an_error_event_and_recorded(tokenizer):
+    async with ProxyServer(_FailsMidway({"turns": []}, tokenizer=tokenizer)) as proxy:
+        h = proxy.create_rollout("t")
+        oc = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
+        s = await oc.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], stream=True)
+        with pytest.raises(openai.APIError, match="crashed"):
+            async for _ in s:
+                pass
+        ac = anthropic.AsyncAnthropic(base_url=h.anthropic_base_url, api_key=h.api_key, max_retries=0)
+        with pytest.raises(anthropic.APIStatusError, match="crashed"):
+            async with ac.messages.stream(model="c", max_tokens=50, messages=[{"role": "user", "content": "go"}]) as ms:
+                async for _ in ms:
+                    pass
+        async with httpx.AsyncClient(timeout=30) as c:
+            r = await c.post(f"{h.openai_base_url}/responses", headers={"x-api-key": h.api_key},
+                             json={"model": "m", "stream": True, "input": "go"})
+        assert r.status_code == 200 and "event: response.created" in r.text
+        last = r.text.strip().split("\n\n")[-1]
+        assert last.startswith("event: response.failed") and "crashed" in last
+        calls = proxy.get_trajectory(h.rollout_id).calls
+    assert [c.status for c in calls] == [CallStatus.ERROR] * 3
