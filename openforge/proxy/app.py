@@ -153,7 +153,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
                     task.cancel()
                     raise
                 if not task.done():  # generation has begun: stream it as it comes
-                    return _LiveSSE(_live(adapter, req, st, sink, task, engine.renderer))
+                    return _LiveSSE(_live(adapter, req, st, sink, task, engine.renderer), sink.call_index)
                 result = task.result()
             else:
                 result = await engine.serve(st, req, **kw)
@@ -333,9 +333,9 @@ class _LiveSSE(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: AsyncIterator[bytes]):
+    def __init__(self, body: AsyncIterator[bytes], call_index: int):
         self.body_iterator, self.status_code, self.background = body, 200, None
-        self.init_headers(_SSE_HEADERS)
+        self.init_headers({**_SSE_HEADERS, "x-openforge-call": str(call_index)})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         it = self.body_iterator

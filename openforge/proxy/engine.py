@@ -173,7 +173,7 @@ class Engine:
                 call.system_prefix_len = rendered.system_prefix_len
                 if sink is not None:
                     ctx.on_tokens, ctx.loop = sink.push, asyncio.get_running_loop()
-                    sink.start(len(rendered.ids), prefix)
+                    sink.start(len(rendered.ids), prefix, call_index=index)
                 gen = await self._generate(rendered.ids, params, ctx)
                 result = self._result(gen, len(rendered.ids), prefix)
                 if req.extra.get("logprobs"):

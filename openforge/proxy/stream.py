@@ -100,15 +100,16 @@ class TokenSink:
 
     def __init__(self) -> None:
         self.started = False
+        self.call_index = -1
         self.prompt_tokens = 0
         self.prefix = ""
         self._ids: list[int] = []
         self._ready = asyncio.Event()  # started, or the call is over
         self._wake = asyncio.Event()  # new ids, or the call is over
 
-    def start(self, prompt_tokens: int, prefix: str = "") -> None:
+    def start(self, prompt_tokens: int, prefix: str = "", call_index: int = -1) -> None:
         """Generation begins: the response may start (its opening events need the prompt length)."""
-        self.prompt_tokens, self.prefix, self.started = prompt_tokens, prefix, True
+        self.prompt_tokens, self.prefix, self.call_index, self.started = prompt_tokens, prefix, call_index, True
         self._ready.set()
 
     def watch(self, task: asyncio.Future) -> None:

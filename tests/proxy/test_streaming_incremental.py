@@ -137,7 +137,7 @@ async def test_disconnect_mid_stream_cancels_generation(tokenizer):
         body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "go"}]}
         async with httpx.AsyncClient(timeout=30) as c, c.stream(
                 "POST", f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key}, json=body) as r:
-            assert r.status_code == 200
+            assert r.status_code == 200 and r.headers["x-openforge-call"] == "0"
             seen = b""
             async for b in r.aiter_bytes():
                 seen += b
