@@ -22,6 +22,8 @@ API summary (names other modules rely on)::
   ``TransformersBackend(model, tokenizer)`` (``.model`` is the live torch module; ``swap_weights``).
 - ``backends.scripted.ScriptedBackend`` — YAML turns replayed per rollout (test double users want).
 - ``render.Renderer`` — chat template → ids, parser, history splicing.
+- ``stream`` — incremental SSE: a streaming request's ``GenContext.emit(ids)`` (thread-safe) feeds a
+  ``TokenSink``; ``DeltaDecoder`` turns ids into safe text/reasoning deltas (no ``<tool_call>`` leaks).
 - HTTP: ``app.build_app`` (routes under ``/r/{rollout_id}`` + ``/admin``); CLI: ``forge proxy serve``.
 
 Heavy dependencies (torch, transformers) load only when a back-end needs them.
