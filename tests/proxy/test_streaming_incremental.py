@@ -245,3 +245,42 @@ async def test_backend_failure_mid_stream_is_an_error_event_and_recorded(tokeniz
         assert last.startswith("event: response.failed") and "crashed" in last
         calls = proxy.get_trajectory(h.rollout_id).calls
     assert [c.status for c in calls] == [CallStatus.ERROR] * 3
+
+
+@pytest.mark.slow
+async def test_real_smollm2_disconnect_stops_the_generation_loop(smollm2):
+    from openforge.proxy.backends.transformers import TransformersBackend
+
+    model, tok = smollm2
+    backend = TransformersBackend(model, tok, seed=0)
+    finishes: list[tuple[str, int]] = []
+    rows = backend._generate_rows
+
+    def spy(batch):  # what the worker-thread loop returned for each row
+        out = rows(batch)
+        finishes.extend((g.finish_reason, len(g.output_ids)) for g in out)
+        return out
+
+    backend._generate_rows = spy
+    async with ProxyServer(backend, sampling={"temperature": 0.7, "max_tokens": 400}) as proxy:
+        h = proxy.create_rollout("t")
+        url, hdr = f"{h.openai_base_url}/chat/completions", {"x-api-key": h.api_key}
+        body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "Write a very long story."}]}
+        async with httpx.AsyncClient(timeout=120) as c:
+            async with c.stream("POST", url, headers=hdr, json=body) as r:
+                seen = b""
+                async for b in r.aiter_bytes():
+                    seen += b
+                    if seen.count(b'"content"') >= 4:
+                        break
+            # the worker thread notices the cancel at its next token: a new request is served at once
+            # instead of queueing behind the ~400 tokens the abandoned stream would have generated
+            t0 = time.monotonic()
+            r2 = await c.post(url, headers=hdr, json={"model": "m", "max_tokens": 2,
+                                                      "messages": [{"role": "user", "content": "Hi"}]})
+            waited = time.monotonic() - t0
+        calls = proxy.get_trajectory(h.rollout_id).calls
+    assert r2.status_code == 200
+    assert calls[0].status == CallStatus.CANCELLED and calls[1].status == CallStatus.OK
+    assert finishes[0][0] == "cancelled" and finishes[0][1] < 100, finishes  # the loop saw the cancel Event
+    assert waited < 10, waited  # not queued behind the abandoned generation
