@@ -4,11 +4,11 @@ main job imports (model, harness, environment services) must be declared there, 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
