@@ -65,7 +65,9 @@ async def run_rollout(
     """Run one rollout of ``task`` with ``harness`` and return its trajectory (never raises for a
     failed rollout; re-raises :class:`asyncio.CancelledError` after recording ``cancelled``)."""
     budget = float(budget_s if budget_s is not None else task.timeout_s)
-    meta = dict(metadata or {})
+    # The task's analysis facts travel with the trajectory, so a run can be analysed without its environment.
+    meta = {"category": task.category, "split": task.split, "required_tools": list(task.required_tools),
+            "subgoals": list(task.subgoals), **(metadata or {})}
     timings: dict[str, float] = {}
     status: RolloutStatus | None = None
     error: str | None = None

@@ -76,6 +76,9 @@ async def test_success_and_stored(rig):
     assert len(traj.calls) == 2 and traj.segments and traj.environment == "claw" and traj.harness == "react"
     assert {"provision_s", "setup_s", "harness_s", "verify_s"} <= set(traj.metrics)
     assert store.get_trajectory(traj.rollout_id).status == S.SUCCESS
+    # the task's analysis facts travel with the trajectory (per-category results, tool coverage)
+    assert traj.metadata["category"] == task.category and traj.metadata["split"] == task.split
+    assert traj.metadata["required_tools"] == list(task.required_tools)
 
 
 async def test_services_task_via_http_from_inside_the_sandbox(rig):

@@ -7,8 +7,9 @@ environment through the orchestrator, :func:`openforge.rollout.run_groups`) and
 Every trial is kept — policy failures *and* infrastructure failures — because pass@k needs the
 valid trials and the failure taxonomy needs the rest. Infra failures are retried by the
 orchestrator (they are not trials); the final attempt of each slot is what is reported.
-Each trajectory's metadata gets the task's ``category``, ``required_tools``, ``subgoals`` and
-``split`` so an eval directory can be analysed later without the environment.
+Each trajectory's metadata carries the task's ``category``, ``required_tools``, ``subgoals`` and
+``split`` (set by :func:`openforge.rollout.run_rollout`) so an eval directory can be analysed later
+without the environment.
 """
 
 from __future__ import annotations
@@ -78,13 +79,8 @@ def _final_attempts(results: Any) -> list[Trajectory]:
     return [*best.values(), *loose]
 
 
-def _annotate(traj: Trajectory, task: Task | None, trial: int) -> Trajectory:
-    md = dict(traj.metadata or {})
-    if task is not None:
-        md.setdefault("category", task.category)
-        md.setdefault("required_tools", list(task.required_tools))
-        md.setdefault("subgoals", list(task.subgoals))
-        md.setdefault("split", task.split)
+def _annotate(traj: Trajectory, trial: int) -> Trajectory:
+    md = dict(traj.metadata or {})  # the task's category, tools, subgoals and split: set by run_rollout
     md["trial"] = trial
     return traj.model_copy(update={"metadata": md})
 
@@ -138,7 +134,7 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
     for t in sorted(_final_attempts(results), key=lambda t: (t.task_id, t.metadata.get("slot", 0))):
         n = counters.get(t.task_id, 0)
         counters[t.task_id] = n + 1
-        trajs.append(_annotate(t, by_id.get(t.task_id), n))
+        trajs.append(_annotate(t, n))
     return summarize_eval(trajs, k=req.trials, tasks=by_id), trajs
 
 
