@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -233,66 +233,63 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             return {}
         return (await _read_json(request, 1 << 20))[1]
 
+    def admin_route(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """Admin token checked first; a ProxyError becomes an error response (OpenAI shape)."""
+
+        async def route(request: Request) -> Response:
+            try:
+                admin(request)
+                return await handler(request)
+            except ProxyError as e:
+                return _err("chat", e)
+
+        return route
+
+    @admin_route
     async def create(request: Request) -> Response:
-        try:
-            admin(request)
-            data = await admin_json(request)
-            meta = data.get("metadata")
-            if meta is not None and not isinstance(meta, dict):
-                raise ProxyError("'metadata' must be an object", 400, param="metadata")
-            harness = data.get("harness")
-            if harness is not None and not isinstance(harness, str):
-                raise ProxyError("'harness' must be a string", 400, param="harness")
-            st = recorder.create(data.get("task_id"), harness=harness, metadata=meta)
-            if on_create:
-                on_create(st)
-            base = f"{public_url()}/r/{st.rollout_id}"
-            return _Json({"rollout_id": st.rollout_id, "api_key": st.api_key, "openai_base_url": base + "/v1",
-                          "anthropic_base_url": base}, status_code=201)
-        except ProxyError as e:
-            return _err("chat", e)
+        data = await admin_json(request)
+        meta = data.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise ProxyError("'metadata' must be an object", 400, param="metadata")
+        harness = data.get("harness")
+        if harness is not None and not isinstance(harness, str):
+            raise ProxyError("'harness' must be a string", 400, param="harness")
+        st = recorder.create(data.get("task_id"), harness=harness, metadata=meta)
+        if on_create:
+            on_create(st)
+        base = f"{public_url()}/r/{st.rollout_id}"
+        return _Json({"rollout_id": st.rollout_id, "api_key": st.api_key, "openai_base_url": base + "/v1",
+                      "anthropic_base_url": base}, status_code=201)
 
+    @admin_route
     async def get_rollout(request: Request) -> Response:
-        try:
-            admin(request)
-            traj = recorder.snapshot(request.path_params["rollout_id"])
-            if traj is None:
-                raise ProxyError(f"unknown rollout {request.path_params['rollout_id']!r}", 404, kind="not_found_error")
-            return Response(traj.model_dump_json(), media_type="application/json")
-        except ProxyError as e:
-            return _err("chat", e)
+        traj = recorder.snapshot(request.path_params["rollout_id"])
+        if traj is None:
+            raise ProxyError(f"unknown rollout {request.path_params['rollout_id']!r}", 404, kind="not_found_error")
+        return Response(traj.model_dump_json(), media_type="application/json")
 
+    @admin_route
     async def finish(request: Request) -> Response:
-        try:
-            admin(request)
-            data = await admin_json(request)
-            reward, status = data.get("reward"), data.get("status")
-            if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
-                raise ProxyError("'reward' must be a number", 400, param="reward")
-            if status is not None and status not in {s.value for s in RolloutStatus}:
-                raise ProxyError(f"'status' must be one of {[s.value for s in RolloutStatus]}", 400, param="status")
-            rewards = data.get("rewards")
-            if rewards is not None and not isinstance(rewards, dict):
-                raise ProxyError("'rewards' must be an object", 400, param="rewards")
-            traj = recorder.finish(request.path_params["rollout_id"], reward=reward, status=status, rewards=rewards,
-                                   error=data.get("error") if isinstance(data.get("error"), str) else None)
-            return Response(traj.model_dump_json(), media_type="application/json")
-        except ProxyError as e:
-            return _err("chat", e)
+        data = await admin_json(request)
+        reward, status = data.get("reward"), data.get("status")
+        if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
+            raise ProxyError("'reward' must be a number", 400, param="reward")
+        if status is not None and status not in {s.value for s in RolloutStatus}:
+            raise ProxyError(f"'status' must be one of {[s.value for s in RolloutStatus]}", 400, param="status")
+        rewards = data.get("rewards")
+        if rewards is not None and not isinstance(rewards, dict):
+            raise ProxyError("'rewards' must be an object", 400, param="rewards")
+        traj = recorder.finish(request.path_params["rollout_id"], reward=reward, status=status, rewards=rewards,
+                               error=data.get("error") if isinstance(data.get("error"), str) else None)
+        return Response(traj.model_dump_json(), media_type="application/json")
 
+    @admin_route
     async def pause(request: Request) -> Response:
-        try:
-            admin(request)
-        except ProxyError as e:
-            return _err("chat", e)
         await engine.pause()
         return _Json({"paused": True})
 
+    @admin_route
     async def resume(request: Request) -> Response:
-        try:
-            admin(request)
-        except ProxyError as e:
-            return _err("chat", e)
         await engine.resume()
         return _Json({"paused": False})
 
