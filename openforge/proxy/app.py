@@ -27,7 +27,7 @@ from ..types import RolloutStatus
 from .engine import ClientGone, Engine
 from .recorder import RolloutState
 from .sse import dumps
-from .stream import DeltaDecoder, TokenSink
+from .stream import TokenSink
 from .wire_chat import ChatAdapter, openai_error
 from .wire_messages import MessagesAdapter, anthropic_error
 from .wire_responses import ResponsesAdapter
@@ -143,7 +143,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             retry = request.headers.get("x-stainless-retry-count", "0")
             kw: dict[str, Any] = {"body": body, "retry_count": int(retry) if retry.isdigit() else 0,
                                   "disconnect": lambda: _wait_disconnect(request)}
-            if req.stream and not engine.backend.passthrough:  # a pass-through answers all at once
+            if req.stream:
                 sink = TokenSink()
                 task = asyncio.ensure_future(engine.serve(st, req, sink=sink, **kw))
                 sink.watch(task)
@@ -165,7 +165,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             log.exception("proxy error")
             return _err(api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500, kind="api_error"))
         if req.stream:
-            # The answer is already complete (a replay, a pass-through back-end, or a generation that
+            # The answer is already complete (a replay, a back-end that does not stream, or a generation that
             # ended before the response could start) and durable: the whole event sequence goes out in
             # one write — same SSE bytes, far fewer syscalls than chunk-by-chunk.
             return Response(b"".join(adapter.stream(req, result, st)), media_type="text/event-stream",
@@ -355,7 +355,7 @@ async def _live(adapter: Any, req: Any, st: RolloutState, sink: TokenSink, task:
     If the client goes away, the response is cancelled and so is ``task`` (the call is recorded
     ``cancelled`` and the back-end stops generating)."""
     w = adapter.streamer(req, st, sink.prompt_tokens)
-    dec = DeltaDecoder(renderer, sink.prefix)
+    dec = sink.decoder(renderer)
     try:
         yield w.open()
         while not task.done():

@@ -80,10 +80,10 @@ class Engine:
                     disconnect: Callable[[], Awaitable[Any]] | None = None,
                     sink: TokenSink | None = None) -> CanonicalResult:
         """Serve one call. With ``sink`` (a streaming request), ``sink.start`` is called once the
-        prompt is rendered and generation begins, and a streaming back-end pushes its ids into it as
-        they are generated; the returned result (recorded durably first) stays authoritative. A retry
-        replay or a pass-through back-end never starts the sink: the caller then sends the whole
-        answer at once."""
+        prompt is rendered and generation begins (for a pass-through back-end: once its upstream
+        answers), and a streaming back-end pushes its ids (or text deltas) into it as they come; the
+        returned result (recorded durably first) stays authoritative. A retry replay, or a back-end
+        that does not stream, never starts the sink: the caller then sends the whole answer at once."""
         key = hashlib.sha256(body).hexdigest()
         replay = self._replay(st, key, retry_count)
         if replay is not None:
@@ -166,7 +166,7 @@ class Engine:
                                    "requested": req.requested_sampling()})
         try:
             if self.backend.passthrough:
-                result, call = await self._passthrough(req, params, ctx, call)
+                result, call = await self._passthrough(req, params, ctx, call, sink)
             else:
                 assert rendered is not None
                 call.prompt_ids = rendered.ids
@@ -229,7 +229,15 @@ class Engine:
                                finish_reason=finish, prompt_tokens=n_prompt, completion_tokens=len(gen.output_ids))
 
     async def _passthrough(self, req: CanonicalRequest, params: SamplingParams, ctx: GenContext,
-                           call: ModelCall) -> tuple[CanonicalResult, ModelCall]:
+                           call: ModelCall, sink: TokenSink | None = None) -> tuple[CanonicalResult, ModelCall]:
+        r = self.renderer
+        if self.tokenize_passthrough:  # before the call: a streamed answer's opening events carry the count
+            call.prompt_ids = r.encode(r.text(req.messages, req.tools))
+            call.system_prefix_len = r.system_prefix_len(req.messages, req.tools)
+        if sink is not None:  # the back-end starts the response once its upstream answers, then relays deltas
+            n_prompt = len(call.prompt_ids)
+            ctx.on_text_start = lambda: sink.start(n_prompt, call_index=call.index, text=True)
+            ctx.on_text = sink.push_text
         try:
             out = await asyncio.wait_for(self.backend.complete(req, params, ctx), params.timeout_s)
         except asyncio.TimeoutError:
@@ -244,9 +252,6 @@ class Engine:
         result.prompt_tokens = int(usage.get("prompt_tokens") or 0)
         result.completion_tokens = int(usage.get("completion_tokens") or 0)
         if self.tokenize_passthrough:
-            r = self.renderer
-            call.prompt_ids = r.encode(r.text(req.messages, req.tools))
-            call.system_prefix_len = r.system_prefix_len(req.messages, req.tools)
             call.output_ids = r.encode(r.format_output(out.text, out.reasoning,
                                                        [(t.name, t.args_dict()) for t in calls]))
             result.prompt_tokens = result.prompt_tokens or len(call.prompt_ids)

@@ -1,7 +1,7 @@
 """Incremental streaming: generated token ids → safe reasoning/text deltas while generation runs.
 
 Owns: :class:`TokenSink` (per streaming request: the engine marks when generation starts, the
-back-end pushes token ids into it — from the event loop or, through :meth:`GenContext.emit
+back-end pushes token ids — or, for a pass-through back-end, text deltas (:class:`TextDeltas`) — into it — from the event loop or, through :meth:`GenContext.emit
 <openforge.proxy.backends.base.GenContext.emit>`, from a worker thread), :class:`DeltaDecoder` (ids →
 deltas) and :func:`safe_split` (the part of a partial output that the final parse is guaranteed to keep).
 
@@ -25,7 +25,7 @@ import asyncio
 import logging
 from typing import Any
 
-__all__ = ["DeltaDecoder", "TokenSink", "remainder", "safe_split"]
+__all__ = ["DeltaDecoder", "TextDeltas", "TokenSink", "remainder", "safe_split"]
 
 log = logging.getLogger("openforge.proxy")
 THINK_OPEN, THINK_CLOSE, CALL_OPEN = "<think>", "</think>", "<tool_call>"
@@ -95,22 +95,51 @@ class DeltaDecoder:
         return dr, dt
 
 
+class TextDeltas:
+    """A pass-through back-end's ``(reasoning, text)`` deltas → the deltas to send: as they came,
+    except that reasoning arriving after text has begun is held (the final answer carries it), as
+    :class:`DeltaDecoder` does."""
+
+    def __init__(self) -> None:
+        self.reasoning = ""  # sent so far
+        self.text = ""
+
+    def feed(self, parts: list[tuple[str, str]]) -> tuple[str, str]:
+        dr, dt = [], []
+        for r, t in parts:
+            if r and not self.text and not dt:
+                dr.append(r)
+            if t:
+                dt.append(t)
+        d_r, d_t = "".join(dr), "".join(dt)
+        self.reasoning += d_r
+        self.text += d_t
+        return d_r, d_t
+
+
 class TokenSink:
-    """One streaming request's channel from the back-end to the HTTP response."""
+    """One streaming request's channel from the back-end to the HTTP response: generated ids from a
+    token back-end, or ``(reasoning, text)`` deltas from a pass-through back-end (``text=True``)."""
 
     def __init__(self) -> None:
         self.started = False
+        self.text = False
         self.call_index = -1
         self.prompt_tokens = 0
         self.prefix = ""
-        self._ids: list[int] = []
+        self._items: list[Any] = []
         self._ready = asyncio.Event()  # started, or the call is over
-        self._wake = asyncio.Event()  # new ids, or the call is over
+        self._wake = asyncio.Event()  # new items, or the call is over
 
-    def start(self, prompt_tokens: int, prefix: str = "", call_index: int = -1) -> None:
+    def start(self, prompt_tokens: int, prefix: str = "", call_index: int = -1, text: bool = False) -> None:
         """Generation begins: the response may start (its opening events need the prompt length)."""
-        self.prompt_tokens, self.prefix, self.call_index, self.started = prompt_tokens, prefix, call_index, True
+        self.prompt_tokens, self.prefix, self.call_index, self.text = prompt_tokens, prefix, call_index, text
+        self.started = True
         self._ready.set()
+
+    def decoder(self, renderer: Any) -> DeltaDecoder | TextDeltas:
+        """What turns :meth:`take`'s items into ``(reasoning, text)`` deltas."""
+        return TextDeltas() if self.text else DeltaDecoder(renderer, self.prefix)
 
     def watch(self, task: asyncio.Future) -> None:
         """Wake the reader when ``task`` (the call being served) ends."""
@@ -125,13 +154,18 @@ class TokenSink:
 
     def push(self, ids: list[int]) -> None:
         """New generated ids (event-loop thread only; threads go through ``GenContext.emit``)."""
-        self._ids.extend(ids)
+        self._items.extend(ids)
         self._wake.set()
 
-    def take(self) -> list[int]:
-        ids, self._ids = self._ids, []
+    def push_text(self, reasoning: str, text: str) -> None:
+        """A pass-through back-end's new deltas (event-loop thread only)."""
+        self._items.append((reasoning, text))
+        self._wake.set()
+
+    def take(self) -> list[Any]:
+        items, self._items = self._items, []
         self._wake.clear()
-        return ids
+        return items
 
     async def wait(self) -> None:
         await self._wake.wait()

@@ -1,14 +1,18 @@
 """The HTTP client the remote back-ends (``vllm:``, ``openai:``) share: aiohttp when installed (about a
 third of httpx's per-request CPU cost, which matters for proxy overhead), httpx otherwise.
 
-Owns: :class:`JsonClient` — ``await request(method, url, body) -> (status, text)`` with transport
-errors mapped to :class:`~openforge.errors.BackendError` / :class:`~openforge.errors.BackendTimeout`.
+Owns: :class:`JsonClient` — ``await request(method, url, body) -> (status, text)`` and
+``async for line in stream_lines(method, url, body)`` (a streamed answer, line by line, as it arrives),
+with transport errors mapped to :class:`~openforge.errors.BackendError` /
+:class:`~openforge.errors.BackendTimeout`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import contextmanager
 from typing import Any
 
 from ...errors import BackendError, BackendTimeout
@@ -47,14 +51,41 @@ class JsonClient:
     async def request(self, method: str, url: str, body: Any = None) -> tuple[int, str]:
         client = self._client()
         data = json.dumps(body) if body is not None else None
-        try:
+        with self._errors():
             if self._session is not None:
                 async with client.request(method, url, data=data) as r:
                     return r.status, await r.text()
             r = await client.request(method, url, content=data)
             return r.status_code, r.text
+
+    async def stream_lines(self, method: str, url: str, body: Any = None) -> AsyncIterator[str]:
+        """The answer's lines (without line ends) as they arrive; a non-200 answer raises
+        :class:`BackendError` with its body before any line is yielded."""
+        client = self._client()
+        data = json.dumps(body) if body is not None else None
+        with self._errors():
+            if self._session is not None:
+                async with client.request(method, url, data=data) as r:
+                    if r.status != 200:
+                        raise BackendError(f"{self.label} {method} {url} -> HTTP {r.status}: {(await r.text())[:500]}")
+                    async for raw in r.content:
+                        yield raw.decode("utf-8", "replace").rstrip("\r\n")
+                return
+            async with client.stream(method, url, content=data) as r:
+                if r.status_code != 200:
+                    raise BackendError(f"{self.label} {method} {url} -> HTTP {r.status_code}: "
+                                       f"{(await r.aread()).decode('utf-8', 'replace')[:500]}")
+                async for line in r.aiter_lines():
+                    yield line
+
+    @contextmanager
+    def _errors(self):
+        try:
+            yield
         except asyncio.TimeoutError:
             raise BackendTimeout(f"{self.label} timed out after {self.timeout_s:g}s") from None
+        except BackendError:
+            raise
         except Exception as e:
             if type(e).__name__ in ("TimeoutException", "ReadTimeout", "ConnectTimeout", "PoolTimeout", "WriteTimeout"):
                 raise BackendTimeout(f"{self.label} timed out: {e}") from None

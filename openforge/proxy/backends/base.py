@@ -52,9 +52,11 @@ class GenContext:
     """Who asks: lets a back-end keep per-rollout state (the scripted policy replays per rollout),
     and, for a streaming request, where to send tokens as they are generated.
 
-    A back-end that can stream calls :meth:`emit` with each batch of new output ids (in order, the
-    same ids it finally returns), from the event loop or from a worker thread. Back-ends that do not
-    call it (vLLM, the ``openai:`` pass-through) are streamed as one final chunk."""
+    A token back-end that can stream calls :meth:`emit` with each batch of new output ids (in order,
+    the same ids it finally returns), from the event loop or from a worker thread. A pass-through
+    back-end that can stream calls :meth:`start_text` once its upstream has accepted the request, then
+    :meth:`emit_text` with each reasoning/text delta (whose concatenation is the text it finally
+    returns). Back-ends that call neither (vLLM) are streamed as one final chunk."""
 
     rollout_id: str = ""
     task_id: str = ""
@@ -62,10 +64,25 @@ class GenContext:
     tools: list[dict[str, Any]] = field(default_factory=list)  # canonical function tools
     on_tokens: Callable[[list[int]], None] | None = None  # set by the engine when the request streams
     loop: asyncio.AbstractEventLoop | None = None  # the loop ``on_tokens`` runs on
+    on_text_start: Callable[[], None] | None = None  # pass-through streaming: set by the engine
+    on_text: Callable[[str, str], None] | None = None
 
     @property
     def streaming(self) -> bool:
-        return self.on_tokens is not None
+        return self.on_tokens is not None or self.on_text is not None
+
+    def start_text(self) -> None:
+        """Pass-through streaming: the upstream answers, the response may start (event loop only)."""
+        if self.on_text_start is not None:
+            self.on_text_start()
+            self.on_text_start = None
+
+    def emit_text(self, reasoning: str = "", text: str = "") -> None:
+        """Pass-through streaming: hand on a reasoning and/or text delta (event loop only; a no-op when
+        not streaming)."""
+        if self.on_text is not None and (reasoning or text):
+            self.start_text()
+            self.on_text(reasoning, text)
 
     def emit(self, ids: list[int]) -> None:
         """Hand newly generated ids to the streaming response (thread-safe; a no-op when not streaming)."""

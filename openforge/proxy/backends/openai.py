@@ -1,10 +1,11 @@
 """Pass-through to any OpenAI-compatible Chat Completions API (e.g. a teacher model for SFT data).
 
-Owns: :class:`OpenAIBackend`. The canonical request goes upstream as a non-streaming chat
-completion; the answer's text, reasoning and tool calls are served to the harness and recorded.
-Token ids are computed locally with the policy tokenizer after the fact, so calls are
-``exact: false``: fit for SFT export, never for RL. A streaming harness gets the whole answer in
-one write once the upstream has answered (the pass-through never streams incrementally).
+Owns: :class:`OpenAIBackend`. The canonical request goes upstream as a chat completion; the
+answer's text, reasoning and tool calls are served to the harness and recorded. Token ids are
+computed locally with the policy tokenizer after the fact, so calls are ``exact: false``: fit for
+SFT export, never for RL. When the harness streams, the upstream streams too and its reasoning and
+text deltas are relayed as they arrive (tool calls are assembled and sent at the end, as the token
+back-ends do); otherwise one non-streaming upstream call answers.
 """
 
 from __future__ import annotations
@@ -61,9 +62,11 @@ class OpenAIBackend(Backend):
             self._tokenizer = load_tokenizer("smollm2-135m")
         return self._tokenizer
 
-    async def complete(self, request: Any, params: SamplingParams, ctx: GenContext | None = None) -> TextCompletion:
+    def _body(self, request: Any, params: SamplingParams, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model or request.model, "messages": to_openai_messages(request.messages),
-                                "max_tokens": params.max_tokens, "stream": False}
+                                "max_tokens": params.max_tokens, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
         if request.tools:
             body["tools"] = request.tools
             if request.tool_choice is not None and isinstance(request.tool_choice, (str, dict)):
@@ -72,17 +75,81 @@ class OpenAIBackend(Backend):
             body["temperature"] = request.temperature
         if request.response_format is not None and request.api == "chat":
             body["response_format"] = request.response_format
-        data = await self._client.json("POST", self.url + "/chat/completions", body)
-        try:
-            choice = data["choices"][0]
-            msg = choice["message"]
-        except (KeyError, IndexError, TypeError) as e:
-            raise BackendError(f"upstream returned an unexpected body ({type(e).__name__}: {e})") from None
-        calls = [{"id": tc.get("id"), "name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or "{}"}
-                 for tc in msg.get("tool_calls") or [] if isinstance(tc, dict) and tc.get("function")]
-        finish = choice.get("finish_reason") or "stop"
-        return TextCompletion(text=msg.get("content") or "", reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
-                              tool_calls=calls, finish_reason="length" if finish == "length" else "stop", raw=data)
+        return body
+
+    async def complete(self, request: Any, params: SamplingParams, ctx: GenContext | None = None) -> TextCompletion:
+        if ctx is not None and ctx.on_text is not None:
+            return await self._stream(request, params, ctx)
+        data = await self._client.json("POST", self.url + "/chat/completions", self._body(request, params, False))
+        return _from_json(data)
+
+    async def _stream(self, request: Any, params: SamplingParams, ctx: GenContext) -> TextCompletion:
+        """A streamed upstream call: deltas go on through ``ctx`` as each SSE chunk arrives. An upstream
+        that ignores ``stream`` and answers with one JSON body is accepted too."""
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        other: list[str] = []
+        finish, usage, done = "stop", {}, False
+        lines = self._client.stream_lines("POST", self.url + "/chat/completions", self._body(request, params, True))
+        async for line in lines:
+            if not line.startswith("data:"):
+                if line and not line.startswith((":", "event:", "id:", "retry:")):
+                    other.append(line)
+                continue  # blank separators, comments, "event:" lines
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise BackendError(f"upstream sent a malformed stream chunk: {data[:200]}") from None
+            if not isinstance(chunk, dict):
+                raise BackendError(f"upstream sent a malformed stream chunk: {data[:200]}")
+            if chunk.get("error"):
+                raise BackendError(f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
+            ctx.start_text()  # the upstream is answering: the harness's response may begin
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                r, t = delta.get("reasoning_content") or delta.get("reasoning") or "", delta.get("content") or ""
+                if r:
+                    reasoning.append(r)
+                if t:
+                    text.append(t)
+                ctx.emit_text(r, t)
+                for tc in delta.get("tool_calls") or []:
+                    slot = calls.setdefault(int(tc.get("index", len(calls))), {"id": None, "name": "", "arguments": ""})
+                    fn = tc.get("function") or {}
+                    slot["id"] = tc.get("id") or slot["id"]
+                    slot["name"] += fn.get("name") or ""
+                    slot["arguments"] += fn.get("arguments") or ""
+                finish = choice.get("finish_reason") or finish
+        if not done and not (text or reasoning or calls):
+            if other:  # not a stream at all: one JSON answer
+                try:
+                    return _from_json(json.loads("\n".join(other)))
+                except ValueError:
+                    pass
+            raise BackendError(f"upstream stream ended without an answer{': ' + other[0][:200] if other else ''}")
+        return TextCompletion(text="".join(text), reasoning="".join(reasoning) or None,
+                              tool_calls=[calls[i] for i in sorted(calls) if calls[i]["name"]],
+                              finish_reason="length" if finish == "length" else "stop", raw={"usage": usage})
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _from_json(data: Any) -> TextCompletion:
+    """A non-streaming chat completion body → :class:`TextCompletion`."""
+    try:
+        choice = data["choices"][0]
+        msg = choice["message"]
+    except (KeyError, IndexError, TypeError) as e:
+        raise BackendError(f"upstream returned an unexpected body ({type(e).__name__}: {e})") from None
+    calls = [{"id": tc.get("id"), "name": tc["function"]["name"], "arguments": tc["function"].get("arguments") or "{}"}
+             for tc in msg.get("tool_calls") or [] if isinstance(tc, dict) and tc.get("function")]
+    finish = choice.get("finish_reason") or "stop"
+    return TextCompletion(text=msg.get("content") or "", reasoning=msg.get("reasoning_content") or msg.get("reasoning"),
+                          tool_calls=calls, finish_reason="length" if finish == "length" else "stop", raw=data)
