@@ -98,19 +98,20 @@ class Engine:
         st.inflight[key] = fut
         try:
             task = asyncio.ensure_future(self._serve(st, req, body, sink))
-            if disconnect is not None:
+            gone = None
+            if disconnect is not None:  # the client hanging up cancels the call (a callback: no asyncio.wait)
                 gone = asyncio.ensure_future(disconnect())
-                try:
-                    done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-                except asyncio.CancelledError:  # our caller went away (e.g. the streaming response)
+                gone.add_done_callback(lambda g: g.cancelled() or task.done() or task.cancel("client disconnected"))
+            try:
+                result = await task
+            except asyncio.CancelledError:
+                if gone is not None and gone.done() and not gone.cancelled():
+                    raise ClientGone() from None  # the client left: the call was recorded cancelled
+                await _cancel(task)  # our caller went away (e.g. the streaming response)
+                raise
+            finally:
+                if gone is not None:
                     gone.cancel()
-                    await _cancel(task)
-                    raise
-                if task not in done:
-                    await _cancel(task)
-                    raise ClientGone()
-                gone.cancel()
-            result = await task
             st.replay[key] = (time.monotonic(), result)
             while len(st.replay) > MAX_REPLAY:
                 del st.replay[next(iter(st.replay))]

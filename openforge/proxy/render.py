@@ -139,6 +139,8 @@ class Renderer:
         self.eos_text: str = tokenizer.eos_token or ""
         self.eos_id: int | None = tokenizer.eos_token_id
         self._prefix_cache: dict[str, int] = {}
+        fast = getattr(tokenizer, "_tokenizer", None)
+        self._fast = fast if type(fast).__module__.startswith("tokenizers") and hasattr(fast, "encode") else None
 
     # -- text/ids ------------------------------------------------------------------------------
     def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, gen: bool = True) -> str:
@@ -148,6 +150,9 @@ class Renderer:
         )
 
     def encode(self, text: str) -> list[int]:
+        fast = self._fast
+        if fast is not None:  # the Rust tokenizer itself: the same ids without transformers' per-call wrapping
+            return fast.encode(text, add_special_tokens=False).ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int]) -> str:

@@ -98,7 +98,8 @@ class ProxyServer:
             s.listen(2048)
             s.setblocking(False)
         config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=2048)
+                                timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=2048,
+                                proxy_headers=False)  # harnesses connect directly: no X-Forwarded-* to trust
         self._server = uvicorn.Server(config)
         self._server.install_signal_handlers = lambda: None  # uvicorn < 0.29
         self._task = asyncio.ensure_future(self._server.serve(sockets=socks))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from openforge.proxy.render import Head, HermesParser, Renderer
 
 from .conftest import TOOLS
@@ -84,3 +87,14 @@ def test_splice_reuses_exact_tokens_and_ignores_tool_call_ids(tokenizer):
     # A changed history does not splice.
     changed = [*msgs, {**assistant, "content": "edited"}, nxt[-1]]
     assert not r.render(changed, TOOLS, [head]).spliced
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["<|im_start|>", "<|im_end|>", "<tool_call>", "\n", " ", "  ", "héllo", "日本語",
+                                 "user", "{\"a\": 1}", "\t", "🙂", "<think>", "x"]), max_size=12).map("".join)
+       | st.text(max_size=40))
+def test_fast_encode_matches_the_tokenizer(tokenizer, text):
+    """Renderer.encode calls the Rust tokenizer directly; the ids are the transformers wrapper's."""
+    r = Renderer(tokenizer)
+    assert r._fast is not None
+    assert r.encode(text) == list(tokenizer.encode(text, add_special_tokens=False))

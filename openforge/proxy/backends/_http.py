@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...errors import BackendError, BackendTimeout
+from ..sse import dumps
 
 __all__ = ["JsonClient"]
 
@@ -37,8 +38,7 @@ class JsonClient:
                 self._session = aiohttp.ClientSession(
                     headers=self.headers,
                     connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=self.max_connections),
-                    timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10.0),
-                    json_serialize=json.dumps)
+                    timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10.0))
             except ImportError:
                 import httpx
 
@@ -50,7 +50,7 @@ class JsonClient:
 
     async def request(self, method: str, url: str, body: Any = None) -> tuple[int, str]:
         client = self._client()
-        data = json.dumps(body) if body is not None else None
+        data = dumps(body) if body is not None else None
         with self._errors():
             if self._session is not None:
                 async with client.request(method, url, data=data) as r:
@@ -62,7 +62,7 @@ class JsonClient:
         """The answer's lines (without line ends) as they arrive; a non-200 answer raises
         :class:`BackendError` with its body before any line is yielded."""
         client = self._client()
-        data = json.dumps(body) if body is not None else None
+        data = dumps(body) if body is not None else None
         with self._errors():
             if self._session is not None:
                 async with client.request(method, url, data=data) as r:
