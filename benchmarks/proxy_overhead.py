@@ -1,22 +1,36 @@
-"""Proxy overhead: direct calls vs openforge (`openai:` pass-through) vs LiteLLM's proxy.
+"""Proxy overhead: direct calls vs openforge (`openai:` pass-through) vs a bare relay vs LiteLLM's proxy.
 
-Everything runs on loopback against a fast fake OpenAI-compatible upstream (a raw asyncio HTTP
-server in its own process). One run measures, for each target:
+Everything runs on loopback against a fake OpenAI-compatible upstream (a raw asyncio HTTP server in
+its own process) that answers in two ways, chosen by the request's model name:
 
-* added latency at concurrency 1: p50 / p99 of non-streaming chat completions, minus direct;
-* throughput at 64 and 256 concurrent streaming requests (requests/s), as a ratio of direct;
-* the live streaming path: a proxy with the ``scripted:`` back-end (tokens pushed in chunks, so SSE
-  deltas go out while "generating") serving streamed vs non-streamed requests, as a ratio.
+* **instant** (``fake``): the whole answer at once — isolates the proxy's own CPU cost;
+* **model-like** (``sim``): a streamed answer of ``--tokens`` tokens, the first after ``--ttft-ms``,
+  then one SSE chunk every ``--itl-ms`` (default 64 tokens, 50 ms + 20 ms/token: a fast GPU server
+  under a 256-way load) — what a proxy in front of a real policy server sees.
 
-and prints the ratios the proxy issue sets as targets (openforge adds <= 1 ms p50, keeps >= 90 % of
-direct throughput at 256 streams, adds at most a fifth of LiteLLM's overhead).
+One run measures, for each target:
+
+* added latency at concurrency 1: p50 / p99 of non-streaming chat completions (instant), minus direct;
+* throughput at 64 and 256 concurrent streaming requests, instant and model-like, as a ratio of
+  direct, and the proxy process's CPU time per request;
+* the live streaming path: a proxy with the ``scripted:`` back-end serving streamed vs non-streamed
+  requests, as a ratio.
+
+openforge runs as ``forge proxy serve --backend openai:... --store DB``: every call is tokenized
+locally and written durably to SQLite, as in training. The **relay** is the least a Python proxy can
+do (uvicorn + raw ASGI + aiohttp passing bytes through, nothing parsed or recorded): its instant
+column is the ceiling for any Python proxy on this machine. The targets of the proxy issue: openforge
+adds <= 1 ms p50, keeps >= 90 % of direct throughput at 256 streams (judged with the model-like
+upstream: with the instant one the load client and upstream cost ~0.07 ms per request in all, so even
+the bare relay keeps only ~20 %), and adds at most a fifth of LiteLLM's overhead.
 
 LiteLLM runs from its own virtualenv so it cannot disturb openforge's dependencies:
 ``python -m venv /tmp/litellm-venv && /tmp/litellm-venv/bin/pip install 'litellm[proxy]'``; point
 ``--litellm`` at its ``litellm`` executable (default: ``$LITELLM_BIN``, then ``litellm`` on PATH, then
-``/tmp/litellm-venv/bin/litellm``). Without it the LiteLLM column is skipped and the output says so.
+``/tmp/litellm-venv/bin/litellm``; ``none`` skips it). Without it the LiteLLM row is skipped.
 
-Usage: ``python benchmarks/proxy_overhead.py [--requests 400] [--seconds 5] [--litellm PATH]``
+Usage: ``python benchmarks/proxy_overhead.py [--requests 400] [--seconds 5] [--model-seconds 10]
+[--tokens 64] [--ttft-ms 50] [--itl-ms 20] [--litellm PATH|none]``
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -44,28 +59,44 @@ except ImportError:  # pragma: no cover
 # Fake upstream: minimal HTTP/1.1 keep-alive server answering chat completions (JSON or SSE).
 # ---------------------------------------------------------------------------------------------
 
-_JSON = json.dumps({
-    "id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": "fake",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from the fake upstream."},
-                 "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 9, "completion_tokens": 6, "total_tokens": 15}}).encode()
-
-
-def _sse() -> bytes:
-    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake"}
-    out = b""
-    for delta, fin in (({"role": "assistant", "content": ""}, None), ({"content": "Hello from "}, None),
-                       ({"content": "the fake upstream."}, None), ({}, "stop")):
-        out += b"data: " + json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": fin}]}).encode() + b"\n\n"
-    return out + b"data: [DONE]\n\n"
-
-
-_SSE = _sse()
+_BASE = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": "fake"}
 _MODELS = json.dumps({"object": "list", "data": [{"id": "fake", "object": "model"}]}).encode()
 
 
+def _chunk(delta: dict, finish: str | None = None, **extra) -> bytes:
+    return b"data: " + json.dumps({**_BASE, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                                   **extra}).encode() + b"\n\n"
+
+
+class Model:
+    """What the fake upstream answers: ``tokens`` tokens, the first after ``ttft_ms``, then one every
+    ``itl_ms`` (0/0: everything at once, the pure proxy cost). Streamed answers are SSE chunks, one
+    per token, written as the simulated model "generates" them."""
+
+    def __init__(self, tokens: int, ttft_ms: float, itl_ms: float):
+        self.tokens, self.ttft, self.itl = tokens, ttft_ms / 1000, itl_ms / 1000
+        words = [f"tok{i} " for i in range(tokens)]
+        usage = {"prompt_tokens": 9, "completion_tokens": tokens, "total_tokens": 9 + tokens}
+        self.json = json.dumps({"id": "chatcmpl-fake", "object": "chat.completion", "created": 0, "model": "fake",
+                                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(words)},
+                                             "finish_reason": "stop"}], "usage": usage}).encode()
+        self.first = _chunk({"role": "assistant", "content": ""}) + _chunk({"content": words[0]})
+        self.middle = [_chunk({"content": w}) for w in words[1:]]
+        self.last = (_chunk({}, "stop") + b"data: " + json.dumps({**_BASE, "choices": [], "usage": usage}).encode()
+                     + b"\n\ndata: [DONE]\n\n")
+
+    def sse_parts(self) -> list[bytes]:
+        """The SSE body in the pieces a real server writes: one per token (the last with the end)."""
+        parts = [self.first, *self.middle]
+        parts[-1] += self.last
+        return parts
+
+
 class _Upstream(asyncio.Protocol):
-    delay_s = 0.0
+    """Answers ``"model": "sim"`` requests as the simulated model, anything else at once."""
+
+    model: Model
+    instant: Model
 
     def connection_made(self, transport):
         self.t, self.buf = transport, b""
@@ -85,22 +116,45 @@ class _Upstream(asyncio.Protocol):
             if len(self.buf) < end + 4 + n:
                 return
             body, self.buf = self.buf[end + 4 : end + 4 + n], self.buf[end + 4 + n :]
+            compact = body.replace(b" ", b"")
+            m = self.model if b'"model":"sim"' in compact else self.instant
             if head.startswith("GET"):
-                payload, ctype = _MODELS, b"application/json"
-            elif b'"stream":true' in body.replace(b" ", b""):
-                payload, ctype = _SSE, b"text/event-stream"
+                self._whole(_MODELS, 0.0)
+            elif b'"stream":true' in compact:
+                self._stream(m)
             else:
-                payload, ctype = _JSON, b"application/json"
-            out = (b"HTTP/1.1 200 OK\r\ncontent-type: " + ctype + b"\r\ncontent-length: "
-                   + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-            if self.delay_s > 0:  # a model that takes time to answer (responses stay in order per connection)
-                asyncio.get_running_loop().call_later(self.delay_s, self.t.write, out)
-            else:
-                self.t.write(out)
+                self._whole(m.json, m.ttft + max(0, m.tokens - 1) * m.itl)
+
+    def _whole(self, payload: bytes, delay: float) -> None:
+        out = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+               + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+        if delay > 0:  # responses stay in order: one request at a time per connection
+            asyncio.get_running_loop().call_later(delay, self.t.write, out)
+        else:
+            self.t.write(out)
+
+    def _stream(self, m: Model) -> None:
+        loop = asyncio.get_running_loop()
+        parts = [b"%x\r\n%s\r\n" % (len(p), p) for p in m.sse_parts()]
+        parts[-1] += b"0\r\n\r\n"
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+        if m.ttft == 0 and m.itl == 0:
+            self.t.write(head + b"".join(parts))
+            return
+
+        def step(i: int) -> None:
+            if self.t.is_closing():
+                return
+            self.t.write(parts[i])
+            if i + 1 < len(parts):
+                loop.call_later(m.itl, step, i + 1)
+
+        self.t.write(head)
+        loop.call_later(m.ttft, step, 0)
 
 
-def run_upstream(port: int, delay_ms: float = 0.0) -> None:
-    _Upstream.delay_s = delay_ms / 1000
+def run_upstream(port: int, model: Model) -> None:
+    _Upstream.model, _Upstream.instant = model, Model(8, 0, 0)
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -109,6 +163,42 @@ def run_upstream(port: int, delay_ms: float = 0.0) -> None:
             await server.serve_forever()
 
     (uvloop.run if uvloop else asyncio.run)(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Relay: the least a Python proxy can do (uvicorn + raw ASGI + aiohttp, bytes passed through
+# untouched, nothing parsed or recorded) — the floor any Python ASGI proxy sits on.
+# ---------------------------------------------------------------------------------------------
+
+
+def run_relay(port: int, up: int) -> None:
+    import aiohttp
+    import uvicorn
+
+    session = None
+
+    async def app(scope, receive, send):
+        nonlocal session
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            msg = await receive()
+            body += msg.get("body", b"")
+            if not msg.get("more_body"):
+                break
+        if session is None:
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=4096))
+        async with session.post(f"http://127.0.0.1:{up}/v1/chat/completions", data=body,
+                                headers={"content-type": "application/json"}) as r:
+            await send({"type": "http.response.start", "status": r.status,
+                        "headers": [(b"content-type", r.headers["content-type"].encode())]})
+            async for chunk in r.content.iter_any():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off",
+                proxy_headers=False, backlog=4096)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,10 +248,11 @@ class Target:
         self.host, port = hostport.rsplit(":", 1)
         self.port = int(port)
         self.path = path_prefix + "/chat/completions"
+        self.pid: int | None = None  # the proxy process, for its CPU time
 
 
-def _body(i: int, stream: bool) -> bytes:
-    return json.dumps({"model": "fake", "stream": stream, "max_tokens": 32,
+def _body(i: int, stream: bool, model: str = "fake") -> bytes:
+    return json.dumps({"model": model, "stream": stream, "max_tokens": 256,
                        "messages": [{"role": "user", "content": f"Say hello ({i})."}]}).encode()
 
 
@@ -189,24 +280,30 @@ async def latency(t: Target, n: int, warmup: int = 50) -> list[float]:
     return out
 
 
-async def throughput(t: Target, conc: int, seconds: float, stream: bool = True) -> float:
-    stop = time.perf_counter() + seconds + 1.0
-    start_count = time.perf_counter() + 1.0  # 1 s warm-up
+async def throughput(t: Target, conc: int, seconds: float, stream: bool = True, model: str = "fake",
+                     warmup: float = 1.0, stagger: float = 0.0) -> float:
+    """Completed requests per second over ``seconds``, after ``warmup`` seconds of the same load.
+    Workers start spread over ``stagger`` seconds (about one request's duration), so that long
+    requests do not finish in waves of ``conc`` that make the count depend on where the window falls."""
+    stop = time.perf_counter() + seconds + warmup
+    start_count = time.perf_counter() + warmup
     done = 0
     errors = 0
+    rng = random.Random(conc)
 
     async def worker():
         nonlocal done, errors
+        await asyncio.sleep(rng.uniform(0, stagger))
         c = Conn(t.host, t.port, t.headers)
         while time.perf_counter() < stop:
             try:
-                status, data = await c.request(t.path, _body(_next(), stream))
+                status, data = await c.request(t.path, _body(_next(), stream, model))
             except (OSError, asyncio.IncompleteReadError):
                 errors += 1
                 c = Conn(t.host, t.port, t.headers)
                 continue
             if status == 200 and (data.rstrip().endswith(b"[DONE]") or not stream):
-                if time.perf_counter() >= start_count:
+                if start_count <= time.perf_counter() <= stop:
                     done += 1
             else:
                 errors += 1
@@ -255,6 +352,8 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def find_litellm(arg: str | None) -> str | None:
+    if arg == "none":
+        return None
     for cand in (arg, os.environ.get("LITELLM_BIN"), shutil.which("litellm"), "/tmp/litellm-venv/bin/litellm"):
         if cand and Path(cand).is_file():
             return cand
@@ -266,30 +365,53 @@ def start_openforge(up: int, log: Path, backend: str | None = None) -> tuple[sub
 
     port = free_port()
     env = {**os.environ, "OPENFORGE_ADMIN_TOKEN": "bench-admin"}
-    spec = ["--backend", backend] if backend else ["--backend", f"openai:http://127.0.0.1:{up}/v1", "--model", "fake"]
-    proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", *spec, "--port", str(port)],
+    spec = backend or f"openai:http://127.0.0.1:{up}/v1"  # the request's model name goes upstream
+    store = log.with_suffix(".db")  # as in training: every call durable in SQLite before its last byte
+    proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", "--backend", spec,
+                             "--port", str(port), "--store", str(store)],
                             env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     wait_port(port, proc)
     h = httpx.post(f"http://127.0.0.1:{port}/admin/rollouts", json={"task_id": "bench"},
                    headers={"authorization": "Bearer bench-admin"}).json()
-    return proc, Target("openforge", h["openai_base_url"], f"/r/{h['rollout_id']}/v1",
-                        {"authorization": f"Bearer {h['api_key']}"})
+    t = Target("openforge", h["openai_base_url"], f"/r/{h['rollout_id']}/v1", {"authorization": f"Bearer {h['api_key']}"})
+    t.pid = proc.pid
+    return proc, t
+
+
+def start_relay(up: int, log: Path) -> tuple[subprocess.Popen, Target]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--relay", str(port), "--upstream", str(up)],
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+    wait_port(port, proc)
+    t = Target("relay", f"http://127.0.0.1:{port}", "/v1", {})
+    t.pid = proc.pid
+    return proc, t
 
 
 def start_litellm(binary: str, up: int, tmp: Path, log: Path) -> tuple[subprocess.Popen, Target]:
     port = free_port()
     cfg = tmp / "litellm.yaml"
-    cfg.write_text(
-        "model_list:\n  - model_name: fake\n    litellm_params:\n      model: openai/fake\n"
-        f"      api_base: http://127.0.0.1:{up}/v1\n      api_key: sk-fake\n"
-        "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
+    models = "".join(f"  - model_name: {m}\n    litellm_params:\n      model: openai/{m}\n"
+                     f"      api_base: http://127.0.0.1:{up}/v1\n      api_key: sk-fake\n" for m in ("fake", "sim"))
+    cfg.write_text("model_list:\n" + models + "litellm_settings:\n  telemetry: false\n  drop_params: true\n")
     key = "sk-" + os.urandom(32).hex()
     env = {**os.environ, "LITELLM_MASTER_KEY": key, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
            "LITELLM_LOG": "ERROR", "NO_DOCS": "True"}
     proc = subprocess.Popen([binary, "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port),
                              "--num_workers", "1"], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     wait_port(port, proc, timeout=180)
-    return proc, Target("litellm", f"http://127.0.0.1:{port}", "/v1", {"authorization": f"Bearer {key}"})
+    t = Target("litellm", f"http://127.0.0.1:{port}", "/v1", {"authorization": f"Bearer {key}"})
+    t.pid = proc.pid
+    return proc, t
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process so far (0 when there is none: direct calls)."""
+    if not pid:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -300,38 +422,57 @@ def pct(xs: list[float], q: float) -> float:
 async def measure(t: Target, args) -> dict[str, float]:
     lat = await latency(t, args.requests)
     res = {"p50": statistics.median(lat), "p99": pct(lat, 99)}
-    for conc in (64, 256):
-        res[f"rps{conc}"] = await throughput(t, conc, args.seconds)
+    model_s = (args.ttft_ms + args.itl_ms * (args.tokens - 1)) / 1000
+    for kind, model, seconds, warmup, stagger in (("instant", "fake", args.seconds, 1.0, 0.0),
+                                                  ("model", "sim", args.model_seconds, 2 * model_s, model_s)):
+        for conc in (64, 256):
+            c0 = cpu_seconds(t.pid)
+            rps = await throughput(t, conc, seconds, model=model, warmup=warmup, stagger=stagger)
+            res[f"{kind}{conc}"] = rps
+            if conc == 256 and rps > 0:  # measured over warm-up + window (+ stragglers): an estimate
+                res[f"{kind}_cpu_ms"] = 1000 * (cpu_seconds(t.pid) - c0) / (rps * (seconds + warmup))
     return res
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=400, help="sequential requests for the latency figures")
-    ap.add_argument("--seconds", type=float, default=5.0, help="measuring time per throughput point")
-    ap.add_argument("--litellm", default=None, help="path of the litellm executable (own venv)")
-    ap.add_argument("--upstream-ms", type=float, default=0.0,
-                    help="simulated model time per upstream answer (0 = answer at once: pure proxy cost)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="measuring time per instant-upstream throughput point")
+    ap.add_argument("--model-seconds", type=float, default=10.0, help="measuring time per model-like throughput point")
+    ap.add_argument("--tokens", type=int, default=64, help="tokens per answer of the model-like upstream")
+    ap.add_argument("--ttft-ms", type=float, default=50.0, help="model-like upstream: time to the first token")
+    ap.add_argument("--itl-ms", type=float, default=20.0, help="model-like upstream: time between tokens")
+    ap.add_argument("--litellm", default=None, help="path of the litellm executable (own venv); 'none' skips it")
     ap.add_argument("--upstream", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--relay", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.relay:
+        run_relay(args.relay, args.upstream)
+        return
     if args.upstream:
-        run_upstream(args.upstream, args.upstream_ms)
+        run_upstream(args.upstream, Model(args.tokens, args.ttft_ms, args.itl_ms))
         return
     tmp = Path(tempfile.mkdtemp(prefix="openforge-bench-"))
     up = free_port()
-    upstream = subprocess.Popen([sys.executable, __file__, "--upstream", str(up), "--upstream-ms", str(args.upstream_ms)])
+    upstream = subprocess.Popen([sys.executable, __file__, "--upstream", str(up), "--tokens", str(args.tokens),
+                                 "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)])
     procs = [upstream]
     results: dict[str, dict[str, float]] = {}
     run = uvloop.run if uvloop else asyncio.run
+    results_live = None
     try:
         wait_port(up, upstream)
-        print(f"fake upstream on 127.0.0.1:{up} answering after {args.upstream_ms:g} ms; {args.requests} sequential requests, {args.seconds:g}s per "
-              f"throughput point; {os.cpu_count()} CPUs shared with everything else on this machine")
+        print(f"fake upstream on 127.0.0.1:{up}: instant answers, and a model-like one streaming {args.tokens} tokens "
+              f"(first after {args.ttft_ms:g} ms, then one every {args.itl_ms:g} ms); {os.cpu_count()} CPUs shared by "
+              f"the load client, the upstream and the proxy")
         results["direct"] = run(measure(Target("direct", f"http://127.0.0.1:{up}", "/v1", {}), args))
-        proc, t = start_openforge(up, tmp / "openforge.log")
-        procs.append(proc)
-        results["openforge"] = run(measure(t, args))
-        stop(proc)
+        for start in (start_openforge, start_relay):
+            proc, t = start(up, tmp / f"{start.__name__}.log")
+            procs.append(proc)
+            try:
+                results[t.name] = run(measure(t, args))
+            finally:
+                stop(proc)
         results_live = live_streaming(up, tmp, args, run)
         binary = find_litellm(args.litellm)
         if binary is None:
@@ -343,13 +484,10 @@ def main() -> None:
                 results["litellm"] = run(measure(t, args))
             except Exception as e:
                 print(f"LiteLLM: could not run ({e}); log: {tmp / 'litellm.log'}")
-            finally:
-                if len(procs) > 2:
-                    stop(procs[-1])
     finally:
         for p in procs:
             stop(p)
-    report(results)
+    report(results, args)
     if results_live:
         js, ss = results_live
         print(f"live streaming (scripted back-end, tokens pushed in 4 chunks) at 64 concurrent: {ss:.0f} rps "
@@ -380,27 +518,42 @@ def live_streaming(up: int, tmp: Path, args, run) -> tuple[float, float] | None:
     return js, ss
 
 
-def report(r: dict[str, dict[str, float]]) -> None:
+def report(r: dict[str, dict[str, float]], args) -> None:
     d = r["direct"]
     print()
-    print(f"{'target':<10} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} {'rps@64':>8} {'rps@256':>8}"
-          f" {'%direct@64':>10} {'%direct@256':>11}")
+    print(f"{'':<10} {'latency at concurrency 1':^35} | {'throughput, instant upstream':^40} | "
+          f"{'throughput, model-like upstream':^40}")
+    print(f"{'target':<10} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} | {'rps@64':>8} {'rps@256':>8} "
+          f"{'%direct':>8} {'cpu ms':>8}  | {'rps@64':>8} {'rps@256':>8} {'%direct':>8} {'cpu ms':>8}")
     for name, x in r.items():
-        print(f"{name:<10} {x['p50']:8.3f} {x['p99']:8.3f} {x['p50'] - d['p50']:8.3f} {x['p99'] - d['p99']:8.3f} "
-              f"{x['rps64']:8.0f} {x['rps256']:8.0f} {100 * x['rps64'] / d['rps64']:9.1f}% {100 * x['rps256'] / d['rps256']:10.1f}%")
+        cpu = {k: (f"{x[k + '_cpu_ms']:8.3f}" if k + "_cpu_ms" in x else f"{'-':>8}") for k in ("instant", "model")}
+        print(f"{name:<10} {x['p50']:8.3f} {x['p99']:8.3f} {x['p50'] - d['p50']:8.3f} {x['p99'] - d['p99']:8.3f} | "
+              f"{x['instant64']:8.0f} {x['instant256']:8.0f} {100 * x['instant256'] / d['instant256']:7.1f}% {cpu['instant']}  | "
+              f"{x['model64']:8.0f} {x['model256']:8.0f} {100 * x['model256'] / d['model256']:7.1f}% {cpu['model']}")
+    print("(%direct at 256 streams; cpu ms: the proxy process's CPU time per request at 256 streams)")
     o = r["openforge"]
     added = o["p50"] - d["p50"]
     print()
     print(f"openforge added p50 latency: {added:.3f} ms (target <= 1 ms: {'met' if added <= 1.0 else 'NOT met'})")
-    keep = o["rps256"] / d["rps256"]
-    print(f"openforge throughput at 256 streams: {100 * keep:.1f}% of direct (target >= 90%: "
-          f"{'met' if keep >= 0.9 else 'NOT met'})")
+    keep = o["model256"] / d["model256"]
+    print(f"openforge throughput at 256 streams, model-like upstream ({args.tokens} tokens, {args.ttft_ms:g} ms + "
+          f"{args.itl_ms:g} ms/token): {100 * keep:.1f}% of direct (target >= 90%: {'met' if keep >= 0.9 else 'NOT met'})")
+    rel = r.get("relay", {}).get("instant256", 0) / d["instant256"]
+    print(f"instant upstream (CPU-bound: every request costs the proxy far more than the upstream and client "
+          f"together): openforge {100 * o['instant256'] / d['instant256']:.1f}% of direct, the bare relay "
+          f"{100 * rel:.1f}% (no Python proxy can keep 90% here)")
     if "litellm" in r:
         lit = r["litellm"]["p50"] - d["p50"]
         ratio = added / lit if lit > 0 else float("inf")
         print(f"overhead ratio openforge/litellm (p50 added latency): {ratio:.3f} (target <= 0.2: "
               f"{'met' if ratio <= 0.2 else 'NOT met'})")
-        print(f"throughput ratio openforge/litellm at 256 streams: {o['rps256'] / r['litellm']['rps256']:.2f}x")
+        lit_rps = r["litellm"]
+
+        def times(k: str) -> str:
+            return f"{o[k] / lit_rps[k]:.2f}x" if lit_rps[k] > 0 else f"{o[k]:.0f} vs 0 rps"
+
+        print(f"throughput openforge/litellm at 256 streams: instant {times('instant256')}, "
+              f"model-like {times('model256')}")
     else:
         print("overhead ratio vs LiteLLM: not measured (LiteLLM not installed)")
 

@@ -46,6 +46,8 @@ class Engine:
         self.sampling = sampling or SamplingParams()
         self.replay_window_s = replay_window_s
         self.tokenize_passthrough = tokenize_passthrough
+        self._params: dict[int, SamplingParams] = {}  # by max_tokens
+        self._params_of = self.sampling
         self._gate = asyncio.Event()
         self._gate.set()
         self._inflight = 0
@@ -67,13 +69,22 @@ class Engine:
 
     # -- serving ---------------------------------------------------------------------------------
     def params_for(self, req: CanonicalRequest) -> SamplingParams:
-        p = self.sampling.model_copy()
+        """The enforced sampling for ``req`` (shared, do not mutate): proxy config, a smaller
+        ``max_tokens`` if the harness asks for one, and the end-of-turn id among the stop ids."""
+        mt = self.sampling.max_tokens
         if req.max_tokens is not None and req.max_tokens > 0:
-            p.max_tokens = min(p.max_tokens, int(req.max_tokens))
-        stops = set(p.stop_token_ids or ())
-        if self.renderer.eos_id is not None:
-            stops.add(self.renderer.eos_id)
-        p.stop_token_ids = sorted(stops)
+            mt = min(mt, int(req.max_tokens))
+        if self._params_of is not self.sampling:  # the config was replaced: forget what was derived from it
+            self._params, self._params_of = {}, self.sampling
+        p = self._params.get(mt)
+        if p is None:
+            stops = set(self.sampling.stop_token_ids or ())
+            if self.renderer.eos_id is not None:
+                stops.add(self.renderer.eos_id)
+            p = self.sampling.model_copy(update={"max_tokens": mt, "stop_token_ids": sorted(stops)})
+            if len(self._params) >= 256:
+                self._params.clear()
+            self._params[mt] = p
         return p
 
     async def serve(self, st: RolloutState, req: CanonicalRequest, *, body: bytes, retry_count: int = 0,

@@ -1,7 +1,8 @@
 """Server-sent-events framing and JSON encoding shared by the wire adapters.
 
 Owns: :func:`sse` (one ``event:``/``data:`` frame), :func:`sse_data` (a ``data:``-only frame, Chat
-Completions style), :func:`dumps` (compact JSON bytes).
+Completions style), :func:`dumps` (compact JSON bytes), :func:`loads` (JSON text or bytes; raises
+``ValueError`` on bad input).
 """
 
 from __future__ import annotations
@@ -9,11 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["dumps", "sse", "sse_data"]
+__all__ = ["dumps", "loads", "sse", "sse_data"]
 
 
 try:
     import orjson
+
+    loads = orjson.loads  # orjson.JSONDecodeError is a ValueError
 
     def dumps(obj: Any) -> bytes:
         try:
@@ -22,6 +25,7 @@ try:
             return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
 
 except ImportError:  # pragma: no cover
+    loads = json.loads
 
     def dumps(obj: Any) -> bytes:
         return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()

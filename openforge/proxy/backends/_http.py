@@ -68,8 +68,14 @@ class JsonClient:
                 async with client.request(method, url, data=data) as r:
                     if r.status != 200:
                         raise BackendError(f"{self.label} {method} {url} -> HTTP {r.status}: {(await r.text())[:500]}")
-                    async for raw in r.content:
-                        yield raw.decode("utf-8", "replace").rstrip("\r\n")
+                    rest = b""  # whole reads, split here: one iteration per network read, not per line
+                    async for data in r.content.iter_any():
+                        lines = (rest + data).split(b"\n")
+                        rest = lines.pop()
+                        for raw in lines:
+                            yield raw.decode("utf-8", "replace").rstrip("\r")
+                    if rest:
+                        yield rest.decode("utf-8", "replace").rstrip("\r")
                 return
             async with client.stream(method, url, content=data) as r:
                 if r.status_code != 200:

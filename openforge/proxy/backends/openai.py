@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from ...errors import BackendError
+from ..sse import loads
 from ._http import JsonClient
 from .base import Backend, GenContext, SamplingParams, TextCompletion
 
@@ -102,7 +103,7 @@ class OpenAIBackend(Backend):
                 done = True
                 break
             try:
-                chunk = json.loads(data)
+                chunk = loads(data)
             except ValueError:
                 raise BackendError(f"upstream sent a malformed stream chunk: {data[:200]}") from None
             if not isinstance(chunk, dict):
