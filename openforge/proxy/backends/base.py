@@ -56,7 +56,7 @@ class GenContext:
     the same ids it finally returns), from the event loop or from a worker thread. A pass-through
     back-end that can stream calls :meth:`start_text` once its upstream has accepted the request, then
     :meth:`emit_text` with each reasoning/text delta (whose concatenation is the text it finally
-    returns). Back-ends that call neither (vLLM) are streamed as one final chunk."""
+    returns). Back-ends that call neither are streamed as one final chunk."""
 
     rollout_id: str = ""
     task_id: str = ""

@@ -4,9 +4,10 @@ Owns: :class:`VLLMBackend`. Each call posts the exact prompt ids to ``/v1/comple
 ``logprobs: 0`` (the sampled token's logprob), ``return_token_ids: true`` (vLLM ≥ 0.10.2; falls back
 to ``return_tokens_as_token_ids`` ``"token_id:N"`` strings for older servers), ``skip_special_tokens:
 false`` and the proxy's enforced sampling, so recorded ids and logprobs are the server's own.
-The local tokenizer (SmolLM2's unless given) must be the served model's. The upstream call is not
-streamed: a streaming harness gets its opening events when generation starts and the whole answer
-as one final chunk (generation on a GPU server is fast; token-exact SSE from vLLM is future work).
+The local tokenizer (SmolLM2's unless given) must be the served model's. When the harness streams,
+the completion streams too (``/v1/completions`` has no tool parser, so vLLM #27482 — token ids lost
+in streamed tool-call chat responses — does not apply): each chunk's ids go to the harness as they
+arrive, and every chunk must carry as many logprobs as ids.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import BackendError
+from ..sse import loads
 from ._http import JsonClient
 from .base import Backend, GenContext, Generation, SamplingParams
 
@@ -66,21 +68,62 @@ class VLLMBackend(Backend):
             body["stop_token_ids"] = params.stop_token_ids
         if params.seed is not None:
             body["seed"] = params.seed
+        if ctx is not None and ctx.on_tokens is not None:
+            return await self._stream(body, ctx)
         data = await self._request("POST", "/v1/completions", body)
         try:
             choice = data["choices"][0]
-            lp = choice.get("logprobs") or {}
-            logprobs = [float(x) for x in lp.get("token_logprobs") or []]
-            ids = choice.get("token_ids")
-            if ids is None:
-                ids = [int(str(t).split(":", 1)[1]) for t in lp.get("tokens") or []]
-            ids = [int(i) for i in ids]
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise BackendError(f"vLLM response lacks token ids/logprobs ({type(e).__name__}: {e})") from None
-        if len(ids) != len(logprobs):
-            raise BackendError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} logprobs")
+        except (KeyError, IndexError, TypeError) as e:
+            raise BackendError(f"vLLM response lacks choices ({type(e).__name__}: {e})") from None
+        ids, logprobs = _ids_and_logprobs(choice)
         finish = choice.get("finish_reason") or "stop"
+        return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
+
+    async def _stream(self, body: dict[str, Any], ctx: GenContext) -> Generation:
+        """A streamed completion: each chunk's ids are handed to the harness's response as they come."""
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finish, done = None, False
+        async for line in self._client.stream_lines("POST", self.url + "/v1/completions", {**body, "stream": True}):
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                done = True
+                break
+            try:
+                chunk = loads(data)
+            except ValueError:
+                raise BackendError(f"vLLM sent a malformed stream chunk: {data[:200]}") from None
+            if not isinstance(chunk, dict):
+                raise BackendError(f"vLLM sent a malformed stream chunk: {data[:200]}")
+            if chunk.get("error"):
+                raise BackendError(f"vLLM stream failed: {str(chunk['error'])[:500]}")
+            for choice in chunk.get("choices") or []:
+                new_ids, new_lps = _ids_and_logprobs(choice)
+                ids += new_ids
+                logprobs += new_lps
+                ctx.emit(new_ids)
+                finish = choice.get("finish_reason") or finish
+        if not done and finish is None:
+            raise BackendError(f"vLLM stream ended early after {len(ids)} tokens")
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _ids_and_logprobs(choice: dict[str, Any]) -> tuple[list[int], list[float]]:
+    """The sampled ids and their logprobs of one (whole or streamed) completion choice."""
+    try:
+        lp = choice.get("logprobs") or {}
+        logprobs = [float(x) for x in lp.get("token_logprobs") or []]
+        ids = choice.get("token_ids")
+        if ids is None:
+            ids = [int(str(t).split(":", 1)[1]) for t in lp.get("tokens") or []]
+        ids = [int(i) for i in ids]
+    except (AttributeError, IndexError, TypeError, ValueError) as e:
+        raise BackendError(f"vLLM response lacks token ids/logprobs ({type(e).__name__}: {e})") from None
+    if len(ids) != len(logprobs):
+        raise BackendError(f"vLLM returned {len(ids)} token ids but {len(logprobs)} logprobs")
+    return ids, logprobs
