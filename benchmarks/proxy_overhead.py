@@ -16,8 +16,10 @@ One run measures, for each target:
 * the live streaming path: a proxy with the ``scripted:`` back-end serving streamed vs non-streamed
   requests, as a ratio.
 
-openforge runs as ``forge proxy serve --backend openai:... --store DB``: every call is tokenized
-locally and written durably to SQLite, as in training. The **relay** is the least a Python proxy can
+openforge runs as ``forge proxy serve --backend openai:...`` (every call parsed, tokenized locally and
+recorded in memory — LiteLLM records nothing, so this row compares like with like) and, as
+``openforge+store``, with ``--store DB`` as in training (every call fsynced to SQLite before its last
+byte: at concurrency 1 that adds the disk's fsync time). The **relay** is the least a Python proxy can
 do (uvicorn + raw ASGI + aiohttp passing bytes through, nothing parsed or recorded): its instant
 column is the ceiling for any Python proxy on this machine. The targets of the proxy issue: openforge
 adds <= 1 ms p50, keeps >= 90 % of direct throughput at 256 streams (judged with the model-like
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import random
@@ -360,20 +363,22 @@ def find_litellm(arg: str | None) -> str | None:
     return None
 
 
-def start_openforge(up: int, log: Path, backend: str | None = None) -> tuple[subprocess.Popen, Target]:
+def start_openforge(up: int, log: Path, backend: str | None = None, store: bool = False) -> tuple[subprocess.Popen, Target]:
+    """``forge proxy serve`` in pass-through mode; with ``store`` every call is also fsynced to SQLite
+    before its last byte, as in training."""
     import httpx
 
     port = free_port()
     env = {**os.environ, "OPENFORGE_ADMIN_TOKEN": "bench-admin"}
     spec = backend or f"openai:http://127.0.0.1:{up}/v1"  # the request's model name goes upstream
-    store = log.with_suffix(".db")  # as in training: every call durable in SQLite before its last byte
+    extra = ["--store", str(log.with_suffix(".db"))] if store else []
     proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", "--backend", spec,
-                             "--port", str(port), "--store", str(store)],
-                            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+                             "--port", str(port), *extra], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
     wait_port(port, proc)
     h = httpx.post(f"http://127.0.0.1:{port}/admin/rollouts", json={"task_id": "bench"},
                    headers={"authorization": "Bearer bench-admin"}).json()
-    t = Target("openforge", h["openai_base_url"], f"/r/{h['rollout_id']}/v1", {"authorization": f"Bearer {h['api_key']}"})
+    t = Target("openforge" + ("+store" if store else ""), h["openai_base_url"], f"/r/{h['rollout_id']}/v1",
+               {"authorization": f"Bearer {h['api_key']}"})
     t.pid = proc.pid
     return proc, t
 
@@ -466,8 +471,10 @@ def main() -> None:
               f"(first after {args.ttft_ms:g} ms, then one every {args.itl_ms:g} ms); {os.cpu_count()} CPUs shared by "
               f"the load client, the upstream and the proxy")
         results["direct"] = run(measure(Target("direct", f"http://127.0.0.1:{up}", "/v1", {}), args))
-        for start in (start_openforge, start_relay):
-            proc, t = start(up, tmp / f"{start.__name__}.log")
+        starts = {"openforge": start_openforge, "openforge+store": functools.partial(start_openforge, store=True),
+                  "relay": start_relay}
+        for name, start in starts.items():
+            proc, t = start(up, tmp / f"{name}.log")
             procs.append(proc)
             try:
                 results[t.name] = run(measure(t, args))
@@ -521,16 +528,17 @@ def live_streaming(up: int, tmp: Path, args, run) -> tuple[float, float] | None:
 def report(r: dict[str, dict[str, float]], args) -> None:
     d = r["direct"]
     print()
-    print(f"{'':<10} {'latency at concurrency 1':^35} | {'throughput, instant upstream':^40} | "
+    print(f"{'':<15} {'latency at concurrency 1':^35} | {'throughput, instant upstream':^40} | "
           f"{'throughput, model-like upstream':^40}")
-    print(f"{'target':<10} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} | {'rps@64':>8} {'rps@256':>8} "
+    print(f"{'target':<15} {'p50 ms':>8} {'p99 ms':>8} {'+p50 ms':>8} {'+p99 ms':>8} | {'rps@64':>8} {'rps@256':>8} "
           f"{'%direct':>8} {'cpu ms':>8}  | {'rps@64':>8} {'rps@256':>8} {'%direct':>8} {'cpu ms':>8}")
     for name, x in r.items():
         cpu = {k: (f"{x[k + '_cpu_ms']:8.3f}" if k + "_cpu_ms" in x else f"{'-':>8}") for k in ("instant", "model")}
-        print(f"{name:<10} {x['p50']:8.3f} {x['p99']:8.3f} {x['p50'] - d['p50']:8.3f} {x['p99'] - d['p99']:8.3f} | "
+        print(f"{name:<15} {x['p50']:8.3f} {x['p99']:8.3f} {x['p50'] - d['p50']:8.3f} {x['p99'] - d['p99']:8.3f} | "
               f"{x['instant64']:8.0f} {x['instant256']:8.0f} {100 * x['instant256'] / d['instant256']:7.1f}% {cpu['instant']}  | "
               f"{x['model64']:8.0f} {x['model256']:8.0f} {100 * x['model256'] / d['model256']:7.1f}% {cpu['model']}")
-    print("(%direct at 256 streams; cpu ms: the proxy process's CPU time per request at 256 streams)")
+    print("(%direct at 256 streams; cpu ms: the proxy process's CPU time per request at 256 streams; "
+          "openforge+store: every call fsynced to SQLite before its last byte, as in training)")
     o = r["openforge"]
     added = o["p50"] - d["p50"]
     print()

@@ -68,25 +68,46 @@ def remainder(sent: str, final: str | None, what: str) -> str:
 
 
 class DeltaDecoder:
-    """Turns the growing list of generated ids into ``(reasoning_delta, text_delta)`` pairs."""
+    """Turns the growing list of generated ids into ``(reasoning_delta, text_delta)`` pairs.
+
+    Decoding is incremental (the scheme of vLLM's detokenizer): each feed decodes only the ids since
+    the last settled point, with the previous few ids as context (so tokenizers that drop a leading
+    space at the start of a sequence decode the same), so a long generation costs O(n), not O(n²)."""
 
     def __init__(self, renderer: Any, prefix: str = ""):
         self.renderer = renderer
         self.prefix = prefix  # forced-tool prefill text: part of what the parser sees
         self.ids: list[int] = []
+        self.decoded = ""  # text of ids[:read], settled
+        self._from = 0  # context start: ids[_from:read] are decoded again as context
+        self._read = 0
+        self._whole = False
         self.reasoning = ""  # sent so far
         self.text = ""
+
+    def _decode_new(self) -> None:
+        dec = self.renderer.decode
+        if self._whole:
+            self.decoded = dec(self.ids).rstrip("\ufffd")
+            return
+        context = dec(self.ids[self._from:self._read]) if self._read > self._from else ""
+        fresh = dec(self.ids[self._from:])
+        if not fresh.startswith(context):  # decoding is not prefix-stable here: decode everything from now on
+            self._whole = True
+            self._decode_new()
+        elif len(fresh) > len(context) and not fresh.endswith("\ufffd"):  # held back: a partial character
+            self.decoded += fresh[len(context):]
+            self._from, self._read = self._read, len(self.ids)
 
     def feed(self, ids: list[int]) -> tuple[str, str]:
         if not ids:
             return "", ""
-        self.ids.extend(ids)
-        cur = self.ids
         eos = self.renderer.eos_id
-        if eos is not None and cur[-1] == eos:
-            cur = cur[:-1]
-        s = (self.prefix + self.renderer.decode(cur)).rstrip("\ufffd")
-        reasoning, text = safe_split(s)
+        if eos is not None and ids[-1] == eos:  # the end of the turn: not text
+            ids = ids[:-1]
+        self.ids.extend(ids)
+        self._decode_new()
+        reasoning, text = safe_split(self.prefix + self.decoded)
         dr = dt = ""
         if len(reasoning) > len(self.reasoning) and reasoning.startswith(self.reasoning) and not self.text:
             dr, self.reasoning = reasoning[len(self.reasoning):], reasoning

@@ -176,6 +176,29 @@ async def test_client_disconnect_cancels_the_call(tokenizer):
         assert traj.segments == [] and traj.metrics["cancelled_calls"] == [0]
 
 
+async def test_client_leaving_during_the_upload_is_dropped_quietly(tokenizer, caplog):
+    """Half a body, then the client is gone: a 499, nothing recorded, no 'internal error' logged."""
+    proxy, _ = make(tokenizer)
+    h = proxy.create_rollout("t")
+    msgs = iter([{"type": "http.request", "body": b'{"model": "m", "mess', "more_body": True},
+                 {"type": "http.disconnect"}])
+    sent = []
+
+    async def receive():
+        return next(msgs)
+
+    async def send(msg):
+        sent.append(msg)
+
+    scope = {"type": "http", "method": "POST", "path": f"/r/{h.rollout_id}/v1/chat/completions",
+             "headers": [(b"authorization", f"Bearer {h.api_key}".encode()), (b"content-type", b"application/json")],
+             "query_string": b"", "asgi": {"version": "3.0"}, "http_version": "1.1", "scheme": "http"}
+    await proxy.app(scope, receive, send)
+    assert sent[0]["status"] == 499
+    assert proxy.get_trajectory(h.rollout_id).calls == []
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
 async def test_pause_waits_for_inflight_and_holds_new_calls(tokenizer):
     proxy, c = make(tokenizer, SlowScripted, delay=0.3)
     h = proxy.create_rollout("t")

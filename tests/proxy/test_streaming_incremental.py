@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.render import HermesParser
 from openforge.proxy.server import ProxyServer
-from openforge.proxy.stream import safe_split
+from openforge.proxy.stream import DeltaDecoder, safe_split
 from openforge.types import CallStatus
 
 from .conftest import TOOLS
@@ -186,6 +186,28 @@ def test_safe_split_is_a_monotone_prefix_of_the_final_parse(frags, data):
         assert r.startswith(prev[0]) and t.startswith(prev[1])
         assert not t or not prev[0] or r == (final.reasoning or "")  # text only once reasoning is complete
         prev = (r, t)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([*FRAGMENTS, "héllo", "日本語", "🙂🙂", "  spaced", "x.y", "\t"]), max_size=14),
+       st.data())
+def test_incremental_decoding_equals_decoding_everything(tokenizer, frags, data):
+    """DeltaDecoder decodes only the new ids each time; fed in any split (multi-byte characters cut
+    between feeds included), it settles on exactly what one full decode gives, and its deltas add up
+    to the final parse."""
+    from openforge.proxy.render import Renderer
+
+    r = Renderer(tokenizer)
+    ids = [*r.encode("".join(frags)), r.eos_id]
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(ids)), max_size=10))))
+    dec = DeltaDecoder(r)
+    sent_r = sent_t = ""
+    for a, b in zip([0, *cuts], [*cuts, len(ids)]):
+        dr, dt = dec.feed(ids[a:b])
+        sent_r, sent_t = sent_r + dr, sent_t + dt
+    assert dec.decoded == r.decode(ids[:-1])
+    final = r.parse(ids)
+    assert (final.reasoning or "").startswith(sent_r) and final.text.startswith(sent_t)
 
 
 @pytest.mark.slow
