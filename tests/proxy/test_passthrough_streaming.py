@@ -22,7 +22,7 @@ from openforge.proxy.backends import parse_backend_spec
 from openforge.proxy.server import ProxyServer
 from openforge.types import CallStatus
 
-from .conftest import TOOLS, serve_app
+from .conftest import TOOLS, assert_early, serve_app
 
 WORDS = [f"word{i} " for i in range(12)]
 DELAY = 0.08  # per upstream chunk: the whole answer takes ~1 s
@@ -96,11 +96,7 @@ async def teacher(tokenizer):
 
 
 def _early(arrivals: list[float], t0: float, t_end: float) -> None:
-    assert len(arrivals) >= 6, arrivals
-    total = t_end - t0
-    assert total >= 0.8, total
-    assert arrivals[0] - t0 < 0.4 * total, (arrivals[0] - t0, total)
-    assert arrivals[-1] - arrivals[0] > 0.5 * total
+    assert_early(arrivals, t0, t_end, min_total=0.8, first=0.4, spread=0.5, min_count=6)
 
 
 async def test_chat_stream_relays_deltas_as_they_arrive(teacher):

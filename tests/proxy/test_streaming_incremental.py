@@ -20,7 +20,7 @@ from openforge.proxy.server import ProxyServer
 from openforge.proxy.stream import DeltaDecoder, safe_split
 from openforge.types import CallStatus
 
-from .conftest import TOOLS
+from .conftest import TOOLS, assert_early
 
 LONG = ("The quick brown fox jumps over the lazy dog while the proxy streams every token as soon as it is "
         "sampled, so the harness sees the answer grow instead of waiting in silence. ")
@@ -33,11 +33,7 @@ def _backend(tokenizer, turns, delay=DELAY):
 
 def _early(arrivals: list[float], t0: float, t_end: float) -> None:
     """The first delta came well before the generation ended, and the deltas were spread out."""
-    assert len(arrivals) >= 5, arrivals
-    total = t_end - t0
-    assert total >= 0.7, total
-    assert arrivals[0] - t0 < 0.5 * total, (arrivals[0] - t0, total)
-    assert arrivals[-1] - arrivals[0] > 0.4 * total
+    assert_early(arrivals, t0, t_end, min_total=0.7, first=0.5, spread=0.4)
 
 
 async def test_openai_chat_streams_tokens_as_generated(tokenizer):

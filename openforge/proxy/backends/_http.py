@@ -4,7 +4,8 @@ third of httpx's per-request CPU cost, which matters for proxy overhead), httpx 
 Owns: :class:`JsonClient` — ``await request(method, url, body) -> (status, text)`` and
 ``async for line in stream_lines(method, url, body)`` (a streamed answer, line by line, as it arrives),
 with transport errors mapped to :class:`~openforge.errors.BackendError` /
-:class:`~openforge.errors.BackendTimeout`.
+:class:`~openforge.errors.BackendTimeout` — and :class:`SSEChunks` (the JSON chunks of an
+OpenAI-style ``data:`` stream).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from ...errors import BackendError, BackendTimeout
-from ..sse import dumps
+from ..sse import dumps, loads
 
-__all__ = ["JsonClient"]
+__all__ = ["JsonClient", "SSEChunks"]
 
 
 class JsonClient:
@@ -115,3 +116,38 @@ class JsonClient:
         if self._httpx is not None:
             await self._httpx.aclose()
             self._httpx = None
+
+
+class SSEChunks:
+    """``async for chunk in SSEChunks(lines, label)``: the JSON object of each ``data:`` line until
+    ``data: [DONE]`` (then :attr:`done` is true). A malformed chunk or an ``{"error": ...}`` chunk
+    raises :class:`BackendError`; other non-blank lines that are not SSE fields are kept in
+    :attr:`other` (an upstream that ignored ``stream`` answers with one JSON body)."""
+
+    def __init__(self, lines: AsyncIterator[str], label: str):
+        self.lines, self.label = lines, label
+        self.done = False
+        self.other: list[str] = []
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for line in self.lines:
+                if not line.startswith("data:"):
+                    if line and not line.startswith((":", "event:", "id:", "retry:")):
+                        self.other.append(line)
+                    continue  # blank separators, comments, "event:" lines
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    self.done = True
+                    return
+                try:
+                    chunk = loads(data)
+                except ValueError:
+                    chunk = None
+                if not isinstance(chunk, dict):
+                    raise BackendError(f"{self.label} sent a malformed stream chunk: {data[:200]}")
+                if chunk.get("error"):
+                    raise BackendError(f"{self.label} stream failed: {json.dumps(chunk['error'])[:500]}")
+                yield chunk
+        finally:
+            await self.lines.aclose()  # type: ignore[attr-defined]

@@ -15,8 +15,7 @@ import os
 from typing import Any
 
 from ...errors import BackendError
-from ..sse import loads
-from ._http import JsonClient
+from ._http import JsonClient, SSEChunks
 from .base import Backend, GenContext, SamplingParams, TextCompletion
 
 __all__ = ["OpenAIBackend"]
@@ -90,26 +89,10 @@ class OpenAIBackend(Backend):
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        other: list[str] = []
-        finish, usage, done = "stop", {}, False
-        lines = self._client.stream_lines("POST", self.url + "/chat/completions", self._body(request, params, True))
-        async for line in lines:
-            if not line.startswith("data:"):
-                if line and not line.startswith((":", "event:", "id:", "retry:")):
-                    other.append(line)
-                continue  # blank separators, comments, "event:" lines
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True
-                break
-            try:
-                chunk = loads(data)
-            except ValueError:
-                raise BackendError(f"upstream sent a malformed stream chunk: {data[:200]}") from None
-            if not isinstance(chunk, dict):
-                raise BackendError(f"upstream sent a malformed stream chunk: {data[:200]}")
-            if chunk.get("error"):
-                raise BackendError(f"upstream stream failed: {json.dumps(chunk['error'])[:500]}")
+        finish, usage = "stop", {}
+        stream = SSEChunks(self._client.stream_lines("POST", self.url + "/chat/completions",
+                                                     self._body(request, params, True)), "upstream")
+        async for chunk in stream:
             ctx.start_text()  # the upstream is answering: the harness's response may begin
             usage = chunk.get("usage") or usage
             for choice in chunk.get("choices") or []:
@@ -127,7 +110,8 @@ class OpenAIBackend(Backend):
                     slot["name"] += fn.get("name") or ""
                     slot["arguments"] += fn.get("arguments") or ""
                 finish = choice.get("finish_reason") or finish
-        if not done and not (text or reasoning or calls):
+        if not stream.done and not (text or reasoning or calls):
+            other = stream.other
             if other:  # not a stream at all: one JSON answer
                 try:
                     return _from_json(json.loads("\n".join(other)))

@@ -15,8 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import BackendError
-from ..sse import loads
-from ._http import JsonClient
+from ._http import JsonClient, SSEChunks
 from .base import Backend, GenContext, Generation, SamplingParams
 
 __all__ = ["VLLMBackend"]
@@ -83,29 +82,17 @@ class VLLMBackend(Backend):
         """A streamed completion: each chunk's ids are handed to the harness's response as they come."""
         ids: list[int] = []
         logprobs: list[float] = []
-        finish, done = None, False
-        async for line in self._client.stream_lines("POST", self.url + "/v1/completions", {**body, "stream": True}):
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True
-                break
-            try:
-                chunk = loads(data)
-            except ValueError:
-                raise BackendError(f"vLLM sent a malformed stream chunk: {data[:200]}") from None
-            if not isinstance(chunk, dict):
-                raise BackendError(f"vLLM sent a malformed stream chunk: {data[:200]}")
-            if chunk.get("error"):
-                raise BackendError(f"vLLM stream failed: {str(chunk['error'])[:500]}")
+        finish = None
+        stream = SSEChunks(self._client.stream_lines("POST", self.url + "/v1/completions", {**body, "stream": True}),
+                           "vLLM")
+        async for chunk in stream:
             for choice in chunk.get("choices") or []:
                 new_ids, new_lps = _ids_and_logprobs(choice)
                 ids += new_ids
                 logprobs += new_lps
                 ctx.emit(new_ids)
                 finish = choice.get("finish_reason") or finish
-        if not done and finish is None:
+        if not stream.done and finish is None:
             raise BackendError(f"vLLM stream ended early after {len(ids)} tokens")
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
 
