@@ -115,14 +115,16 @@ class Engine:
                 gone.add_done_callback(lambda g: g.cancelled() or task.done() or task.cancel("client disconnected"))
             try:
                 result = await task
-            except asyncio.CancelledError:
-                if gone is not None and gone.done() and not gone.cancelled():
-                    raise ClientGone() from None  # the client left: the call was recorded cancelled
-                await _cancel(task)  # our caller went away (e.g. the streaming response)
-                raise
-            finally:
+            except BaseException as e:
                 if gone is not None:
                     gone.cancel()
+                if isinstance(e, asyncio.CancelledError):
+                    if gone is not None and gone.done() and not gone.cancelled():
+                        raise ClientGone() from None  # the client left: the call was recorded cancelled
+                    await _cancel(task)  # our caller went away (e.g. the streaming response)
+                raise
+            # On success the watcher is left to end by itself: the server answers its receive() with
+            # http.disconnect once the response is complete (cancelling it costs more than the call).
             st.replay[key] = (time.monotonic(), result)
             while len(st.replay) > MAX_REPLAY:
                 del st.replay[next(iter(st.replay))]
