@@ -242,11 +242,17 @@ class Engine:
         return CanonicalResult(text=parsed.text, reasoning=parsed.reasoning, tool_calls=parsed.tool_calls,
                                finish_reason=finish, prompt_tokens=n_prompt, completion_tokens=len(gen.output_ids))
 
+    def _passthrough_prompt(self, req: CanonicalRequest) -> list[int]:
+        return self.renderer.encode(self.renderer.text(req.messages, req.tools))
+
     async def _passthrough(self, req: CanonicalRequest, params: SamplingParams, ctx: GenContext,
                            call: ModelCall, sink: TokenSink | None = None) -> tuple[CanonicalResult, ModelCall]:
         r = self.renderer
         if self.tokenize_passthrough:  # before the call: a streamed answer's opening events carry the count
-            call.prompt_ids = r.encode(r.text(req.messages, req.tools))
+            if _size(req) > RENDER_IN_THREAD_CHARS:  # long contexts: keep the event loop responsive
+                call.prompt_ids = await asyncio.to_thread(self._passthrough_prompt, req)
+            else:
+                call.prompt_ids = self._passthrough_prompt(req)
             call.system_prefix_len = r.system_prefix_len(req.messages, req.tools)
         if sink is not None:  # the back-end starts the response once its upstream answers, then relays deltas
             n_prompt = len(call.prompt_ids)

@@ -206,3 +206,19 @@ async def test_client_leaving_mid_stream_cancels_the_upstream_request(teacher):
         await asyncio.sleep(0.05)
     assert calls[0].status == CallStatus.CANCELLED
     assert len(up.sent_at) < len(WORDS)
+
+
+async def test_long_conversation_is_tokenized_off_the_event_loop(teacher):
+    """A conversation above the in-thread threshold is rendered and tokenized in a worker thread; the
+    recorded ids are the same as rendering it inline."""
+    from openforge.proxy.engine import RENDER_IN_THREAD_CHARS
+
+    _up, proxy = teacher
+    h = proxy.create_rollout("t")
+    c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
+    big = "lorem ipsum " * (RENDER_IN_THREAD_CHARS // 10)
+    r = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": big}])
+    assert r.choices[0].message.content == "".join(WORDS)
+    call = proxy.get_trajectory(h.rollout_id).calls[0]
+    rr = proxy.engine.renderer
+    assert call.prompt_ids == rr.encode(rr.text([{"role": "user", "content": big}], []))
