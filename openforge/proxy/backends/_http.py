@@ -2,7 +2,8 @@
 third of httpx's per-request CPU cost, which matters for proxy overhead), httpx otherwise.
 
 Owns: :class:`JsonClient` — ``await request(method, url, body) -> (status, text)`` and
-``async for line in stream_lines(method, url, body)`` (a streamed answer, line by line, as it arrives),
+``async for lines in stream_lines(method, url, body)`` (a streamed answer's complete lines, as each
+network read brings them),
 with transport errors mapped to :class:`~openforge.errors.BackendError` /
 :class:`~openforge.errors.BackendTimeout` — and :class:`SSEChunks` (the JSON chunks of an
 OpenAI-style ``data:`` stream).
@@ -59,9 +60,10 @@ class JsonClient:
             r = await client.request(method, url, content=data)
             return r.status_code, r.text
 
-    async def stream_lines(self, method: str, url: str, body: Any = None) -> AsyncIterator[str]:
-        """The answer's lines (without line ends) as they arrive; a non-200 answer raises
-        :class:`BackendError` with its body before any line is yielded."""
+    async def stream_lines(self, method: str, url: str, body: Any = None) -> AsyncIterator[list[str]]:
+        """The answer's complete lines (without line ends), a list per network read, as they arrive
+        (under load one read brings several SSE events: they are handled in one step). A non-200
+        answer raises :class:`BackendError` with its body before anything is yielded."""
         client = self._client()
         data = dumps(body) if body is not None else None
         with self._errors():
@@ -69,21 +71,21 @@ class JsonClient:
                 async with client.request(method, url, data=data) as r:
                     if r.status != 200:
                         raise BackendError(f"{self.label} {method} {url} -> HTTP {r.status}: {(await r.text())[:500]}")
-                    rest = b""  # whole reads, split here: one iteration per network read, not per line
+                    rest = b""
                     async for data in r.content.iter_any():
                         lines = (rest + data).split(b"\n")
                         rest = lines.pop()
-                        for raw in lines:
-                            yield raw.decode("utf-8", "replace").rstrip("\r")
+                        if lines:
+                            yield [raw.decode("utf-8", "replace").rstrip("\r") for raw in lines]
                     if rest:
-                        yield rest.decode("utf-8", "replace").rstrip("\r")
+                        yield [rest.decode("utf-8", "replace").rstrip("\r")]
                 return
             async with client.stream(method, url, content=data) as r:
                 if r.status_code != 200:
                     raise BackendError(f"{self.label} {method} {url} -> HTTP {r.status_code}: "
                                        f"{(await r.aread()).decode('utf-8', 'replace')[:500]}")
                 async for line in r.aiter_lines():
-                    yield line
+                    yield [line]
 
     @contextmanager
     def _errors(self):
@@ -119,35 +121,42 @@ class JsonClient:
 
 
 class SSEChunks:
-    """``async for chunk in SSEChunks(lines, label)``: the JSON object of each ``data:`` line until
-    ``data: [DONE]`` (then :attr:`done` is true). A malformed chunk or an ``{"error": ...}`` chunk
-    raises :class:`BackendError`; other non-blank lines that are not SSE fields are kept in
-    :attr:`other` (an upstream that ignored ``stream`` answers with one JSON body)."""
+    """``async for chunks in SSEChunks(stream_lines(...), label)``: the JSON objects of the ``data:``
+    lines, a list per network read, until ``data: [DONE]`` (then :attr:`done` is true). A malformed
+    chunk or an ``{"error": ...}`` chunk raises :class:`BackendError`; other non-blank lines that are
+    not SSE fields are kept in :attr:`other` (an upstream that ignored ``stream`` answers with one JSON
+    body)."""
 
-    def __init__(self, lines: AsyncIterator[str], label: str):
+    def __init__(self, lines: AsyncIterator[list[str]], label: str):
         self.lines, self.label = lines, label
         self.done = False
         self.other: list[str] = []
 
-    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+    async def __aiter__(self) -> AsyncIterator[list[dict[str, Any]]]:
         try:
-            async for line in self.lines:
-                if not line.startswith("data:"):
-                    if line and not line.startswith((":", "event:", "id:", "retry:")):
-                        self.other.append(line)
-                    continue  # blank separators, comments, "event:" lines
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    self.done = True
+            async for batch in self.lines:
+                chunks = []
+                for line in batch:
+                    if not line.startswith("data:"):
+                        if line and not line.startswith((":", "event:", "id:", "retry:")):
+                            self.other.append(line)
+                        continue  # blank separators, comments, "event:" lines
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        self.done = True
+                        break
+                    try:
+                        chunk = loads(data)
+                    except ValueError:
+                        chunk = None
+                    if not isinstance(chunk, dict):
+                        raise BackendError(f"{self.label} sent a malformed stream chunk: {data[:200]}")
+                    if chunk.get("error"):
+                        raise BackendError(f"{self.label} stream failed: {json.dumps(chunk['error'])[:500]}")
+                    chunks.append(chunk)
+                if chunks:
+                    yield chunks
+                if self.done:
                     return
-                try:
-                    chunk = loads(data)
-                except ValueError:
-                    chunk = None
-                if not isinstance(chunk, dict):
-                    raise BackendError(f"{self.label} sent a malformed stream chunk: {data[:200]}")
-                if chunk.get("error"):
-                    raise BackendError(f"{self.label} stream failed: {json.dumps(chunk['error'])[:500]}")
-                yield chunk
         finally:
             await self.lines.aclose()  # type: ignore[attr-defined]

@@ -92,24 +92,26 @@ class OpenAIBackend(Backend):
         finish, usage = "stop", {}
         stream = SSEChunks(self._client.stream_lines("POST", self.url + "/chat/completions",
                                                      self._body(request, params, True)), "upstream")
-        async for chunk in stream:
+        async for chunks in stream:
             ctx.start_text()  # the upstream is answering: the harness's response may begin
-            usage = chunk.get("usage") or usage
-            for choice in chunk.get("choices") or []:
-                delta = choice.get("delta") or {}
-                r, t = delta.get("reasoning_content") or delta.get("reasoning") or "", delta.get("content") or ""
-                if r:
-                    reasoning.append(r)
-                if t:
-                    text.append(t)
-                ctx.emit_text(r, t)
-                for tc in delta.get("tool_calls") or []:
-                    slot = calls.setdefault(int(tc.get("index", len(calls))), {"id": None, "name": "", "arguments": ""})
-                    fn = tc.get("function") or {}
-                    slot["id"] = tc.get("id") or slot["id"]
-                    slot["name"] += fn.get("name") or ""
-                    slot["arguments"] += fn.get("arguments") or ""
-                finish = choice.get("finish_reason") or finish
+            n_r, n_t = len(reasoning), len(text)
+            for chunk in chunks:
+                usage = chunk.get("usage") or usage
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    r, t = delta.get("reasoning_content") or delta.get("reasoning"), delta.get("content")
+                    if r:
+                        reasoning.append(r)
+                    if t:
+                        text.append(t)
+                    for tc in delta.get("tool_calls") or []:
+                        slot = calls.setdefault(int(tc.get("index", len(calls))), {"id": None, "name": "", "arguments": ""})
+                        fn = tc.get("function") or {}
+                        slot["id"] = tc.get("id") or slot["id"]
+                        slot["name"] += fn.get("name") or ""
+                        slot["arguments"] += fn.get("arguments") or ""
+                    finish = choice.get("finish_reason") or finish
+            ctx.emit_text("".join(reasoning[n_r:]), "".join(text[n_t:]))  # what this read brought, at once
         if not stream.done and not (text or reasoning or calls):
             other = stream.other
             if other:  # not a stream at all: one JSON answer

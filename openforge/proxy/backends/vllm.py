@@ -85,13 +85,15 @@ class VLLMBackend(Backend):
         finish = None
         stream = SSEChunks(self._client.stream_lines("POST", self.url + "/v1/completions", {**body, "stream": True}),
                            "vLLM")
-        async for chunk in stream:
-            for choice in chunk.get("choices") or []:
-                new_ids, new_lps = _ids_and_logprobs(choice)
-                ids += new_ids
-                logprobs += new_lps
-                ctx.emit(new_ids)
-                finish = choice.get("finish_reason") or finish
+        async for chunks in stream:
+            n = len(ids)
+            for chunk in chunks:
+                for choice in chunk.get("choices") or []:
+                    new_ids, new_lps = _ids_and_logprobs(choice)
+                    ids += new_ids
+                    logprobs += new_lps
+                    finish = choice.get("finish_reason") or finish
+            ctx.emit(ids[n:])  # what this read brought, at once
         if not stream.done and finish is None:
             raise BackendError(f"vLLM stream ended early after {len(ids)} tokens")
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
