@@ -220,14 +220,13 @@ class TrajectoryStore:
                 if k > 0:
                     base, prefix = prev[0], k
             self._tails[rollout_id] = (call.index, prompt + call.output_ids)
-        meta = call.model_dump(mode="json", exclude=set(_ID_FIELDS))
         return [
             (
                 "INSERT INTO calls VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     rollout_id,
                     call.index,
-                    json.dumps(meta),
+                    call.model_dump_json(exclude=set(_ID_FIELDS)),  # pydantic-core: a third of dump + json.dumps
                     base,
                     prefix,
                     array("i", prompt[prefix:]).tobytes(),
