@@ -124,7 +124,7 @@ class Engine:
                     await _cancel(task)  # our caller went away (e.g. the streaming response)
                 raise
             # On success the watcher is left to end by itself: the server answers its receive() with
-            # http.disconnect once the response is complete (cancelling it costs more than the call).
+            # http.disconnect once the response is complete (cheaper than cancelling it).
             st.replay[key] = (time.monotonic(), result)
             while len(st.replay) > MAX_REPLAY:
                 del st.replay[next(iter(st.replay))]

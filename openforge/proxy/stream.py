@@ -1,9 +1,11 @@
 """Incremental streaming: generated token ids → safe reasoning/text deltas while generation runs.
 
 Owns: :class:`TokenSink` (per streaming request: the engine marks when generation starts, the
-back-end pushes token ids — or, for a pass-through back-end, text deltas (:class:`TextDeltas`) — into it — from the event loop or, through :meth:`GenContext.emit
-<openforge.proxy.backends.base.GenContext.emit>`, from a worker thread), :class:`DeltaDecoder` (ids →
-deltas) and :func:`safe_split` (the part of a partial output that the final parse is guaranteed to keep).
+back-end pushes token ids into it — from the event loop or, through :meth:`GenContext.emit
+<openforge.proxy.backends.base.GenContext.emit>`, from a worker thread — or, for a pass-through
+back-end, text deltas), :class:`DeltaDecoder` (ids → deltas), :class:`TextDeltas` (a pass-through's
+deltas → deltas to send) and :func:`safe_split` (the part of a partial output that the final parse is
+guaranteed to keep).
 
 Safety rules, so that the concatenated deltas always equal the final parsed answer:
 
@@ -72,7 +74,7 @@ class DeltaDecoder:
 
     Decoding is incremental (the scheme of vLLM's detokenizer): each feed decodes only the ids since
     the last settled point, with the previous few ids as context (so tokenizers that drop a leading
-    space at the start of a sequence decode the same), so a long generation costs O(n), not O(n²)."""
+    space at the start of a sequence decode the same): decoding a long generation costs O(n), not O(n²)."""
 
     def __init__(self, renderer: Any, prefix: str = ""):
         self.renderer = renderer

@@ -67,6 +67,8 @@ class Upstream:
                 await asyncio.sleep(DELAY)
                 if self.mode == "break" and i == 3:
                     raise RuntimeError("upstream died mid-stream")
+                if self.mode == "cut" and i == 3:
+                    return  # the body ends cleanly, but without finish_reason or [DONE]
                 self.sent_at.append(time.monotonic())
                 yield ev({"content": w})
             if self.mode == "tool":
@@ -170,9 +172,12 @@ async def test_upstream_http_error_before_the_stream_is_a_retryable_status(teach
     assert proxy.get_trajectory(h.rollout_id).calls[0].status == CallStatus.ERROR
 
 
-async def test_upstream_dying_mid_stream_is_an_error_event_and_recorded(teacher):
+@pytest.mark.parametrize("mode", ["break", "cut"])
+async def test_upstream_dying_mid_stream_is_an_error_event_and_recorded(teacher, mode):
+    """A connection that breaks, or a stream that just stops before its end, is a back-end failure
+    (never a short answer recorded as complete)."""
     up, proxy = teacher
-    up.mode = "break"
+    up.mode = mode
     h = proxy.create_rollout("t")
     c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
     got = []

@@ -89,7 +89,7 @@ class OpenAIBackend(Backend):
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        finish, usage = "stop", {}
+        finish, usage, ended = "stop", {}, False
         stream = SSEChunks(self._client.stream_lines("POST", self.url + "/chat/completions",
                                                      self._body(request, params, True)), "upstream")
         async for chunks in stream:
@@ -110,16 +110,19 @@ class OpenAIBackend(Backend):
                         slot["id"] = tc.get("id") or slot["id"]
                         slot["name"] += fn.get("name") or ""
                         slot["arguments"] += fn.get("arguments") or ""
-                    finish = choice.get("finish_reason") or finish
+                    if choice.get("finish_reason"):
+                        finish, ended = choice["finish_reason"], True
             ctx.emit_text("".join(reasoning[n_r:]), "".join(text[n_t:]))  # what this read brought, at once
-        if not stream.done and not (text or reasoning or calls):
+        if not stream.done and not ended:
             other = stream.other
-            if other:  # not a stream at all: one JSON answer
+            if other and not (text or reasoning or calls):  # not a stream at all: one JSON answer
                 try:
                     return _from_json(json.loads("\n".join(other)))
                 except ValueError:
                     pass
-            raise BackendError(f"upstream stream ended without an answer{': ' + other[0][:200] if other else ''}")
+            # a cut stream is not an answer: recording the part as complete would train on it
+            raise BackendError(f"upstream stream ended before its finish_reason or [DONE] "
+                               f"({len(text)} text deltas so far){': ' + other[0][:200] if other else ''}")
         return TextCompletion(text="".join(text), reasoning="".join(reasoning) or None,
                               tool_calls=[calls[i] for i in sorted(calls) if calls[i]["name"]],
                               finish_reason="length" if finish == "length" else "stop", raw={"usage": usage})
