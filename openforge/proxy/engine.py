@@ -180,7 +180,7 @@ class Engine:
                                    "requested": req.requested_sampling()})
         try:
             if self.backend.passthrough:
-                result, call = await self._passthrough(req, params, ctx, call, sink)
+                result, call = await self._passthrough(st, req, params, ctx, call, sink)
             else:
                 assert rendered is not None
                 call.prompt_ids = rendered.ids
@@ -242,18 +242,17 @@ class Engine:
         return CanonicalResult(text=parsed.text, reasoning=parsed.reasoning, tool_calls=parsed.tool_calls,
                                finish_reason=finish, prompt_tokens=n_prompt, completion_tokens=len(gen.output_ids))
 
-    def _passthrough_prompt(self, req: CanonicalRequest) -> list[int]:
-        return self.renderer.encode(self.renderer.text(req.messages, req.tools))
-
-    async def _passthrough(self, req: CanonicalRequest, params: SamplingParams, ctx: GenContext,
+    async def _passthrough(self, st: RolloutState, req: CanonicalRequest, params: SamplingParams, ctx: GenContext,
                            call: ModelCall, sink: TokenSink | None = None) -> tuple[CanonicalResult, ModelCall]:
         r = self.renderer
         if self.tokenize_passthrough:  # before the call: a streamed answer's opening events carry the count
+            # Spliced onto the previous call's ids when the history continues it, as for token back-ends:
+            # a long rollout tokenizes each message once, not the whole conversation on every call.
             if _size(req) > RENDER_IN_THREAD_CHARS:  # long contexts: keep the event loop responsive
-                call.prompt_ids = await asyncio.to_thread(self._passthrough_prompt, req)
+                rendered = await asyncio.to_thread(r.render, req.messages, req.tools, list(st.heads))
             else:
-                call.prompt_ids = self._passthrough_prompt(req)
-            call.system_prefix_len = r.system_prefix_len(req.messages, req.tools)
+                rendered = r.render(req.messages, req.tools, st.heads)
+            call.prompt_ids, call.system_prefix_len = rendered.ids, rendered.system_prefix_len
         if sink is not None:  # the back-end starts the response once its upstream answers, then relays deltas
             n_prompt = len(call.prompt_ids)
             ctx.on_text_start = lambda: sink.start(n_prompt, call_index=call.index, text=True)
@@ -276,6 +275,10 @@ class Engine:
                                                        [(t.name, t.args_dict()) for t in calls]))
             result.prompt_tokens = result.prompt_tokens or len(call.prompt_ids)
             result.completion_tokens = result.completion_tokens or len(call.output_ids)
+            st.push_head(Head(messages=[*req.messages, result.assistant_message()], tools_key=r.tools_key(req.tools),
+                              ids=call.prompt_ids + call.output_ids,
+                              ended_with_eos=bool(call.output_ids) and call.output_ids[-1] == r.eos_id,
+                              system_prefix_len=call.system_prefix_len))
         call.finish_reason = finish
         call.has_reasoning = bool(out.reasoning)
         return result, call

@@ -215,6 +215,9 @@ async def test_openai_passthrough_is_recorded_inexact(tokenizer):
     assert all(not c.exact for c in traj.calls) and traj.segments == []
     assert traj.metrics["skipped_calls"] == {"0": "not_exact", "1": "not_exact"}
     assert "Finished." in tokenizer.decode(traj.calls[1].output_ids)  # tokens computed locally for SFT
+    c0, c1 = traj.calls  # the second prompt is spliced onto the first call's ids, as for token back-ends
+    assert c1.prompt_ids[:len(c0.prompt_ids) + len(c0.output_ids)] == c0.prompt_ids + c0.output_ids
+    assert len(c1.prompt_ids) > len(c0.prompt_ids) + len(c0.output_ids)
 
 
 @pytest.mark.slow

@@ -227,3 +227,28 @@ async def test_long_conversation_is_tokenized_off_the_event_loop(teacher):
     call = proxy.get_trajectory(h.rollout_id).calls[0]
     rr = proxy.engine.renderer
     assert call.prompt_ids == rr.encode(rr.text([{"role": "user", "content": big}], []))
+
+
+async def test_multi_turn_passthrough_tokenizes_only_the_new_messages(teacher):
+    """History splicing for pass-through calls: the second call encodes its new messages only, and its
+    prompt ids continue the first call's prompt + output ids."""
+    _up, proxy = teacher
+    h = proxy.create_rollout("t")
+    c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
+    r = proxy.engine.renderer
+    encoded: list[str] = []
+    real = r.encode
+    r.encode = lambda text: (encoded.append(text), real(text))[1]
+    try:
+        msgs = [{"role": "user", "content": "long question " * 400}]
+        first = await c.chat.completions.create(model="m", messages=msgs)
+        msgs += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "and then?"}]
+        encoded.clear()
+        await c.chat.completions.create(model="m", messages=msgs)
+    finally:
+        del r.encode
+    c0, c1 = proxy.get_trajectory(h.rollout_id).calls
+    assert c1.prompt_ids[:len(c0.prompt_ids) + len(c0.output_ids)] == c0.prompt_ids + c0.output_ids
+    assert c1.prompt_ids == real(r.text(msgs, []))  # the same ids a full render gives
+    assert max(len(t) for t in encoded) < 200  # the 5600-character first message was not encoded again
