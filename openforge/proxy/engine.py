@@ -215,13 +215,13 @@ class Engine:
         call.response = result.to_json()
         call.latency_s = time.perf_counter() - t0
         await self.recorder.record(st, call)  # durable before any byte of the reply
-        if rendered is not None and call.output_ids:
+        if call.prompt_ids and call.output_ids:  # the next call of this conversation splices onto these ids
             st.push_head(Head(
                 messages=[*req.messages, result.assistant_message()],
                 tools_key=self.renderer.tools_key(req.tools),
                 ids=call.prompt_ids + call.output_ids,
                 ended_with_eos=call.output_ids[-1] == self.renderer.eos_id,
-                system_prefix_len=rendered.system_prefix_len,
+                system_prefix_len=call.system_prefix_len,
             ))
         return result
 
@@ -275,10 +275,6 @@ class Engine:
                                                        [(t.name, t.args_dict()) for t in calls]))
             result.prompt_tokens = result.prompt_tokens or len(call.prompt_ids)
             result.completion_tokens = result.completion_tokens or len(call.output_ids)
-            st.push_head(Head(messages=[*req.messages, result.assistant_message()], tools_key=r.tools_key(req.tools),
-                              ids=call.prompt_ids + call.output_ids,
-                              ended_with_eos=bool(call.output_ids) and call.output_ids[-1] == r.eos_id,
-                              system_prefix_len=call.system_prefix_len))
         call.finish_reason = finish
         call.has_reasoning = bool(out.reasoning)
         return result, call

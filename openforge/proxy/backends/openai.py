@@ -89,7 +89,7 @@ class OpenAIBackend(Backend):
         text: list[str] = []
         reasoning: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
-        finish, usage, ended = "stop", {}, False
+        finish, usage = None, {}  # finish: the upstream's finish_reason, once it has sent one
         stream = SSEChunks(self._client.stream_lines("POST", self.url + "/chat/completions",
                                                      self._body(request, params, True)), "upstream")
         async for chunks in stream:
@@ -110,10 +110,9 @@ class OpenAIBackend(Backend):
                         slot["id"] = tc.get("id") or slot["id"]
                         slot["name"] += fn.get("name") or ""
                         slot["arguments"] += fn.get("arguments") or ""
-                    if choice.get("finish_reason"):
-                        finish, ended = choice["finish_reason"], True
+                    finish = choice.get("finish_reason") or finish
             ctx.emit_text("".join(reasoning[n_r:]), "".join(text[n_t:]))  # what this read brought, at once
-        if not stream.done and not ended:
+        if not stream.done and finish is None:
             other = stream.other
             if other and not (text or reasoning or calls):  # not a stream at all: one JSON answer
                 try:
