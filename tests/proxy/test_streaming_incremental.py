@@ -37,6 +37,16 @@ def _early(arrivals: list[float], t0: float, t_end: float, spread: float = 0.4) 
     assert_early(arrivals, t0, t_end, min_total=0.7, first=0.5, spread=spread)
 
 
+async def _content_deltas(stream) -> tuple[list[str], list[float]]:
+    """The text deltas of a streamed chat completion, and when each arrived."""
+    parts, arrivals = [], []
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+            arrivals.append(time.monotonic())
+    return parts, arrivals
+
+
 async def test_openai_chat_streams_tokens_as_generated(tokenizer):
     proxy = ProxyServer(_backend(tokenizer, [{"text": LONG}]))
     async with proxy:
@@ -44,11 +54,7 @@ async def test_openai_chat_streams_tokens_as_generated(tokenizer):
         c = openai.AsyncOpenAI(base_url=h.openai_base_url, api_key=h.api_key, max_retries=0)
         t0 = time.monotonic()
         s = await c.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], stream=True)
-        parts, arrivals = [], []
-        async for chunk in s:
-            if chunk.choices and chunk.choices[0].delta.content:
-                parts.append(chunk.choices[0].delta.content)
-                arrivals.append(time.monotonic())
+        parts, arrivals = await _content_deltas(s)
         t_end = time.monotonic()
         traj = proxy.get_trajectory(h.rollout_id)
     _early(arrivals, t0, t_end)
@@ -219,11 +225,7 @@ async def test_real_smollm2_streams_incrementally(smollm2):
         t0 = time.monotonic()
         s = await c.chat.completions.create(model="m", stream=True, messages=[
             {"role": "user", "content": "Write three sentences about the sea."}])
-        parts, arrivals = [], []
-        async for chunk in s:
-            if chunk.choices and chunk.choices[0].delta.content:
-                parts.append(chunk.choices[0].delta.content)
-                arrivals.append(time.monotonic())
+        parts, arrivals = await _content_deltas(s)
         t_end = time.monotonic()
         traj = proxy.get_trajectory(h.rollout_id)
     call = traj.calls[0]
