@@ -123,6 +123,15 @@ class VerlConfig(_Section):
     total_epochs: int = Field(1, ge=1)
     episode_timeout_s: float = Field(1800.0, gt=0)
     filter_groups: bool = Field(False, description="DAPO dynamic sampling: drop zero-variance groups")
+    refill_failed_groups: bool = Field(
+        True, description="a group failed by an infra error is replaced by a fresh one "
+        "(trainer.v1.sampler.sync_refill_failed_groups; veRL then dispatches prompts one at a time)")
+    val_group_size: int = Field(1, ge=1, description="rollouts per validation task (veRL's val_kwargs.n)")
+    loss_agg: Literal["rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] | None = Field(
+        None, description="actor.loss_agg_mode (default: trainer.cpu.loss_agg, so both back-ends optimise one "
+        "objective; rollout-mean has no veRL equivalent and is refused)")
+    loss_scale_factor: int | None = Field(
+        None, ge=1, description="seq-mean-token-sum-norm's constant divisor (default: max_response_length)")
     extra_overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
 
 

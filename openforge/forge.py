@@ -341,7 +341,8 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
                          launcher: str, launcher_options: dict[str, Any], environment: str,
                          environment_options: dict[str, Any]) -> Callable[[Task, str], Any]:
     """Start a proxy over ``backend`` in this process and return ``run(task, rollout_id) -> Trajectory``
-    (one real rollout: sandbox, harness, verifier). Used by the veRL agent loop, once per worker."""
+    (one real rollout: sandbox, harness, verifier; the proxy's rollout is named ``rollout_id``). Used
+    by the veRL agent loop, once per worker."""
     import os
     import tempfile
 
@@ -359,9 +360,38 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
     env = get_environment(environment, **environment_options)
     launch = get_launcher(launcher)(**launcher_options)
     hcls = get_harness(harness)
+    return _WorkerEpisodes(proxy, lambda: hcls(**harness_options), env, launch, run_rollout)
 
-    async def run_one(task: Task, rollout_id: str) -> Trajectory:
-        return await run_rollout(harness=hcls(**harness_options), environment=env, task=task, launcher=launch,
-                                 proxy=proxy, metadata={"verl_session": rollout_id})
 
-    return run_one
+class _WorkerEpisodes:
+    """``await episodes(task, rollout_id) -> Trajectory``: one rollout through the worker's ``proxy``
+    under veRL's session id; the proxy forgets it once the trajectory is returned (handed to veRL)."""
+
+    def __init__(self, proxy: Any, harness: Callable[[], Any], env: Any, launcher: Any, run_rollout: Any):
+        self.proxy, self.harness, self.env, self.launcher, self._run = proxy, harness, env, launcher, run_rollout
+
+    async def __call__(self, task: Task, rollout_id: str) -> Trajectory:
+        try:
+            return await self._run(harness=self.harness(), environment=self.env, task=task, launcher=self.launcher,
+                                   proxy=_NamedRollout(self.proxy, rollout_id), metadata={"verl_session": rollout_id})
+        finally:
+            self.proxy.release_rollout(rollout_id)  # the worker keeps nothing of a finished session
+
+
+class _NamedRollout:
+    """The worker proxy as :func:`~openforge.rollout.run_rollout` sees it for one veRL session: the rollout
+    it opens is named by the session's id, under which the agent loop registered veRL's sampling params."""
+
+    store = None
+
+    def __init__(self, proxy: Any, rollout_id: str):
+        self.proxy, self.rollout_id = proxy, rollout_id
+        self.url, self.uds = proxy.url, proxy.uds
+
+    def create_rollout(self, task_id: str, harness: str | None = None, metadata: dict[str, Any] | None = None,
+                       *, environment: str | None = None) -> Any:
+        return self.proxy.create_rollout(task_id, harness, metadata, environment=environment,
+                                         rollout_id=self.rollout_id)
+
+    def finish_rollout(self, rollout_id: str, **kw: Any) -> Trajectory:
+        return self.proxy.finish_rollout(rollout_id, **kw)

@@ -137,9 +137,12 @@ class ProxyServer:
 
     # -- rollouts (sync: callable from sync and async code) -----------------------------------
     def create_rollout(self, task_id: str, harness: str | None = None, metadata: dict[str, Any] | None = None,
-                       *, environment: str | None = None, base_url: str | None = None) -> RolloutHandle:
-        """Register a rollout; the handle's URLs point at ``base_url`` (default :attr:`url`)."""
-        st = self.recorder.create(task_id, harness=harness, metadata=metadata, environment=environment)
+                       *, environment: str | None = None, base_url: str | None = None,
+                       rollout_id: str | None = None) -> RolloutHandle:
+        """Register a rollout; the handle's URLs point at ``base_url`` (default :attr:`url`). ``rollout_id``
+        names it (e.g. a veRL session's id, which the back-end then sees on every call); default: a fresh id."""
+        st = self.recorder.create(task_id, harness=harness, metadata=metadata, environment=environment,
+                                  rollout_id=rollout_id)
         base = f"{(base_url or self.url).rstrip('/')}/r/{st.rollout_id}"
         return RolloutHandle(st.rollout_id, st.api_key, base + "/v1", base)
 
@@ -154,6 +157,11 @@ class ProxyServer:
         back-end (the policy never answered it), so back-end outages are never scored 0."""
         return self.recorder.finish(rollout_id, reward=reward, status=status, rewards=rewards, error=error,
                                     environment=environment)
+
+    def release_rollout(self, rollout_id: str) -> None:
+        """Forget a rollout once its trajectory has been handed on (a long-running worker proxy without a
+        store keeps every finished trajectory otherwise); later calls of it are refused. Idempotent."""
+        self.recorder.rollouts.pop(rollout_id, None)
 
     def get_trajectory(self, rollout_id: str) -> Trajectory | None:
         """The trajectory so far (calls, no segments) or the final one once finished."""

@@ -110,7 +110,8 @@ async def _vllm_chunks(tokenizer, body, ids, lps, n_answer):
 async def test_vllm_backend_records_server_ids_and_logprobs(tokenizer):
     seen: list = []
     async with serve_app(vllm_stub(tokenizer, seen)) as url:
-        backend = parse_backend_spec(f"vllm:{url}/v1", tokenizer=tokenizer)
+        # temperature 0.7: the server is declared to return processed (tempered) logprobs
+        backend = parse_backend_spec(f"vllm:{url}/v1?logprobs_mode=processed_logprobs", tokenizer=tokenizer)
         async with ProxyServer(backend, sampling={"temperature": 0.7, "max_tokens": 100}) as proxy:
             h = proxy.create_rollout("t")
             async with httpx.AsyncClient() as c:

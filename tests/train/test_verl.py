@@ -96,7 +96,8 @@ def test_composed_config_and_dataset(tmp_path):
     from openforge.train.verl.launch import launch
 
     cfg = load_config({"recipe": "claw-grpo"}, overrides=["trainer.backend=verl", "rollout.group_size=8",
-                                                          "trainer.verl.n_gpus_per_node=8", "model.name=Qwen/Qwen3-8B"])
+                                                          "trainer.verl.n_gpus_per_node=8", "model.name=Qwen/Qwen3-8B",
+                                                          "trainer.verl.loss_agg=token-mean"])
     tasks = [Task(id=f"t{i}", instruction=f"do {i}", environment="claw") for i in range(3)]
     res = launch(cfg, tmp_path / "run", tasks, dry_run=True)
     assert res["rc"] is None and res["command"][1:3] == ["-m", "verl.trainer.main_ppo"]
@@ -107,6 +108,9 @@ def test_composed_config_and_dataset(tmp_path):
     assert c.algorithm.adv_estimator == "grpo" and c.trainer.use_v1 is True
     assert c.actor_rollout_ref.rollout.n == 8 and c.trainer.n_gpus_per_node == 8
     assert c.actor_rollout_ref.rollout.agent.default_agent_loop == "openforge"
+    # a group failed by an infra error (every session raised: no trajectory) is refilled, not trained short
+    assert c.trainer.v1.sampler.sync_refill_failed_groups is True
+    assert c.actor_rollout_ref.rollout.val_kwargs.n == 1 and c.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
     rollout = omega_conf_to_dataclass(c.actor_rollout_ref.rollout)  # veRL's own validation
     assert rollout.calculate_log_probs is True
     import yaml
@@ -118,6 +122,44 @@ def test_composed_config_and_dataset(tmp_path):
     assert [r["prompt"][0]["content"] for r in rows] == ["do 0", "do 1", "do 2"]
     assert Task.model_validate_json(rows[1]["extra_info"]["task"]).id == "t1"
     assert rows[0]["extra_info"]["group_size"] == 8
+
+
+def _compose(overrides: list[str]):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+def test_loss_agg_passes_through_and_rollout_mean_is_refused(tmp_path):
+    from openforge.errors import ConfigError
+    from openforge.train.verl.launch import launch
+
+    tasks = [Task(id="t0", instruction="do", environment="claw")]
+    base = ["trainer.backend=verl", "rollout.group_size=4"]
+
+    def agg(*extra: str):
+        res = launch(load_config({"recipe": "claw-grpo"}, overrides=[*base, *extra]), tmp_path / "r", tasks,
+                     dry_run=True)
+        return _compose(res["command"][3:]).actor_rollout_ref.actor
+
+    # the CPU trainer's field is the default, so one config optimises one objective on both back-ends
+    assert agg("trainer.cpu.loss_agg=token-mean").loss_agg_mode == "token-mean"
+    assert agg("trainer.verl.loss_agg=seq-mean-token-mean").loss_agg_mode == "seq-mean-token-mean"
+    actor = agg("trainer.verl.loss_agg=seq-mean-token-sum-norm", "trainer.verl.max_response_length=2048")
+    assert actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor == 2048  # a constant
+    # rollout-mean (the CPU default) has no veRL form: refused before anything is written
+    with pytest.raises(ConfigError, match="trainer.cpu.loss_agg='rollout-mean' has no veRL equivalent"):
+        launch(load_config({"recipe": "claw-grpo"}, overrides=base), tmp_path / "refused", tasks, dry_run=True)
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(ConfigError, match="trainer.verl.loss_agg='rollout-mean'"):
+        launch(load_config({"recipe": "claw-grpo"}, overrides=[*base, "trainer.verl.loss_agg=rollout-mean"]),
+               tmp_path / "refused", tasks, dry_run=True)
+    # the refill flag follows the config (and veRL accepts both values)
+    res = launch(load_config({"recipe": "claw-grpo"}, overrides=[
+        *base, "trainer.verl.loss_agg=token-mean", "trainer.verl.refill_failed_groups=false"]), tmp_path / "n", tasks,
+        dry_run=True)
+    assert _compose(res["command"][3:]).trainer.v1.sampler.sync_refill_failed_groups is False
 
 
 # ------------------------------------------------------------------ the agent loop itself

@@ -8,24 +8,49 @@ The local tokenizer (SmolLM2's unless given) must be the served model's. When th
 the completion streams too (``/v1/completions`` has no tool parser, so vLLM #27482 — token ids lost
 in streamed tool-call chat responses — does not apply): each chunk's ids go to the harness as they
 arrive, and every chunk must carry as many logprobs as ids.
+
+Behaviour logprobs must be the distribution the token was sampled from. vLLM V1 returns *raw*
+logprobs (before temperature) unless the server runs with ``--logprobs-mode processed_logprobs``,
+a server flag no request can change. So at ``temperature != 1`` a call is refused unless the server
+is declared to return processed logprobs: ``vllm:URL?logprobs_mode=processed_logprobs`` (or
+``VLLMBackend(..., logprobs_mode="processed_logprobs")``); at temperature 1 both modes agree.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...errors import BackendError
+from ...errors import BackendError, ConfigError
 from ._http import JsonClient, SSEChunks
 from .base import Backend, GenContext, Generation, SamplingParams
 
 __all__ = ["VLLMBackend"]
+
+LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
+_MODES = ("raw_logprobs", "processed_logprobs")
+
+
+def _split_mode(url: str) -> tuple[str, str | None]:
+    """``URL?logprobs_mode=M`` → (URL without that parameter, M)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    modes = [v for k, v in query if k == "logprobs_mode"]
+    rest = urlencode([(k, v) for k, v in query if k != "logprobs_mode"])
+    return urlunsplit(parts._replace(query=rest)), (modes[-1] if modes else None)
 
 
 class VLLMBackend(Backend):
     exact = True
 
     def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 600.0, max_connections: int = 512):
+                 timeout_s: float = 600.0, max_connections: int = 512, logprobs_mode: LogprobsMode | None = None):
+        url, declared = _split_mode(url)
+        mode = logprobs_mode or declared or "raw_logprobs"
+        if mode not in _MODES:
+            raise ConfigError(f"vllm: logprobs_mode={mode!r}: expected one of {', '.join(_MODES)} (the server's "
+                              "--logprobs-mode; logits modes are not logprobs)")
+        self.logprobs_mode: str = mode
         self.url = url.rstrip("/")
         if self.url.endswith("/v1"):
             self.url = self.url[:-3]
@@ -56,7 +81,17 @@ class VLLMBackend(Backend):
     async def _request(self, method: str, path: str, json: Any = None) -> Any:
         return await self._client.json(method, self.url + path, json)
 
+    def check_sampling(self, params: SamplingParams) -> None:
+        """Refuse sampling whose behaviour logprobs this server would misreport (raw = pre-temperature)."""
+        if self.logprobs_mode == "raw_logprobs" and params.temperature != 1.0:
+            raise ConfigError(
+                f"vllm:{self.url}: temperature {params.temperature:g} needs the logprobs of the tempered "
+                "distribution, but vLLM V1 returns raw (pre-temperature) logprobs by default. Start vLLM with "
+                "--logprobs-mode processed_logprobs and declare it: vllm:URL?logprobs_mode=processed_logprobs "
+                "(or sample at temperature 1)")
+
     async def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None) -> Generation:
+        self.check_sampling(params)
         body: dict[str, Any] = {
             "model": await self._model(), "prompt": list(prompt_ids), "max_tokens": params.max_tokens,
             "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "logprobs": 0,

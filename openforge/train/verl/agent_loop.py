@@ -12,7 +12,15 @@ an openforge proxy living in this AgentLoopWorker process whose back-end is
 sandbox; the verifier scores it; the trajectory's segments become one ``AgentLoopOutput`` each,
 the reward on the last. A rollout that ends in an infrastructure failure fails its *whole group*:
 all sessions of the uid meet at a :class:`GroupBarrier` and raise together, so veRL marks the
-group failed and refills it instead of training on a partial group or scoring the failure 0.
+group failed with no trajectory (refilled when ``trainer.v1.sampler.sync_refill_failed_groups`` is
+on, which the launcher sets) instead of training on a partial group or scoring the failure 0.
+
+The session's rollout id (``{uid}-{session_id}-{random}``) is the proxy's rollout id too, so the
+back-end serves every call with this session's own sampling params. The barrier is sized by the
+row's ``extra_info["group_size"]``: the launcher writes ``rollout.n`` into training rows and
+``val_kwargs.n`` (also as veRL's ``__rollout_n__``) into validation rows, because ``run()`` is not
+told whether it validates. Nothing of a finished session stays in the worker: the proxy forgets
+the rollout, the back-end its sampling and weight versions, the barrier its group.
 """
 
 from __future__ import annotations
@@ -131,9 +139,7 @@ class OpenForgeAgentLoop(AgentLoopBase):
         task = Task.model_validate_json(task_json) if isinstance(task_json, str) else Task.model_validate(task_json)
         n = int(info.get("group_size") or self.rollout_config.get("n") or 1)
         rollout_id = f"{uid}-{sid}-{uuid.uuid4().hex[:6]}"
-        # veRL's sampling (train or validation) for every call; the proxy may mint its own rollout id
-        self.backend.default_sampling = dict(sampling_params)
-        self.backend.open_rollout(rollout_id, sampling_params)
+        self.backend.open_rollout(rollout_id, sampling_params)  # this session's sampling, train or validation
         traj: Trajectory | None = None
         reason = ""
         t0 = time.monotonic()
@@ -146,8 +152,6 @@ class OpenForgeAgentLoop(AgentLoopBase):
             reason = f"{type(e).__name__}: {e}"
         finally:
             steps = self.backend.close_rollout(rollout_id)
-        if traj is not None and traj.rollout_id != rollout_id:
-            steps = self.backend.close_rollout(traj.rollout_id) or steps
         if traj is not None and not traj.trainable:
             reason = f"rollout {rollout_id} ended in {traj.status}: {traj.error or ''}".strip()
         elif traj is not None and not any(s.num_trained_tokens for s in traj.segments):
@@ -158,7 +162,8 @@ class OpenForgeAgentLoop(AgentLoopBase):
         if barrier.readers >= barrier.n or barrier.timed_out:
             _GROUPS.pop(uid, None)
         if not group_ok:
-            raise RuntimeError(f"openforge: infra failure in task group {uid} ({task.id}); veRL refills the group: "
+            raise RuntimeError(f"openforge: infra failure in task group {uid} ({task.id}); the whole group fails "
+                               "(veRL refills it with trainer.v1.sampler.sync_refill_failed_groups=true): "
                                + "; ".join(barrier.reasons))
         assert traj is not None
         lo, hi = steps if steps else (step, step)

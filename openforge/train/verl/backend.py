@@ -7,6 +7,12 @@ rollout hits one vLLM replica's prefix cache), sampling comes from veRL (``tempe
 ``top_k`` of the run, never from the harness), ``logprobs`` is always on and ``max_tokens`` is
 always explicit (veRL's default collapses to 1 token for long agent prompts). The weight versions
 a rollout saw (``min/max_global_steps``) are kept per rollout for the rows.
+
+Sampling is per rollout: the agent loop opens each session's rollout with veRL's sampling params of
+that session (training ``rollout.*`` or validation ``val_kwargs.*``; sessions of both kinds share
+one worker) and the proxy names the rollout by the same id, so every call finds its own params. A
+call for a rollout that was never opened is refused rather than served with another session's
+sampling. :meth:`close_rollout` forgets everything kept for a rollout.
 """
 
 from __future__ import annotations
@@ -27,12 +33,10 @@ class VerlServerBackend(Backend):
     exact = True
     name = "verl"
 
-    def __init__(self, server_manager: Any, tokenizer: Any, *, max_model_len: int,
-                 sampling: dict[str, Any] | None = None):
+    def __init__(self, server_manager: Any, tokenizer: Any, *, max_model_len: int):
         self.server_manager = server_manager
         self._tokenizer = tokenizer
         self.max_model_len = max_model_len
-        self.default_sampling = dict(sampling or {})
         self._sampling: dict[str, dict[str, Any]] = {}
         self.steps: dict[str, tuple[int, int]] = {}
 
@@ -52,7 +56,11 @@ class VerlServerBackend(Backend):
         budget = self.max_model_len - prompt_len
         if budget < 1:
             raise BackendError(f"prompt of {prompt_len} tokens leaves no room under max_model_len={self.max_model_len}")
-        sp = dict(self._sampling.get(rollout_id, self.default_sampling))
+        opened = self._sampling.get(rollout_id)
+        if opened is None:
+            raise BackendError(f"rollout {rollout_id!r} has no veRL sampling params (the agent loop opens each "
+                               "rollout before its harness runs, under the id the proxy serves it by)")
+        sp = dict(opened)
         sp.pop("max_tokens", None)
         sp["logprobs"] = True
         sp["max_tokens"] = min(params.max_tokens, budget)
@@ -61,7 +69,7 @@ class VerlServerBackend(Backend):
         return sp
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None) -> Generation:
-        rid = ctx.rollout_id if ctx and ctx.rollout_id else "openforge"
+        rid = ctx.rollout_id if ctx is not None else ""
         sp = self.sampling_params(len(prompt_ids), params, rid)
         out = await self.server_manager.generate(request_id=rid, prompt_ids=list(prompt_ids), sampling_params=sp)
         ids = list(out.token_ids)

@@ -3,9 +3,16 @@
 Owns: :func:`build_dataset` (parquet with the ``prompt`` column veRL's ``RLHFDataset`` needs and the
 openforge task in ``extra_info``), :func:`agent_loop_entries` / :func:`write_agent_loop_yaml` (the
 YAML veRL reads through ``actor_rollout_ref.rollout.agent.agent_loop_config_path``),
+:func:`loss_agg_mode` (openforge's loss aggregation → veRL's ``actor.loss_agg_mode``),
 :func:`verl_overrides` (the Hydra overrides: GRPO, V1 sync trainer, vLLM async rollout, group
-size, batch sizes, token budgets, the openforge agent loop) and :func:`launch` (writes all of it
-into the run directory and runs ``python -m verl.trainer.main_ppo``; ``dry_run`` only prints).
+size, batch sizes, token budgets, loss aggregation, refill of failed groups, the openforge agent
+loop) and :func:`launch` (writes all of it into the run directory and runs
+``python -m verl.trainer.main_ppo``; ``dry_run`` only prints).
+
+Group sizes travel in the dataset: each row's ``extra_info["group_size"]`` is the number of
+sessions veRL starts for it (``rollout.n`` for training rows, ``val_kwargs.n`` for validation
+rows, which also carry veRL's per-row ``__rollout_n__``), so the agent loop's group barrier never
+waits for sessions that will not come.
 """
 
 from __future__ import annotations
@@ -20,43 +27,56 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from ...errors import ConfigError
+
 if TYPE_CHECKING:
     from ...config import RunConfig
     from ...task import Task
 
-__all__ = ["agent_loop_entries", "build_dataset", "launch", "verl_overrides", "write_agent_loop_yaml"]
+__all__ = ["agent_loop_entries", "build_dataset", "launch", "loss_agg_mode", "verl_overrides",
+           "write_agent_loop_yaml"]
 
 AGENT_NAME = "openforge"
 AGENT_TARGET = "openforge.train.verl.agent_loop.OpenForgeAgentLoop"
+#: openforge loss aggregation → veRL ``actor.loss_agg_mode`` (same names, same formulas per row)
+VERL_LOSS_AGG = {"token-mean": "token-mean", "seq-mean-token-mean": "seq-mean-token-mean",
+                 "seq-mean-token-sum-norm": "seq-mean-token-sum-norm"}
 
 
-def dataset_rows(tasks: Sequence[Task], *, environment: str, group_size: int | None = None) -> list[dict[str, Any]]:
-    """One row per task. ``prompt`` is informational (the harness builds its own prompts)."""
+def dataset_rows(tasks: Sequence[Task], *, environment: str, group_size: int | None = None,
+                 validation: bool = False) -> list[dict[str, Any]]:
+    """One row per task. ``prompt`` is informational (the harness builds its own prompts).
+
+    ``group_size`` is how many sessions veRL runs per row; validation rows also carry it as veRL's
+    ``__rollout_n__`` (which veRL pops before the agent loop sees the row)."""
     rows = []
     for i, t in enumerate(tasks):
         extra: dict[str, Any] = {"index": i, "task_id": t.id, "environment": environment,
-                                 "task": t.model_dump_json()}
+                                 "task": t.model_dump_json(), "split": "val" if validation else "train"}
         if group_size:
             extra["group_size"] = group_size
-        rows.append({
+        row: dict[str, Any] = {
             "prompt": [{"role": "user", "content": t.instruction}],
             "data_source": f"openforge/{environment}",
             "reward_model": {"style": "rule", "ground_truth": ""},
             "extra_info": extra,
             "agent_name": AGENT_NAME,
-        })
+        }
+        if validation and group_size:
+            row["__rollout_n__"] = group_size
+        rows.append(row)
     return rows
 
 
 def build_dataset(tasks: Sequence[Task], path: str | Path, *, environment: str,
-                  group_size: int | None = None) -> Path:
-    """Write the veRL dataset parquet for ``tasks``."""
+                  group_size: int | None = None, validation: bool = False) -> Path:
+    """Write the veRL dataset parquet for ``tasks`` (``validation``: the val_files dataset)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = dataset_rows(tasks, environment=environment, group_size=group_size)
+    rows = dataset_rows(tasks, environment=environment, group_size=group_size, validation=validation)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
 
@@ -85,11 +105,27 @@ def write_agent_loop_yaml(cfg: RunConfig, path: str | Path) -> Path:
     return path
 
 
+def loss_agg_mode(cfg: RunConfig) -> str:
+    """veRL's ``actor.loss_agg_mode`` for the run: ``trainer.verl.loss_agg``, else ``trainer.cpu.loss_agg``.
+
+    ``rollout-mean`` (every rollout weighs the same, its segments sharing that weight) is refused:
+    veRL normalises per mini-batch of rows and no per-row weight reaches its policy loss."""
+    mode = cfg.trainer.verl.loss_agg or cfg.trainer.cpu.loss_agg
+    key = "trainer.verl.loss_agg" if cfg.trainer.verl.loss_agg else "trainer.cpu.loss_agg"
+    if mode not in VERL_LOSS_AGG:
+        raise ConfigError(
+            f"{key}={mode!r} has no veRL equivalent (veRL weighs rows, i.e. segments, not rollouts); set "
+            f"trainer.verl.loss_agg to one of {', '.join(VERL_LOSS_AGG)} (token-mean is closest: every trained "
+            "token weighs the same, so long rollouts weigh more). See docs/verl.md, 'Loss aggregation'.")
+    return VERL_LOSS_AGG[mode]
+
+
 def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Path,
                    agent_loop_path: str | Path, run_dir: str | Path) -> list[str]:
     """Hydra overrides for ``python -m verl.trainer.main_ppo`` (verl 0.9.1, V1 trainer)."""
     v = cfg.trainer.verl
     n = cfg.rollout.group_size
+    agg = loss_agg_mode(cfg)
     ov = [
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=false",
@@ -105,11 +141,12 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={v.ppo_max_token_len_per_gpu}",
         "actor_rollout_ref.actor.use_kl_loss=false",
-        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        f"actor_rollout_ref.actor.loss_agg_mode={agg}",
         f"actor_rollout_ref.actor.optim.lr={v.lr}",
         "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.mode=async",
         f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.rollout.val_kwargs.n={v.val_group_size}",
         f"actor_rollout_ref.rollout.temperature={cfg.rollout.temperature}",
         "actor_rollout_ref.rollout.top_p=1.0",
         "actor_rollout_ref.rollout.top_k=-1",
@@ -123,6 +160,7 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
         "algorithm.rollout_correction.rollout_is=token",
         "trainer.use_v1=true",
         "trainer.v1.trainer_mode=sync",
+        f"trainer.v1.sampler.sync_refill_failed_groups={str(v.refill_failed_groups).lower()}",
         f"trainer.n_gpus_per_node={v.n_gpus_per_node}",
         f"trainer.nnodes={v.nnodes}",
         "trainer.logger=[console]",
@@ -132,6 +170,8 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
         "trainer.project_name=openforge",
         f"trainer.experiment_name={cfg.recipe}",
     ]
+    if agg == "seq-mean-token-sum-norm":  # a constant divisor (veRL's default is each micro-batch's width)
+        ov.append(f"actor_rollout_ref.actor.loss_scale_factor={v.loss_scale_factor or v.max_response_length}")
     if cfg.trainer.steps:
         ov.append(f"trainer.total_training_steps={cfg.trainer.steps}")
     if v.filter_groups:
@@ -142,11 +182,12 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
 def launch(cfg: RunConfig, run_dir: str | Path, tasks: Sequence[Task], *, val_tasks: Sequence[Task] = (),
            dry_run: bool = False, python: str | None = None) -> dict[str, Any]:
     """Write dataset + agent-loop YAML + command into ``run_dir``; run veRL unless ``dry_run``."""
+    loss_agg_mode(cfg)  # refuse an objective veRL cannot optimise before writing anything
     run_dir = Path(run_dir)
     data = run_dir / "verl"
     train = build_dataset(tasks, data / "train.parquet", environment=cfg.env.name, group_size=cfg.rollout.group_size)
     val = build_dataset(list(val_tasks) or list(tasks)[:1], data / "val.parquet", environment=cfg.env.name,
-                        group_size=cfg.rollout.group_size)
+                        group_size=cfg.trainer.verl.val_group_size, validation=True)
     loops = write_agent_loop_yaml(cfg, data / "agent_loops.yaml")
     ov = verl_overrides(cfg, train_file=train, val_file=val, agent_loop_path=loops, run_dir=run_dir)
     cmd = [python or sys.executable, "-m", "verl.trainer.main_ppo", *ov]
