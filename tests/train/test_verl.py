@@ -149,10 +149,10 @@ def test_loss_agg_passes_through_and_rollout_mean_is_refused(tmp_path):
     actor = agg("trainer.verl.loss_agg=seq-mean-token-sum-norm", "trainer.verl.max_response_length=2048")
     assert actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor == 2048  # a constant
     # rollout-mean (the CPU default) has no veRL form: refused before anything is written
-    with pytest.raises(ConfigError, match="trainer.cpu.loss_agg='rollout-mean' has no veRL equivalent"):
+    with pytest.raises(ConfigError, match=r"trainer\.cpu\.loss_agg='rollout-mean' has no veRL equivalent"):
         launch(load_config({"recipe": "claw-grpo"}, overrides=base), tmp_path / "refused", tasks, dry_run=True)
     assert not (tmp_path / "refused").exists()
-    with pytest.raises(ConfigError, match="trainer.verl.loss_agg='rollout-mean'"):
+    with pytest.raises(ConfigError, match=r"trainer\.verl\.loss_agg='rollout-mean'"):
         launch(load_config({"recipe": "claw-grpo"}, overrides=[*base, "trainer.verl.loss_agg=rollout-mean"]),
                tmp_path / "refused", tasks, dry_run=True)
     # the refill flag follows the config (and veRL accepts both values)
