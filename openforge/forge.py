@@ -29,12 +29,16 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import RunConfig, dump_config, load_config
 from .errors import ConfigError
 from .task import Task
 from .trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from .proxy.recorder import RolloutHandle
+    from .proxy.server import ProxyServer
 
 __all__ = ["Forge", "arun", "episode_runner", "load_tasks", "run"]
 
@@ -367,7 +371,7 @@ class _WorkerEpisodes:
     """``await episodes(task, rollout_id) -> Trajectory``: one rollout through the worker's ``proxy``
     under veRL's session id; the proxy forgets it once the trajectory is returned (handed to veRL)."""
 
-    def __init__(self, proxy: Any, harness: Callable[[], Any], env: Any, launcher: Any, run_rollout: Any):
+    def __init__(self, proxy: ProxyServer, harness: Callable[[], Any], env: Any, launcher: Any, run_rollout: Any):
         self.proxy, self.harness, self.env, self.launcher, self._run = proxy, harness, env, launcher, run_rollout
 
     async def __call__(self, task: Task, rollout_id: str) -> Trajectory:
@@ -384,12 +388,12 @@ class _NamedRollout:
 
     store = None
 
-    def __init__(self, proxy: Any, rollout_id: str):
+    def __init__(self, proxy: ProxyServer, rollout_id: str):
         self.proxy, self.rollout_id = proxy, rollout_id
         self.url, self.uds = proxy.url, proxy.uds
 
     def create_rollout(self, task_id: str, harness: str | None = None, metadata: dict[str, Any] | None = None,
-                       *, environment: str | None = None) -> Any:
+                       *, environment: str | None = None) -> RolloutHandle:
         return self.proxy.create_rollout(task_id, harness, metadata, environment=environment,
                                          rollout_id=self.rollout_id)
 
