@@ -6,7 +6,8 @@ uvicorn times out idle keep-alive connections but not a client that opens a conn
 request, and then sends its request line or headers slowly or never (a slowloris); with httptools it
 also buffers headers without a size limit. The guarded protocol arms a timer when a connection opens
 and when a request's first byte arrives, disarms it when the headers are complete, and answers
-``408`` (too slow) or ``431`` (headers too large) with ``connection: close`` and closes the connection.
+``408`` (too slow) or ``431`` (headers too large) with ``connection: close`` and closes the connection;
+the parser's own ``400`` for malformed HTTP gets the same JSON error body (uvicorn's is plain text).
 The body's deadline is enforced where the body is read (:func:`openforge.proxy.intake.read_body`).
 """
 
@@ -17,13 +18,15 @@ from typing import Any
 
 __all__ = ["guarded_http_protocol"]
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
 def _refusal(status: int, kind: str, message: str) -> bytes:
+    """A refusal before any route is known, in a shape both SDK families parse (OpenAI reads
+    ``error.message/type/param/code``, Anthropic ``type: error`` + ``error.type/message``)."""
     from .sse import dumps
 
-    body = dumps({"error": {"type": kind, "message": message, "field": None}})
+    body = dumps({"type": "error", "error": {"type": kind, "message": message, "param": None, "code": None}})
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
             % (status, _REASONS[status], len(body))) + body
 
@@ -55,6 +58,9 @@ def guarded_http_protocol(header_timeout_s: float, max_header_bytes: int) -> typ
             if self._header_timer is not None and self._header_bytes > max_header_bytes:
                 self._refuse(431, "request_too_large",
                              f"the request line and headers exceed {max_header_bytes} bytes")
+
+        def send_400_response(self, msg: str) -> None:  # the HTTP parser refused the bytes
+            self._refuse(400, "invalid_request_error", msg)
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
