@@ -1,14 +1,17 @@
-"""The connection-level limits uvicorn lacks: a deadline and a size cap on a request's line and headers.
+"""The connection-level limits uvicorn lacks: deadlines on a request's headers and body, a size cap on
+its headers.
 
 Owns: :func:`guarded_http_protocol`, the uvicorn HTTP protocol class the proxy serves with.
 
 uvicorn times out idle keep-alive connections but not a client that opens a connection, or starts a
-request, and then sends its request line or headers slowly or never (a slowloris); with httptools it
-also buffers headers without a size limit. The guarded protocol arms a timer when a connection opens
-and when a request's first byte arrives, disarms it when the headers are complete, and answers
-``408`` (too slow) or ``431`` (headers too large) with ``connection: close`` and closes the connection;
-the parser's own ``400`` for malformed HTTP gets the same JSON error body (uvicorn's is plain text).
-The body's deadline is enforced where the body is read (:func:`openforge.proxy.intake.read_body`).
+request, and then sends its request line, headers or body slowly or never (a slowloris); with
+httptools it also buffers headers without a size limit. The guarded protocol arms a header timer when
+a connection opens and when a request's first byte arrives (disarmed when the headers are complete),
+and a body timer when a socket read ends with the headers complete but the body not (disarmed when
+the body is complete) — a request that arrives whole in one read, the common case, costs no timer.
+Expiry answers ``408`` (``431`` for oversized headers) with ``connection: close`` and closes the
+connection; the ASGI app then sees ``http.disconnect``. The parser's own ``400`` for malformed HTTP
+gets the same JSON error body (uvicorn's is plain text).
 """
 
 from __future__ import annotations
@@ -31,15 +34,18 @@ def _refusal(status: int, kind: str, message: str) -> bytes:
             % (status, _REASONS[status], len(body))) + body
 
 
-def guarded_http_protocol(header_timeout_s: float, max_header_bytes: int) -> type[asyncio.Protocol]:
+def guarded_http_protocol(header_timeout_s: float, body_timeout_s: float,
+                          max_header_bytes: int) -> type[asyncio.Protocol]:
     """uvicorn's httptools protocol with a ``header_timeout_s`` deadline and a ``max_header_bytes`` cap
     on each request's line + headers (counted per received chunk, so the cap may be overshot by one
-    socket read, never more)."""
+    socket read, never more), and a ``body_timeout_s`` deadline on its body."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _header_timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
+        _body_timer: asyncio.TimerHandle | None = None
+        _in_body = False  # headers complete, body not yet
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -47,17 +53,20 @@ def guarded_http_protocol(header_timeout_s: float, max_header_bytes: int) -> typ
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._disarm_body()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if self._header_timer is None:  # a body, or a new request's first bytes (on_message_begin arms)
                 super().data_received(data)
-                return
-            self._header_bytes += len(data)
-            super().data_received(data)
-            if self._header_timer is not None and self._header_bytes > max_header_bytes:
-                self._refuse(431, "request_too_large",
-                             f"the request line and headers exceed {max_header_bytes} bytes")
+            else:
+                self._header_bytes += len(data)
+                super().data_received(data)
+                if self._header_timer is not None and self._header_bytes > max_header_bytes:
+                    self._refuse(431, "request_too_large",
+                                 f"the request line and headers exceed {max_header_bytes} bytes")
+            if self._in_body and self._body_timer is None and not self.transport.is_closing():
+                self._body_timer = self.loop.call_later(body_timeout_s, self._body_expired)
 
         def send_400_response(self, msg: str) -> None:  # the HTTP parser refused the bytes
             self._refuse(400, "invalid_request_error", msg)
@@ -69,7 +78,13 @@ def guarded_http_protocol(header_timeout_s: float, max_header_bytes: int) -> typ
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            self._in_body = True
             super().on_headers_complete()
+
+        def on_message_complete(self) -> None:
+            self._in_body = False
+            self._disarm_body()
+            super().on_message_complete()
 
         def _arm(self) -> None:
             self._header_bytes = 0
@@ -79,6 +94,26 @@ def guarded_http_protocol(header_timeout_s: float, max_header_bytes: int) -> typ
             if self._header_timer is not None:
                 self._header_timer.cancel()
                 self._header_timer = None
+
+        def _disarm_body(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+
+        def _body_expired(self) -> None:
+            self._body_timer = None
+            cycle = self.cycle
+            if self.transport.is_closing() or cycle is None:
+                return
+            if cycle.response_started and not cycle.response_complete:
+                cycle.keep_alive = False  # answering already (without the body): close once done
+                return
+            if not cycle.response_started:
+                cycle.disconnected = True  # the app's receive() now says http.disconnect; its answer is dropped
+                cycle.message_event.set()
+                self.transport.write(_refusal(408, "request_timeout",
+                                              f"the request body was not received within {body_timeout_s:g} s"))
+            self.transport.close()
 
         def _expired(self) -> None:
             self._header_timer = None

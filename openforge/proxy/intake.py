@@ -1,21 +1,19 @@
 """Bounded request intake: everything the proxy does with a request's bytes before a route sees a dict.
 
-Owns: :class:`Limits` (body size, JSON depth, body deadline), :func:`header_map` (the request's headers,
-repeated ones joined), :func:`read_body` (a size limit and a deadline on receiving the body),
+Owns: :class:`Limits` (body size, JSON depth), :func:`header_map` (the request's headers, repeated ones
+joined), :func:`read_body` (a size limit on receiving the body),
 :func:`decode_body` (every content-encoding, stacked ones too, with a bound on the decompressed OUTPUT),
 :func:`parse_json` (strict UTF-8, no lone surrogates, no NaN, bounded nesting) and the defensive parsing of
 the header values the proxy reads (:func:`header_uint`, :func:`check_content_type`).
 
 Every failure is a :class:`ProxyError` with a 4xx status that names the header, the limit or the
-problem (400 malformed, 408 too slow, 413 too large, 415 unsupported encoding or charset), raised before
+problem (400 malformed, 413 too large, 415 unsupported encoding or charset), raised before
 anything is rendered, generated or stored. Nothing here recurses over the request, so no input depth
 can exhaust the stack.
 """
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -45,12 +43,11 @@ _BOM = b"\xef\xbb\xbf"
 
 @dataclass(frozen=True)
 class Limits:
-    """What one request may cost: ``max_body`` bytes (before and after decompression), JSON nested at
-    most ``max_depth`` levels, the whole body received within ``body_timeout_s`` seconds."""
+    """What one request body may cost: ``max_body`` bytes (before and after decompression), JSON
+    nested at most ``max_depth`` levels."""
 
     max_body: int = 64 * 1024 * 1024
     max_depth: int = 64
-    body_timeout_s: float = 60.0
 
 
 class BodyDisconnect(Exception):
@@ -100,21 +97,14 @@ def _too_large(limit: int, what: str = "request body") -> ProxyError:
 
 
 async def read_body(receive: Receive, headers: Mapping[str, str], limits: Limits) -> bytes:
-    """The raw body, refused early when ``content-length`` says it is too large, cut off at
-    ``limits.max_body`` bytes, and a 408 when it has not all arrived within ``limits.body_timeout_s``.
-    Raises :class:`BodyDisconnect` when the client hangs up first."""
+    """The raw body, refused early when ``content-length`` says it is too large and cut off at
+    ``limits.max_body`` bytes. Raises :class:`BodyDisconnect` when the client hangs up first (the
+    server's body deadline, :mod:`.conn_guard`, hangs up on a client that stalls)."""
     declared = header_uint(headers, "content-length", default=-1, max_digits=18)
     if declared > limits.max_body:
         raise _too_large(limits.max_body, f"request body of {declared} bytes")
     check_content_type(headers)
-    try:
-        if sys.version_info >= (3, 11):
-            async with asyncio.timeout(limits.body_timeout_s):
-                return await _receive_all(receive, limits.max_body)
-        return await asyncio.wait_for(_receive_all(receive, limits.max_body), limits.body_timeout_s)
-    except TimeoutError:
-        raise ProxyError(f"the request body was not received within {limits.body_timeout_s:g} s", 408,
-                         kind="request_timeout") from None
+    return await _receive_all(receive, limits.max_body)
 
 
 async def _receive_all(receive: Receive, limit: int) -> bytes:

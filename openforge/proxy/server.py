@@ -66,9 +66,9 @@ class ProxyServer:
                              replay_window_s=replay_window_s)
         self._public_url = public_url
         self.app = build_app(self.engine, admin_token=self.admin_token, public_url=lambda: self.url,
-                             limits=Limits(max_body=max_body_bytes, max_depth=max_json_depth,
-                                           body_timeout_s=body_timeout_s))
-        self.header_timeout_s, self.max_header_bytes = header_timeout_s, max_header_bytes
+                             limits=Limits(max_body=max_body_bytes, max_depth=max_json_depth))
+        self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
+        self.max_header_bytes = max_header_bytes
         self._server: Any = None
         self._task: asyncio.Task | None = None
         self._bound_port: int | None = None
@@ -106,7 +106,7 @@ class ProxyServer:
         for s in socks:
             s.listen(2048)
             s.setblocking(False)
-        http = guarded_http_protocol(self.header_timeout_s, self.max_header_bytes)
+        http = guarded_http_protocol(self.header_timeout_s, self.body_timeout_s, self.max_header_bytes)
         config = uvicorn.Config(self.app, http=http, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=2048,
                                 proxy_headers=False)  # harnesses connect directly: no X-Forwarded-* to trust

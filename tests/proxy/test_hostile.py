@@ -5,6 +5,7 @@ Timeouts and half-sent requests are played over a real socket."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import time
@@ -292,6 +293,24 @@ async def test_half_sent_requests_are_disconnected_in_bounded_time(tokenizer):
             if data:
                 assert got.startswith(b"HTTP/1.1 408"), (what, got[:200])
                 assert json.loads(got.split(b"\r\n\r\n", 1)[1])["error"]["message"], what
+        # a body dripped a byte at a time: the deadline is for the whole body, not between reads
+        reader, writer = await asyncio.open_connection(host, int(port))
+        t0 = time.monotonic()
+        writer.write(head)
+        got = b""
+        for b in body:
+            try:
+                writer.write(bytes([b]))
+                await writer.drain()
+            except ConnectionError:
+                break
+            await asyncio.sleep(0.1)
+            if reader.at_eof() or time.monotonic() - t0 > 5:
+                break
+            with contextlib.suppress(asyncio.TimeoutError):
+                got += await asyncio.wait_for(reader.read(4096), 0.01)
+        writer.transport.abort()
+        assert got.startswith(b"HTTP/1.1 408") and time.monotonic() - t0 < 3.0, got[:200]
         # a keep-alive connection that starts a second request and stalls is cut off as well
         took, got = await _closed_within(host, int(port), head + body + head[:20], 5.0)
         assert took < 3.0 and got.startswith(b"HTTP/1.1 200") and b"HTTP/1.1 408" in got
