@@ -26,7 +26,15 @@ import json
 import time
 from typing import Any
 
-from openforge.proxy.intake import Limits, _deeper_than, decode_body, header_map, header_uint, parse_json, read_body
+from openforge.proxy.intake import (
+    Limits,
+    decode_body,
+    deeper_than,
+    header_map,
+    header_uint,
+    parse_json,
+    read_body,
+)
 
 HEADERS = [(b"host", b"127.0.0.1:8787"), (b"authorization", b"Bearer sk-of-" + b"k" * 32),
            (b"content-type", b"application/json"), (b"user-agent", b"OpenAI/Python 1.99.0"),
@@ -96,7 +104,7 @@ async def main(seconds: float) -> None:
         parsed = json.loads(body)
 
         async def walk(parsed: Any = parsed) -> None:
-            _deeper_than(parsed, limits.max_depth)
+            deeper_than(parsed, limits.max_depth)
 
         w = await per_call_us(walk, seconds)
         print(f"{name:<8}{len(body):>9}{b:>12.1f}{a:>11.1f}{a / b:>14.2f}{w:>15.1f}")

@@ -15,7 +15,6 @@ through a Starlette router.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -46,6 +45,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 _CHAT, _RESP, _MSG = ChatAdapter(), ResponsesAdapter(), MessagesAdapter()
 _SSE_HEADERS = {"cache-control": "no-cache"}
 _BACKGROUND: set[asyncio.Future] = set()
+_PARSE_IN_THREAD_BYTES = 1 << 20  # larger bodies are parsed off the event loop
 
 
 class _Json(Response):
@@ -110,7 +110,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 async def _read_json(request: _Lean, limits: Limits) -> tuple[bytes, dict[str, Any]]:
     """The request's JSON object, read, decompressed and parsed within ``limits`` (see :mod:`.intake`)."""
     body = await read_body(request.receive, request.headers, limits)
-    body = decode_body(body, request.headers.get("content-encoding"), limits.max_body)
+    enc = request.headers.get("content-encoding")
+    if enc:  # decompression releases the GIL: off the event loop, so a bomb stalls no other rollout
+        body = await asyncio.to_thread(decode_body, body, enc, limits.max_body)
+    if len(body) > _PARSE_IN_THREAD_BYTES:
+        return body, await asyncio.to_thread(parse_json, body, limits.max_depth)
     return body, parse_json(body, limits.max_depth)
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "Limits",
     "check_content_type",
     "decode_body",
+    "deeper_than",
     "header_map",
     "header_uint",
     "parse_json",
@@ -36,6 +37,7 @@ __all__ = [
 Receive = Callable[[], Awaitable[Any]]
 
 MAX_ENCODINGS = 3  # stacked content-encodings accepted on one body
+MAX_GZIP_MEMBERS = 64  # concatenated gzip members (millions of empty ones would pin a core)
 ZSTD_MAX_WINDOW = 1 << 24  # decoder memory a zstd frame may ask for (level 19 uses 8 MiB)
 _UTF8 = {"utf-8", "utf8", "us-ascii", "ascii"}
 _BOM = b"\xef\xbb\xbf"
@@ -153,7 +155,7 @@ def _zlib(body: bytes, limit: int, *, deflate: bool) -> bytes:
     """gzip (any number of members) or deflate (zlib-wrapped, or raw as some clients send it)."""
     out = bytearray()
     data, wbits = body, 47  # 47: gzip or zlib header, auto-detected
-    while True:
+    for _ in range(MAX_GZIP_MEMBERS):
         d = zlib.decompressobj(wbits)
         try:
             out += d.decompress(data, limit + 1 - len(out))
@@ -172,6 +174,7 @@ def _zlib(body: bytes, limit: int, *, deflate: bool) -> bytes:
         if deflate:
             raise ProxyError("request body has data after the end of its deflate stream", 400,
                              param="content-encoding")
+    raise ProxyError(f"request body has more than {MAX_GZIP_MEMBERS} gzip members", 400, param="content-encoding")
 
 
 def _gzip(body: bytes, limit: int) -> bytes:
@@ -237,12 +240,12 @@ def parse_json(body: bytes, max_depth: int) -> dict[str, Any]:
         raise ProxyError(f"request body is not valid JSON: {e}", 400) from None
     if type(data) is not dict:
         raise ProxyError("request body must be a JSON object", 400)
-    if body.count(b"{") + body.count(b"[") > max_depth and _deeper_than(data, max_depth):
+    if body.count(b"{") + body.count(b"[") > max_depth and deeper_than(data, max_depth):
         raise ProxyError(f"request body nests JSON deeper than {max_depth} levels", 400)
     return data
 
 
-def _deeper_than(obj: dict[str, Any] | list[Any], limit: int) -> bool:
+def deeper_than(obj: dict[str, Any] | list[Any], limit: int) -> bool:
     """Whether ``obj`` (depth 1) holds a container at depth ``limit + 1``: breadth-first, level by level."""
     level: list[Any] = [obj]
     for _ in range(limit):

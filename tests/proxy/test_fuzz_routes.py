@@ -103,10 +103,10 @@ def _paths(obj: Any, prefix: tuple = ()) -> list[tuple]:
     out = [prefix] if prefix else []
     if isinstance(obj, dict):
         for k, v in obj.items():
-            out += _paths(v, prefix + (k,))
+            out += _paths(v, (*prefix, k))
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
-            out += _paths(v, prefix + (i,))
+            out += _paths(v, (*prefix, i))
     return out
 
 
@@ -296,7 +296,7 @@ async def test_thousands_of_hostile_requests_on_every_route(fuzzed):
             ("GET", f"/r/{rid}/v1/{junk}", "chat", "unknown", user),
             ("POST", "/admin/rollouts", "create", "admin", admin),
             ("GET", f"/admin/rollouts/{rng.choice([rid, junk])}", "none", "admin", admin),
-            ("POST", f"/admin/rollouts/{rng.choice(to_finish + [junk])}/finish", "finish", "admin", admin),
+            ("POST", f"/admin/rollouts/{rng.choice([*to_finish, junk])}/finish", "finish", "admin", admin),
             ("POST", "/admin/pause", "none", "admin", admin),
             ("POST", "/admin/resume", "none", "admin", admin),
             ("GET", "/admin/health", "none", "admin", admin),
@@ -324,7 +324,7 @@ async def test_thousands_of_hostile_requests_on_every_route(fuzzed):
         if rng.random() < 0.03:
             headers.append((b"content-length", rng.choice([b"\xb2", b"-5", b"99999999999999999999", b"1e3", b"0"])))
         t0 = time.monotonic()
-        status, rheaders, rbody = await asyncio.wait_for(
+        status, _rheaders, rbody = await asyncio.wait_for(
             client.request(method, path, headers, body, chunks=rng.choice([1, 1, 1, 2, 7])), BOUND_S * 2)
         took = time.monotonic() - t0
         slowest = max(slowest, took)

@@ -110,7 +110,7 @@ async def test_lone_surrogate_escapes_are_a_400(env, field):
 
 
 async def test_invalid_utf8_and_non_utf8_charsets(env):
-    proxy, h, c = env
+    _proxy, h, c = env
     hdr = {"x-api-key": h.api_key, "content-type": "application/json"}
     async with c:
         r = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", headers=hdr,
@@ -235,6 +235,9 @@ async def test_every_content_encoding_is_bounded_on_its_output(env):
         assert r.status_code == 415 and openai_shape(r)["param"] == "content-encoding"
         r = await c.post(url, content=gzip.compress(ok)[:-6], headers={**hdr, "content-encoding": "gzip"})
         assert r.status_code == 400 and "truncated" in openai_shape(r)["message"]
+        r = await c.post(url, content=gzip.compress(b"") * 5000 + gzip.compress(ok),
+                         headers={**hdr, "content-encoding": "gzip"})  # 5000 empty members: CPU, not memory
+        assert r.status_code == 400 and "members" in openai_shape(r)["message"]
 
 
 async def test_zstd_bomb_does_not_inflate_proxy_memory(env):
