@@ -28,6 +28,10 @@ def serve(
     timeout: float = typer.Option(600.0, "--timeout", help="Back-end timeout per call, seconds."),
     model: str | None = typer.Option(None, "--model", help="Upstream model name (vllm:/openai:)."),
     tokenizer: str | None = typer.Option(None, "--tokenizer", help="Local tokenizer dir (default: SmolLM2's)."),
+    header_timeout: float = typer.Option(10.0, "--header-timeout",
+                                         help="Seconds a client has to send a request's line and headers (else 408)."),
+    body_timeout: float = typer.Option(60.0, "--body-timeout",
+                                       help="Seconds a client has to send a request's body (else 408)."),
 ) -> None:
     """Serve Chat Completions, Responses and Anthropic Messages under /r/{rollout_id}; create
     rollouts with POST /admin/rollouts (Authorization: Bearer $OPENFORGE_ADMIN_TOKEN)."""
@@ -53,7 +57,8 @@ def serve(
 
     async def main() -> None:
         proxy = ProxyServer(be, store=the_store, host=host, port=port, uds=uds, admin_token=token,
-                            sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, timeout_s=timeout))
+                            sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, timeout_s=timeout),
+                            header_timeout_s=header_timeout, body_timeout_s=body_timeout)
         async with proxy:
             typer.echo(f"openforge proxy serving {be.describe()} at {proxy.url}" + (f" and unix:{uds}" if uds else ""))
             if printed_token:

@@ -25,6 +25,8 @@ API summary (names other modules rely on)::
 - ``stream`` — incremental SSE: a streaming request's ``GenContext.emit(ids)`` (thread-safe) feeds a
   ``TokenSink``; ``DeltaDecoder`` turns ids into safe text/reasoning deltas (no ``<tool_call>`` leaks).
 - HTTP: ``app.build_app`` (routes under ``/r/{rollout_id}`` + ``/admin``); CLI: ``forge proxy serve``.
+- ``intake`` — bounded request intake (size, JSON depth, strict UTF-8, output-bounded decompression,
+  defensive header parsing); ``conn_guard`` — the uvicorn protocol with header/body deadlines.
 
 Heavy dependencies (torch, transformers) load only when a back-end needs them.
 """

@@ -5,7 +5,9 @@ Owns: :func:`build_app` and the HTTP contract of DESIGN (routes under ``/r/{roll
 ``GET /v1/models``, ``HEAD /``; admin: ``POST /admin/rollouts``, ``GET /admin/rollouts/{id}``,
 ``POST /admin/rollouts/{id}/finish``, ``POST /admin/pause``, ``POST /admin/resume``,
 ``GET /admin/health``). Every error comes back in the called API's error shape, with a status the
-SDKs retry only when retrying can help (5xx/429 for back-end trouble, 4xx for the caller's mistakes).
+SDKs retry only when retrying can help (5xx/429 for back-end trouble, 4xx for the caller's mistakes);
+admin routes answer errors as ``{"error": {"type", "message", "field"}}`` (:func:`admin_error`). Bodies
+are read, decompressed and parsed within bounds by :mod:`.intake` before any route logic runs.
 The three model routes are dispatched straight from the ASGI scope (:class:`_ProxyApp`); the rest go
 through a Starlette router.
 """
@@ -13,13 +15,14 @@ through a Starlette router.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -27,6 +30,7 @@ from starlette.routing import Route
 from ..errors import ProxyError
 from ..types import RolloutStatus
 from .engine import ClientGone, Engine
+from .intake import BodyDisconnect, Limits, decode_body, header_map, header_uint, parse_json, read_body
 from .recorder import RolloutState
 from .sse import dumps
 from .stream import TokenSink
@@ -34,13 +38,14 @@ from .wire_chat import ChatAdapter, openai_error
 from .wire_messages import MessagesAdapter, anthropic_error
 from .wire_responses import ResponsesAdapter
 
-__all__ = ["MAX_BODY_BYTES", "build_app"]
+__all__ = ["MAX_BODY_BYTES", "admin_error", "build_app"]
 
 log = logging.getLogger("openforge.proxy")
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _CHAT, _RESP, _MSG = ChatAdapter(), ResponsesAdapter(), MessagesAdapter()
 _SSE_HEADERS = {"cache-control": "no-cache"}
 _BACKGROUND: set[asyncio.Future] = set()
+_PARSE_IN_THREAD_BYTES = 1 << 20  # larger bodies are parsed off the event loop
 
 
 class _Json(Response):
@@ -50,59 +55,67 @@ class _Json(Response):
         return dumps(content)
 
 
+def admin_error(e: ProxyError) -> dict[str, Any]:
+    """The admin routes' one error shape: ``{"error": {"type", "message", "field"}}``."""
+    return {"error": {"type": e.kind, "message": e.message, "field": e.param}}
+
+
 def _err(api: str, e: ProxyError) -> Response:
-    body = anthropic_error(e) if api == "messages" else openai_error(e)
-    headers = {"retry-after": "1"} if e.status in (429, 503) else None
+    """``e`` in the error shape of ``api``: ``messages`` (Anthropic), ``admin``, else OpenAI's."""
+    body = anthropic_error(e) if api == "messages" else admin_error(e) if api == "admin" else openai_error(e)
+    headers = None
+    if e.status in (429, 503):
+        headers = {"retry-after": "1"}
+    elif e.status in (408, 413):  # the body may be unread: this connection cannot carry another request
+        headers = {"connection": "close"}
     return _Json(body, status_code=e.status, headers=headers)
 
 
-async def _read_json(request: Request, limit: int) -> tuple[bytes, dict[str, Any]]:
-    n = request.headers.get("content-length")
-    if n and n.isdigit() and int(n) > limit:
-        raise ProxyError(f"request body of {n} bytes exceeds the limit of {limit}", 413, kind="request_too_large")
-    chunks, size = [], 0
-    async for c in request.stream():
-        size += len(c)
-        if size > limit:
-            raise ProxyError(f"request body exceeds the limit of {limit} bytes", 413, kind="request_too_large")
-        chunks.append(c)
-    body = b"".join(chunks)
-    enc = (request.headers.get("content-encoding") or "identity").lower()
-    if enc != "identity":
-        body = _decompress(body, enc, limit)
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ProxyError(f"request body is not valid JSON: {e}", 400) from None
-    if not isinstance(data, dict):
-        raise ProxyError("request body must be a JSON object", 400)
-    return body, data
+def _api_of(path: str, headers: Mapping[str, str]) -> str:
+    """Which error shape a request outside the routes gets: admin, Anthropic or OpenAI."""
+    if path.startswith("/admin"):
+        return "admin"
+    return "messages" if "/messages" in path or "anthropic-version" in headers else "chat"
 
 
-def _decompress(body: bytes, enc: str, limit: int) -> bytes:
-    import zlib
+def _guard(api: str, handler: Callable[[_Lean], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    """A Starlette endpoint running ``handler``: every error it raises answered in ``api``'s shape (a
+    bug is logged and still answered in that shape)."""
 
-    try:
-        if enc in ("gzip", "x-gzip", "deflate"):
-            d = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
-            out = d.decompress(body, limit + 1)
-        elif enc == "zstd":
-            import zstandard
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(_Lean.of(request))
+        except ProxyError as e:
+            return _err(api, e)
+        except (ClientGone, BodyDisconnect):
+            return Response(status_code=499)
+        except Exception as e:
+            log.exception("proxy error")
+            return _err(api, ProxyError(f"internal proxy error: {type(e).__name__}: {e}", 500, kind="api_error"))
 
-            out = zstandard.ZstdDecompressor().decompressobj().decompress(body)
-        else:
-            raise ProxyError(f"unsupported content-encoding {enc!r} (send identity, gzip, deflate or zstd)", 415)
-    except ImportError:
-        raise ProxyError("content-encoding zstd needs the zstandard package on the proxy host", 415) from None
-    except (zlib.error, ValueError) as e:
-        raise ProxyError(f"request body is not valid {enc}: {e}", 400) from None
-    except ProxyError:
-        raise
-    except Exception as e:  # zstandard.ZstdError and friends
-        raise ProxyError(f"request body is not valid {enc}: {e}", 400) from None
-    if len(out) > limit:
-        raise ProxyError(f"decompressed request body exceeds the limit of {limit} bytes", 413, kind="request_too_large")
-    return out
+    return endpoint
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404/405 (and any escaped exception) in the shape of the API the path belongs to."""
+    api = _api_of(request.url.path, header_map(request.scope["headers"]))
+    if isinstance(exc, HTTPException):
+        kind = {404: "not_found_error", 405: "invalid_request_error"}.get(exc.status_code, "invalid_request_error")
+        msg = f"{request.method} {request.url.path}: {exc.detail}"
+        return _err(api, ProxyError(msg, exc.status_code, kind=kind))
+    log.error("proxy error", exc_info=exc)
+    return _err(api, ProxyError(f"internal proxy error: {type(exc).__name__}: {exc}", 500, kind="api_error"))
+
+
+async def _read_json(request: _Lean, limits: Limits) -> tuple[bytes, dict[str, Any]]:
+    """The request's JSON object, read, decompressed and parsed within ``limits`` (see :mod:`.intake`)."""
+    body = await read_body(request.receive, request.headers, limits)
+    enc = request.headers.get("content-encoding")
+    if enc:  # decompression releases the GIL: off the event loop, so a bomb stalls no other rollout
+        body = await asyncio.to_thread(decode_body, body, enc, limits.max_body)
+    if len(body) > _PARSE_IN_THREAD_BYTES:
+        return body, await asyncio.to_thread(parse_json, body, limits.max_depth)
+    return body, parse_json(body, limits.max_depth)
 
 
 class _Lean:
@@ -112,20 +125,14 @@ class _Lean:
 
     __slots__ = ("headers", "path_params", "receive")
 
-    def __init__(self, scope: dict[str, Any], receive: Any, rollout_id: str):
-        self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        self.path_params = {"rollout_id": rollout_id}
+    def __init__(self, scope: dict[str, Any], receive: Any, path_params: dict[str, str]):
+        self.headers = header_map(scope["headers"])
+        self.path_params = path_params
         self.receive = receive
 
-    async def stream(self) -> AsyncIterator[bytes]:
-        while True:
-            msg = await self.receive()
-            if msg["type"] != "http.request":
-                raise ClientGone()
-            if msg.get("body"):
-                yield msg["body"]
-            if not msg.get("more_body"):
-                return
+    @classmethod
+    def of(cls, request: Request) -> _Lean:
+        return cls(request.scope, request.receive, request.path_params)
 
 
 class _ProxyApp:
@@ -140,13 +147,13 @@ class _ProxyApp:
             rid, _, rest = scope["path"][3:].partition("/")
             handler = self.hot.get(rest)
             if handler is not None and rid:
-                response = await handler(_Lean(scope, receive, rid))
+                response = await handler(_Lean(scope, receive, {"rollout_id": rid}))
                 await response(scope, receive, send)
                 return
         await self.router(scope, receive, send)
 
 
-def _key(request: Request) -> str | None:
+def _key(request: _Lean) -> str | None:
     auth = request.headers.get("authorization")
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip()
@@ -154,10 +161,15 @@ def _key(request: Request) -> str | None:
 
 
 def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str],
-              max_body: int = MAX_BODY_BYTES, on_create: Callable[[RolloutState], Any] | None = None) -> _ProxyApp:
+              max_body: int = MAX_BODY_BYTES, on_create: Callable[[RolloutState], Any] | None = None,
+              limits: Limits | None = None) -> _ProxyApp:
+    """The proxy's ASGI app. ``limits`` bound every request body (``max_body`` is its size when
+    ``limits`` is not given); admin bodies are further capped at 1 MiB."""
     recorder = engine.recorder
+    limits = limits or Limits(max_body=max_body)
+    admin_limits = replace(limits, max_body=min(limits.max_body, 1 << 20))
 
-    def auth(request: Request, live: bool = True) -> RolloutState:
+    def auth(request: _Lean, live: bool = True) -> RolloutState:
         rid = request.path_params["rollout_id"]
         key = _key(request)
         if not key:
@@ -172,20 +184,22 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             raise ProxyError(f"rollout {rid!r} is finished", 403, kind="permission_error")
         return st
 
-    async def serve(request: Request, adapter: Any) -> Response:
+    def parse(adapter: Any, data: dict[str, Any], st: RolloutState | None, **kw: Any) -> Any:
+        try:
+            return adapter.parse(data, st, **kw)
+        except ProxyError:
+            raise
+        except Exception as e:  # a shape the validators missed: still the caller's input
+            raise ProxyError(f"invalid request: {type(e).__name__}: {e}", 400) from None
+
+    async def serve(request: _Lean, adapter: Any) -> Response:
         api = adapter.api
         try:
             st = auth(request)
-            body, data = await _read_json(request, max_body)
-            try:
-                req = adapter.parse(data, st)
-            except ProxyError:
-                raise
-            except Exception as e:  # a shape the validators missed: still the caller's input
-                raise ProxyError(f"invalid request: {type(e).__name__}: {e}", 400) from None
-            retry = request.headers.get("x-stainless-retry-count", "0")
-            kw: dict[str, Any] = {"body": body, "retry_count": int(retry) if retry.isdigit() else 0,
-                                  "disconnect": lambda: _wait_disconnect(request)}
+            retry = header_uint(request.headers, "x-stainless-retry-count")
+            body, data = await _read_json(request, limits)
+            req = parse(adapter, data, st)
+            kw: dict[str, Any] = {"body": body, "retry_count": retry, "disconnect": lambda: _wait_disconnect(request)}
             if req.stream:
                 sink = TokenSink()
                 task = asyncio.ensure_future(engine.serve(st, req, sink=sink, **kw))
@@ -202,7 +216,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
                 result = await engine.serve(st, req, **kw)
         except ProxyError as e:
             return _err(api, e)
-        except ClientGone:
+        except (ClientGone, BodyDisconnect):
             return Response(status_code=499)
         except Exception as e:  # a bug: log it, answer in the API's shape
             log.exception("proxy error")
@@ -215,124 +229,100 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
                             headers={**_SSE_HEADERS, "x-openforge-call": str(result.call_index)})
         return _Json(adapter.respond(req, result, st), headers={"x-openforge-call": str(result.call_index)})
 
-    async def chat(request: Request) -> Response:
+    async def chat(request: _Lean) -> Response:
         return await serve(request, _CHAT)
 
-    async def responses(request: Request) -> Response:
+    async def responses(request: _Lean) -> Response:
         return await serve(request, _RESP)
 
-    async def messages(request: Request) -> Response:
+    async def messages(request: _Lean) -> Response:
         return await serve(request, _MSG)
 
-    async def count_tokens(request: Request) -> Response:
+    async def count_tokens(request: _Lean) -> Response:
+        auth(request)
+        _, data = await _read_json(request, limits)
+        req = parse(_MSG, data, None, count_only=True)
+        r = engine.renderer
         try:
-            auth(request)
-            _, data = await _read_json(request, max_body)
-            req = _MSG.parse(data, None, count_only=True)
-            r = engine.renderer
-            try:
-                n = len(r.encode(r.text(req.messages, req.tools)))
-            except Exception as e:
-                raise ProxyError(f"the conversation cannot be rendered: {type(e).__name__}: {e}", 400) from None
-            return _Json({"input_tokens": n})
-        except ProxyError as e:
-            return _err("messages", e)
+            n = len(r.encode(r.text(req.messages, req.tools)))
+        except Exception as e:
+            raise ProxyError(f"the conversation cannot be rendered: {type(e).__name__}: {e}", 400) from None
+        return _Json({"input_tokens": n})
 
-    async def models(request: Request) -> Response:
-        try:
-            auth(request, live=False)
-        except ProxyError as e:
-            return _err("chat", e)
+    async def models(request: _Lean) -> Response:
+        auth(request, live=False)
         name = engine.backend.describe()
         return _Json({"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "openforge",
                                                   "type": "model", "display_name": name}]})
 
-    async def model(request: Request) -> Response:
-        try:
-            auth(request, live=False)
-        except ProxyError as e:
-            return _err("chat", e)
+    async def model(request: _Lean) -> Response:
+        auth(request, live=False)
         name = request.path_params["model"]  # the proxy serves whatever model name a harness sends
         return _Json({"id": name, "object": "model", "created": 0, "owned_by": "openforge", "type": "model",
                       "display_name": name})
 
     async def unknown(request: Request) -> Response:
-        api = "messages" if "/messages" in request.url.path or request.headers.get("anthropic-version") else "chat"
-        return _err(api, ProxyError(f"no route {request.method} {request.url.path}: the proxy serves "
-                                    "/v1/chat/completions, /v1/responses, /v1/messages, /v1/models", 404,
-                                    kind="not_found_error"))
+        return _err(_api_of(request.url.path, header_map(request.scope["headers"])),
+                    ProxyError(f"no route {request.method} {request.url.path}: the proxy serves "
+                               "/v1/chat/completions, /v1/responses, /v1/messages, /v1/models", 404,
+                               kind="not_found_error"))
 
     async def root(request: Request) -> Response:
         return Response(status_code=200)
 
     # -- admin -----------------------------------------------------------------------------------
-    def admin(request: Request) -> None:
+    def admin(request: _Lean) -> None:
         if not secrets.compare_digest((_key(request) or "").encode(), admin_token.encode()):
             raise ProxyError("admin token required (Authorization: Bearer $OPENFORGE_ADMIN_TOKEN)", 401,
                              kind="authentication_error")
 
-    async def admin_json(request: Request) -> dict[str, Any]:
-        if not (await request.body()).strip():
-            return {}
-        return (await _read_json(request, 1 << 20))[1]
+    async def admin_json(request: _Lean) -> dict[str, Any]:
+        admin(request)
+        body = await read_body(request.receive, request.headers, admin_limits)
+        body = decode_body(body, request.headers.get("content-encoding"), admin_limits.max_body)
+        return parse_json(body, admin_limits.max_depth) if body.strip() else {}
 
-    def admin_route(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        """Admin token checked first; a ProxyError becomes an error response (OpenAI shape)."""
-
-        async def route(request: Request) -> Response:
-            try:
-                admin(request)
-                return await handler(request)
-            except ProxyError as e:
-                return _err("chat", e)
-
-        return route
-
-    @admin_route
-    async def create(request: Request) -> Response:
+    async def create(request: _Lean) -> Response:
         data = await admin_json(request)
-        meta = data.get("metadata")
-        if meta is not None and not isinstance(meta, dict):
-            raise ProxyError("'metadata' must be an object", 400, param="metadata")
-        harness = data.get("harness")
-        if harness is not None and not isinstance(harness, str):
-            raise ProxyError("'harness' must be a string", 400, param="harness")
-        st = recorder.create(data.get("task_id"), harness=harness, metadata=meta)
+        task_id, harness, meta = data.get("task_id"), data.get("harness"), data.get("metadata")
+        _field(isinstance(task_id, str) and task_id != "", "task_id", "a non-empty string")
+        _field(harness is None or isinstance(harness, str), "harness", "a string")
+        _field(meta is None or isinstance(meta, dict), "metadata", "an object")
+        st = recorder.create(task_id, harness=harness, metadata=meta)
         if on_create:
             on_create(st)
         base = f"{public_url()}/r/{st.rollout_id}"
         return _Json({"rollout_id": st.rollout_id, "api_key": st.api_key, "openai_base_url": base + "/v1",
                       "anthropic_base_url": base}, status_code=201)
 
-    @admin_route
-    async def get_rollout(request: Request) -> Response:
+    async def get_rollout(request: _Lean) -> Response:
+        admin(request)
         traj = recorder.snapshot(request.path_params["rollout_id"])
         if traj is None:
-            raise ProxyError(f"unknown rollout {request.path_params['rollout_id']!r}", 404, kind="not_found_error")
+            raise ProxyError(f"unknown rollout {request.path_params['rollout_id']!r}", 404, param="rollout_id",
+                             kind="not_found_error")
         return Response(traj.model_dump_json(), media_type="application/json")
 
-    @admin_route
-    async def finish(request: Request) -> Response:
+    async def finish(request: _Lean) -> Response:
         data = await admin_json(request)
-        reward, status = data.get("reward"), data.get("status")
-        if reward is not None and (not isinstance(reward, (int, float)) or isinstance(reward, bool)):
-            raise ProxyError("'reward' must be a number", 400, param="reward")
-        if status is not None and status not in {s.value for s in RolloutStatus}:
-            raise ProxyError(f"'status' must be one of {[s.value for s in RolloutStatus]}", 400, param="status")
-        rewards = data.get("rewards")
-        if rewards is not None and not isinstance(rewards, dict):
-            raise ProxyError("'rewards' must be an object", 400, param="rewards")
+        reward, status, rewards, error = (data.get(k) for k in ("reward", "status", "rewards", "error"))
+        _field(reward is None or _is_number(reward), "reward", "a number")
+        statuses = [s.value for s in RolloutStatus]
+        _field(status is None or (isinstance(status, str) and status in statuses), "status", f"one of {statuses}")
+        _field(rewards is None or (isinstance(rewards, dict) and all(map(_is_number, rewards.values()))),
+               "rewards", "an object of numbers")
+        _field(error is None or isinstance(error, str), "error", "a string")
         traj = recorder.finish(request.path_params["rollout_id"], reward=reward, status=status, rewards=rewards,
-                               error=data.get("error") if isinstance(data.get("error"), str) else None)
+                               error=error)
         return Response(traj.model_dump_json(), media_type="application/json")
 
-    @admin_route
-    async def pause(request: Request) -> Response:
+    async def pause(request: _Lean) -> Response:
+        admin(request)
         await engine.pause()
         return _Json({"paused": True})
 
-    @admin_route
-    async def resume(request: Request) -> Response:
+    async def resume(request: _Lean) -> Response:
+        admin(request)
         await engine.resume()
         return _Json({"paused": False})
 
@@ -345,19 +335,30 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         Route("/", root, methods=["GET", "HEAD"]),
         Route(base, root, methods=["GET", "HEAD"]),
         Route(base + "/", root, methods=["GET", "HEAD"]),
-        Route(base + "/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        Route(base + "/v1/models", models, methods=["GET"]),
-        Route(base + "/v1/models/{model:path}", model, methods=["GET"]),
-        Route("/admin/rollouts", create, methods=["POST"]),
-        Route("/admin/rollouts/{rollout_id}", get_rollout, methods=["GET"]),
-        Route("/admin/rollouts/{rollout_id}/finish", finish, methods=["POST"]),
-        Route("/admin/pause", pause, methods=["POST"]),
-        Route("/admin/resume", resume, methods=["POST"]),
+        Route(base + "/v1/messages/count_tokens", _guard("messages", count_tokens), methods=["POST"]),
+        Route(base + "/v1/models", _guard("chat", models), methods=["GET"]),
+        Route(base + "/v1/models/{model:path}", _guard("chat", model), methods=["GET"]),
+        Route("/admin/rollouts", _guard("admin", create), methods=["POST"]),
+        Route("/admin/rollouts/{rollout_id}", _guard("admin", get_rollout), methods=["GET"]),
+        Route("/admin/rollouts/{rollout_id}/finish", _guard("admin", finish), methods=["POST"]),
+        Route("/admin/pause", _guard("admin", pause), methods=["POST"]),
+        Route("/admin/resume", _guard("admin", resume), methods=["POST"]),
         Route("/admin/health", health, methods=["GET"]),
         Route(base + "/{rest:path}", unknown, methods=["GET", "POST", "PUT", "DELETE", "PATCH"]),
     ]
     hot = {"v1/chat/completions": chat, "v1/responses": responses, "v1/messages": messages}
-    return _ProxyApp(Starlette(routes=routes), hot)
+    router = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _http_error})
+    return _ProxyApp(router, hot)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _field(ok: bool, name: str, what: str) -> None:
+    """An admin body field of the wrong type: a 400 naming it."""
+    if not ok:
+        raise ProxyError(f"'{name}' must be {what}", 400, param=name)
 
 
 class _Final(bytes):

@@ -26,7 +26,9 @@ from ..trajectory import Trajectory
 from ..types import RolloutStatus
 from .app import build_app
 from .backends.base import Backend, SamplingParams
+from .conn_guard import guarded_http_protocol
 from .engine import Engine
+from .intake import Limits
 from .recorder import Recorder, RolloutHandle
 from .render import Renderer
 
@@ -37,13 +39,18 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 class ProxyServer:
     """The openforge proxy. ``port=0`` picks a free port; ``uds=PATH`` adds a Unix-socket listener
-    (for sandboxes without network); ``host=None`` with ``uds`` serves the socket only."""
+    (for sandboxes without network); ``host=None`` with ``uds`` serves the socket only.
+
+    Hostile-client bounds: a body of at most ``max_body_bytes`` (also after decompression), JSON nested
+    at most ``max_json_depth`` levels, request line + headers of at most ``max_header_bytes`` received
+    within ``header_timeout_s``, the body within ``body_timeout_s`` (else 413 / 400 / 431 / 408)."""
 
     def __init__(self, backend: Backend, *, store: Any = None, host: str | None = "127.0.0.1", port: int = 0,
                  uds: str | os.PathLike[str] | None = None, admin_token: str | None = None,
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
                  public_url: str | None = None, replay_window_s: float = 10.0,
-                 max_body_bytes: int = 64 * 1024 * 1024):
+                 max_body_bytes: int = 64 * 1024 * 1024, max_json_depth: int = 64,
+                 header_timeout_s: float = 10.0, body_timeout_s: float = 60.0, max_header_bytes: int = 64 * 1024):
         if host is None and uds is None:
             raise ConfigError("ProxyServer needs a host (TCP) or a uds path")
         if host is not None and host not in _LOOPBACK and not admin_token:
@@ -59,7 +66,9 @@ class ProxyServer:
                              replay_window_s=replay_window_s)
         self._public_url = public_url
         self.app = build_app(self.engine, admin_token=self.admin_token, public_url=lambda: self.url,
-                             max_body=max_body_bytes)
+                             limits=Limits(max_body=max_body_bytes, max_depth=max_json_depth))
+        self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
+        self.max_header_bytes = max_header_bytes
         self._server: Any = None
         self._task: asyncio.Task | None = None
         self._bound_port: int | None = None
@@ -97,7 +106,8 @@ class ProxyServer:
         for s in socks:
             s.listen(2048)
             s.setblocking(False)
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="off",
+        http = guarded_http_protocol(self.header_timeout_s, self.body_timeout_s, self.max_header_bytes)
+        config = uvicorn.Config(self.app, http=http, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=2048,
                                 proxy_headers=False)  # harnesses connect directly: no X-Forwarded-* to trust
         self._server = uvicorn.Server(config)
