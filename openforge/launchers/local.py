@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError
-from ._bwrap import BwrapMode, bwrap_argv, how_to_fix, probe_bwrap
+from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._reaper import kill_tree
@@ -88,8 +88,8 @@ class LocalLauncher(Launcher):
             if not bw.ok:
                 raise SandboxError(
                     f"cannot create the rollout sandbox (isolation={isolation!r} needs bubblewrap): {bw.error}. "
-                    f"To fix: {how_to_fix(bw)}. Weaker modes run only when named (isolation='unshare' or "
-                    "'none'), and in them an agent can forge its own reward")
+                    "Weaker modes run only when named (isolation='unshare' or 'none'), and in them an agent "
+                    "can forge its own reward")
             self.isolation, self.bwrap = "bwrap", bw
         elif isolation in ("unshare", "none"):
             mode, why = detect_isolation()
