@@ -158,7 +158,7 @@ class Forge:
         # no fixed sampling seed: a seeded back-end would sample every member of a group alike
         self.backend = TransformersBackend(self.model, self.tokenizer)
         self.store = TrajectoryStore(self.run_dir / "trajectories.db")
-        self.proxy = ProxyServer(self.backend, store=self.store, uds=self.socket_path("policy"), sampling={
+        self.proxy = ProxyServer(self.backend, store=self.store, agent_uds=self.socket_path("policy"), sampling={
             "temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens})
         await self.proxy.start()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -348,7 +348,6 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
     (one real rollout: sandbox, harness, verifier; the proxy's rollout is named ``rollout_id``). Used
     by the veRL agent loop, once per worker."""
     import os
-    import tempfile
 
     from .environment import get_environment
     from .plugins import get_harness, get_launcher
@@ -357,7 +356,6 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
 
     host = os.environ.get("OPENFORGE_PROXY_HOST", "127.0.0.1")
     proxy = ProxyServer(backend, host=host, sampling={"max_tokens": max_tokens},
-                        uds=f"{tempfile.mkdtemp(prefix='openforge-')}/proxy.sock",
                         admin_token=os.environ.get("OPENFORGE_ADMIN_TOKEN"),
                         public_url=os.environ.get("OPENFORGE_PROXY_PUBLIC_URL"))
     await proxy.start()

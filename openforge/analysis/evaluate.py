@@ -117,7 +117,7 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
     try:
         # TCP on loopback for harnesses that share the host network, plus a Unix socket that the
         # local launcher forwards into sandboxes whose network namespace has only loopback.
-        async with ProxyServer(backend, store=store, uds=os.path.join(sock_dir, "proxy.sock")) as server:
+        async with ProxyServer(backend, store=store, agent_uds=os.path.join(sock_dir, "proxy.sock")) as server:
             results = await run_groups(
                 tasks, req.trials, req.concurrency, harness=harness, environment=env, launcher=launcher,
                 proxy=server, store=store, max_retries=req.max_retries, min_group=1,

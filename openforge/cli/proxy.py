@@ -65,8 +65,7 @@ def serve(
                 typer.echo(f"admin token (set OPENFORGE_ADMIN_TOKEN to choose one): {token}")
             typer.echo(f"create a rollout: curl -s -X POST {proxy.url}/admin/rollouts -H 'authorization: Bearer "
                        f"{'$OPENFORGE_ADMIN_TOKEN' if not printed_token else token}' -d '{{\"task_id\": \"demo\"}}'")
-            while proxy._task is not None and not proxy._task.done():
-                await asyncio.sleep(0.5)
+            await proxy.wait_closed()
         await be.aclose()
 
     try:

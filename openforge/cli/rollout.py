@@ -80,12 +80,12 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
         backend_spec = f"scripted:{script}"
     backend = parse_backend_spec(backend_spec)
     launcher = get_launcher(launcher_name)(**opts)
-    uds = out / "proxy.sock"
+    uds = (out / "proxy.sock").resolve()
     admin = secrets.token_urlsafe(24) if host not in ("127.0.0.1", "::1", "localhost") else None
     store = TrajectoryStore(out / "store.db")
     try:
         async with ProxyServer(backend, store=store, host=host, port=port, admin_token=admin,
-                               uds=str(uds) if launcher_name == "local" else None) as proxy:
+                               agent_uds=str(uds) if launcher_name == "local" else None) as proxy:
             traj = await run_rollout(harness=harness, environment=environment, task=task, launcher=launcher,
                                      proxy=proxy, store=store, budget_s=budget)
     finally:

@@ -124,6 +124,10 @@ class CliHarness(Harness):
         """Harness-specific environment (endpoint, key, telemetry switches)."""
         return {}
 
+    def runtime_env(self) -> dict[str, str]:
+        """Environment the harness's runtime needs whatever the rollout (e.g. where its code is)."""
+        return {}
+
     def config_files(self, ctx: RolloutContext) -> dict[str, str]:
         """Config files to write, as {path relative to the private HOME: content}."""
         return {}
@@ -139,7 +143,7 @@ class CliHarness(Harness):
         path = os.pathsep.join([*self.node_path_dirs(), str(Path(exe).parent), os.environ.get("PATH", "")])
         for rel, content in self.config_files(ctx).items():
             await ctx.write_home_file(rel, content)
-        env = {"PATH": path, **self.environment(ctx), **self.extra_env}
+        env = {"PATH": path, **self.runtime_env(), **self.environment(ctx), **self.extra_env}
         argv = self.command(ctx, exe)
         res = await ctx.exec(argv, env=env)
         out = HarnessResult.from_exec(res, harness=self.name, budget_s=ctx.budget_s)
@@ -150,6 +154,9 @@ class CliHarness(Harness):
             except Exception as e:  # a parse problem of the final text is not a failed run
                 out.extra["final_text_error"] = f"{type(e).__name__}: {e}"
         return out
+
+
+_PKG_DIR = Path(__file__).resolve().parent.parent
 
 
 class PythonLoopHarness(CliHarness):
@@ -174,9 +181,14 @@ class PythonLoopHarness(CliHarness):
         return f"built in ({self.python})"
 
     def ro_paths(self) -> list[str]:
-        """The Python environment and the openforge package the loop runs from."""
-        pkg = str(Path(__file__).resolve().parent.parent.parent)
-        return sorted({sys.prefix, sys.base_prefix, pkg})
+        """The Python environment and the openforge package the loop runs from (the package
+        directory alone: a source checkout around it, with its run directories, stays hidden)."""
+        return sorted({sys.prefix, sys.base_prefix, str(_PKG_DIR)})
+
+    def runtime_env(self) -> dict[str, str]:
+        """The loop imports the same openforge as the driver (in a sandbox its parent directory
+        holds nothing but the package)."""
+        return {"PYTHONPATH": str(_PKG_DIR.parent)}
 
     def task_file(self, ctx: RolloutContext) -> str:
         return str(ctx.home / self.TASK_FILE)

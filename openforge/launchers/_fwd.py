@@ -1,10 +1,15 @@
 """In-sandbox init: TCP→Unix-socket forwarders, then run one command and pass its exit status on.
 
-Run as a plain script (``python -I -S _fwd.py [--lo-up] --map HOST:PORT=SOCK ... -- ARGV...``) inside
+Run as a plain script (``python -I -S _fwd.py [--drop UID:GID] [--chdir DIR] [--lo-up] --map HOST:PORT=SOCK ... -- ARGV...``) inside
 the sandbox's network namespace, where only ``lo`` exists. Each ``--map`` listens on ``HOST:PORT`` and
 pipes every connection to the Unix socket ``SOCK`` (bind-mounted from the host: the proxy and the
 environment's mock services), so unmodified harnesses that only speak TCP reach exactly those
 endpoints and nothing else. SIGTERM/SIGINT/SIGHUP are forwarded to the command's process group.
+
+``--drop UID:GID`` (bwrap run privileged by a root driver) is done before anything else: the
+capability bounding set is emptied, supplementary groups cleared, real/effective/saved uid and gid
+set to ``UID:GID``, ``no_new_privs`` set; then the init checks that no capability is left and exits
+126 if any step did not hold (fail closed: nothing runs with privileges).
 
 Stdlib only, no openforge imports: it must start in a few milliseconds.
 """
@@ -30,6 +35,30 @@ def _lo_up() -> None:
         ifr = struct.pack("16sH14s", b"lo", 0, b"")
         flags = struct.unpack("16sH14s", fcntl.ioctl(s, siocgifflags, ifr))[1]
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH14s", b"lo", flags | 0x1 | 0x40, b""))
+
+
+def _drop(uid: int, gid: int) -> None:
+    """Become ``uid:gid`` with no capabilities and ``no_new_privs`` (see the module docstring)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_capbset_drop, pr_set_no_new_privs = 24, 38
+    for cap in range(64):  # caps this kernel does not know fail with EINVAL: fine
+        libc.prctl(pr_capbset_drop, cap, 0, 0, 0)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:  # no effective/permitted/inheritable caps
+        raise OSError(ctypes.get_errno(), "capset failed")
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    with open("/proc/self/status") as f:
+        status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    caps = {k: int(status[k].strip(), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb") if k in status}
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or any(caps.values()) \
+            or status.get("NoNewPrivs", "").strip() != "1":
+        raise OSError(f"privileges not dropped: uids {os.getresuid()}, caps {caps}")
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -77,7 +106,22 @@ def main(argv: list[str]) -> int:
     lo_up = False
     i = 0
     while i < len(argv) and argv[i] != "--":
-        if argv[i] == "--lo-up":
+        if argv[i] == "--drop":
+            i += 1
+            uid, gid = (int(x) for x in argv[i].split(":"))
+            try:
+                _drop(uid, gid)
+            except (OSError, ValueError) as e:
+                print(f"_fwd: refusing to run: {e}", file=sys.stderr)
+                return 126
+        elif argv[i] == "--chdir":
+            i += 1
+            try:
+                os.chdir(argv[i])
+            except OSError as e:
+                print(f"_fwd: cannot chdir to {argv[i]}: {e}", file=sys.stderr)
+                return 126
+        elif argv[i] == "--lo-up":
             lo_up = True
         elif argv[i] == "--map":
             i += 1

@@ -1,7 +1,7 @@
 """Isolation primitives of the local launcher: namespace detection, cgroups (v1 and v2), rlimits,
 and the scrubbed environment a sandboxed process starts with.
 
-Owns: :func:`detect_isolation` (``bwrap`` > ``unshare`` > ``none``, probed once),
+Owns: :func:`detect_isolation` (the strongest of ``bwrap`` > ``unshare`` > ``none``, probed once),
 :class:`CgroupSet` (one rollout's memory / cpu / pids cgroups where writable), :func:`limits_prefix`,
 :func:`scrub_env`.
 """
@@ -36,24 +36,15 @@ def scrub_env(home: Path, tmpdir: Path, extra: Mapping[str, str] | None = None) 
 
 @functools.lru_cache(maxsize=1)
 def detect_isolation() -> tuple[str, str]:
-    """Return ``(mode, reason)``: ``bwrap`` (mount+pid+net+user namespaces), ``unshare`` (network
-    namespace only) or ``none``; ``reason`` says why a stronger mode was not available."""
-    reasons = []
-    bwrap = shutil.which("bwrap")
-    if bwrap:
-        try:
-            r = subprocess.run(
-                [bwrap, "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-all",
-                 "--unshare-user", "--die-with-parent", "--", "true"],
-                capture_output=True, timeout=20,
-            )
-            if r.returncode == 0:
-                return "bwrap", ""
-            reasons.append(f"bwrap failed: {r.stderr.decode(errors='replace').strip()[:200]}")
-        except (OSError, subprocess.TimeoutExpired) as e:
-            reasons.append(f"bwrap failed: {e}")
-    else:
-        reasons.append("bubblewrap (bwrap) is not installed")
+    """Return ``(mode, reason)``: the strongest mode that works here — ``bwrap`` (the full sandbox,
+    see ``_bwrap.py``), ``unshare`` (network namespace only) or ``none`` — and why a stronger one
+    is not available. Only ``bwrap`` is ever chosen by ``isolation='auto'``."""
+    from ._bwrap import probe_bwrap
+
+    bw = probe_bwrap()
+    if bw.ok:
+        return "bwrap", ""
+    reasons = [bw.error or "bwrap is not available"]
     unshare = shutil.which("unshare")
     if unshare:
         try:

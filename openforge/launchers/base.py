@@ -57,6 +57,9 @@ class Sandbox(abc.ABC):
     home: Path
     #: Base URL of the proxy as reachable from *inside* the sandbox (no trailing slash).
     proxy_url: str
+    #: How the sandbox isolates the agent (``bwrap``, ``unshare``, ``none``, ``pod``); every
+    #: trajectory records it (``metadata["isolation"]``).
+    isolation: str = "unknown"
 
     @abc.abstractmethod
     async def exec(

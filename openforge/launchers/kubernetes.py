@@ -279,6 +279,8 @@ class KubernetesSandbox(Sandbox):
     """A rollout pod. ``workdir`` / ``home`` are paths *inside the pod*; ``pull_workdir`` gives a
     local copy for file-based verifiers."""
 
+    isolation = "pod"
+
     def __init__(self, launcher: KubernetesLauncher, spec: SandboxSpec, pod: str, token: str, workdir: Path,
                  home: Path, proxy_url: str):
         self.launcher, self.spec, self.pod, self.token = launcher, spec, pod, token

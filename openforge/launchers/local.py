@@ -3,16 +3,20 @@ namespaces, with a wall-clock budget, resource limits and a scrubbed environment
 
 Owns: :class:`LocalLauncher`, :class:`LocalSandbox`.
 
-Isolation, strongest available first (probed once, see ``_isolation.detect_isolation``):
+Isolation (``isolation=``):
 
-* ``bwrap`` — bubblewrap: new mount, pid, user, net, ipc and uts namespaces; the host file system
-  read-only, ``/tmp``, ``/root``, ``/home`` and the sandboxes' base dir replaced by empty tmpfs, the
-  rollout's own dir bound back read-write at the same path (so host and sandbox paths agree), hidden
-  paths masked. The network namespace has only ``lo``: the proxy and the environment's services
-  arrive as bind-mounted Unix sockets, forwarded to ``127.0.0.1:PORT`` by a tiny in-sandbox init
-  (``_fwd.py``), so unmodified TCP-only harnesses work and nothing else is reachable.
-* ``unshare`` — a network namespace only (``unshare -n --map-root-user``), same forwarding.
-* ``none`` — a plain process group; a warning says the network is not isolated.
+* ``auto`` / ``bwrap`` — bubblewrap (see ``_bwrap.py``): new mount, pid, net, ipc and uts namespaces;
+  an allow-listed, read-only view of the system and the rollout's tools, empty ``/tmp``, the
+  rollout's own dir read-write at the same path (so host and sandbox paths agree), hidden paths
+  masked; the agent runs unprivileged (host uid ``nobody`` when the driver is root, the driver's
+  own uid in a user namespace otherwise), with no capabilities and ``no_new_privs``. The network
+  namespace has only ``lo``: the proxy's agent socket (model routes only) and the environment's
+  services arrive as bind-mounted Unix sockets, forwarded to ``127.0.0.1:PORT`` by a tiny in-sandbox
+  init (``_fwd.py``), so unmodified TCP-only harnesses work and nothing else is reachable. ``auto``
+  never falls back: where bubblewrap cannot run it refuses, saying why and how to fix it.
+* ``unshare`` — a network namespace only (``unshare -n --map-root-user``), same forwarding. Asked
+  for by name only; a warning says what an agent can then do (:data:`WEAK_MODE_RISKS`).
+* ``none`` — a plain process group. Asked for by name only, with the same kind of warning.
 
 Every sandbox process runs in cgroups (memory, cpu, pids; v1 or v2, where writable) and under
 lowered rlimits. Nothing outlives the driver: ``close`` kills process trees and removes the temp
@@ -36,19 +40,31 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError
+from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._reaper import kill_tree
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec
 
-__all__ = ["LocalLauncher", "LocalSandbox"]
+__all__ = ["WEAK_MODE_RISKS", "LocalLauncher", "LocalSandbox"]
 
 log = logging.getLogger(__name__)
 _HERE = Path(__file__).resolve().parent
 _FWD = str(_HERE / "_fwd.py")
 _REAPER = str(_HERE / "_reaper.py")
-SANDBOX_UID = 1000
 FIRST_PORT = 18000
+
+#: What an agent can do in each weaker mode, in plain words (logged when such a mode is asked for).
+WEAK_MODE_RISKS = {
+    "unshare": "only the network is isolated. The agent runs as your user (as root if the driver is root) on "
+               "the host's file system: it can read the driver's environment through /proc (API keys, "
+               "OPENFORGE_ADMIN_TOKEN) and so forge its reward, read and write other rollouts' directories, "
+               "read the task's verifier and reference solution, and leave files anywhere your user can write",
+    "none": "nothing is isolated. The agent runs as your user with the network open: it can read the driver's "
+            "environment through /proc (API keys, OPENFORGE_ADMIN_TOKEN), call the proxy's admin API and forge "
+            "its reward, read and write other rollouts' directories, read the task's verifier and reference "
+            "solution, and reach any port on this machine",
+}
 
 
 class LocalLauncher(Launcher):
@@ -66,21 +82,24 @@ class LocalLauncher(Launcher):
         cgroups: bool = True,
         ro_binds: Sequence[str] = (),
     ):
-        mode, why = detect_isolation()
-        if isolation == "auto":
-            self.isolation = mode
-        elif isolation in ("bwrap", "unshare", "none"):
-            order = ["none", "unshare", "bwrap"]
-            if order.index(isolation) > order.index(mode):
-                raise SandboxError(f"isolation {isolation!r} is not available here ({why})")
+        self.bwrap: BwrapMode | None = None
+        if isolation in ("auto", "bwrap"):
+            bw = probe_bwrap()
+            if not bw.ok:
+                raise SandboxError(
+                    f"cannot create the rollout sandbox (isolation={isolation!r} needs bubblewrap): {bw.error}. "
+                    "Weaker modes run only when named (isolation='unshare' or 'none'), and in them an agent "
+                    "can forge its own reward")
+            self.isolation, self.bwrap = "bwrap", bw
+        elif isolation in ("unshare", "none"):
+            mode, why = detect_isolation()
+            if isolation == "unshare" and mode == "none":
+                raise SandboxError(f"isolation 'unshare' is not available here ({why})")
             self.isolation = isolation
+            log.warning("local launcher: isolation=%r: %s. Use it only with a policy you trust.",
+                        isolation, WEAK_MODE_RISKS[isolation])
         else:
             raise SandboxError(f"unknown isolation {isolation!r}: use auto, bwrap, unshare or none")
-        if self.isolation != "bwrap":
-            cause = f"isolation={isolation!r} was asked for" if isolation != "auto" else (why or "namespaces unavailable")
-            log.warning("local launcher: %s; %s.%s", cause,
-                        "the network is NOT isolated" if self.isolation == "none" else "only the network is isolated",
-                        "" if isolation != "auto" else " Install bubblewrap (apt-get install bubblewrap) for full isolation.")
         self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes")
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.grace_s = grace_s
@@ -173,6 +192,8 @@ class LocalSandbox(Sandbox):
     async def _init(self) -> None:
         for d in (self.workdir, self.home, self.tmpdir):
             d.mkdir(mode=0o755)
+            self._own(d)
+        self._own(self.root)
         isolated_net = self.isolation != "none" and not self.spec.network
         if self.spec.proxy_uds and isolated_net:
             self.proxy_url = await self.expose(self.spec.proxy_uds)
@@ -223,6 +244,10 @@ class LocalSandbox(Sandbox):
             self._host_fwd.append(server)
             return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         port = port or FIRST_PORT + len(self._maps)
+        bw = self.launcher.bwrap
+        if bw is not None and bw.privileged:  # the agent (another uid) must be able to connect to it
+            with contextlib.suppress(OSError):
+                os.chmod(uds_path, os.stat(uds_path).st_mode & 0o777 | 0o666)
         self._maps.append((port, uds_path))
         return f"http://127.0.0.1:{port}"
 
@@ -243,41 +268,33 @@ class LocalSandbox(Sandbox):
 
     async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
         p = self._resolve(path)
+        missing = [d for d in [p.parent, *p.parent.parents] if not d.exists() and d.is_relative_to(self.root)]
         p.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(p.write_bytes, data)
         p.chmod(mode)
+        for d in [p, *missing]:
+            self._own(d)
 
     def _command(self, argv: Sequence[str], cwd: Path) -> list[str]:
         maps: list[str] = []
         for port, sock in self._maps:
             maps += ["--map", f"127.0.0.1:{port}={sock}"]
-        init = [sys.executable, "-I", "-S", _FWD, *maps, "--", *argv]
         if self.isolation == "unshare":
             return ["unshare", "--net", "--map-root-user", "--", sys.executable, "-I", "-S", _FWD, "--lo-up",
                     *maps, "--", *argv] if not self.spec.network else list(argv)
-        if self.isolation != "bwrap":
+        if self.isolation != "bwrap" or self.launcher.bwrap is None:
             return list(argv)
-        cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        for t in ("/tmp", "/var/tmp", "/run", "/root", "/home", str(self.launcher.base_dir)):
-            if Path(t).is_dir():
-                cmd += ["--tmpfs", t]
-        for b in [*_tool_dirs(), *self.launcher.ro_binds, *self.spec.ro_paths]:
-            if Path(b).exists():
-                cmd += ["--ro-bind", b, b]
-        for h in self.spec.hidden_paths:
-            if Path(h).is_dir():
-                cmd += ["--tmpfs", h]
-            elif Path(h).exists():
-                cmd += ["--ro-bind", "/dev/null", h]
-        cmd += ["--bind", str(self.root), str(self.root)]
-        for _, sock in self._maps:
-            cmd += ["--bind", sock, sock]
-        cmd += ["--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
-        if self.spec.network:
-            cmd += ["--share-net"]
-        cmd += ["--cap-drop", "ALL", "--new-session", "--die-with-parent", "--hostname", "sandbox",
-                "--chdir", str(cwd), "--"]
-        return cmd + (init if (maps and not self.spec.network) else list(argv))
+        return bwrap_argv(
+            self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths],
+            hidden=[*_ALWAYS_HIDDEN, *self.spec.hidden_paths], rw=[str(self.root), *(s for _, s in self._maps)],
+            cwd=cwd, maps=maps, network=self.spec.network, argv=argv,
+        )
+
+    def _own(self, path: Path) -> None:
+        """Hand a path the driver created to the agent's uid (a root driver's agent is ``nobody``)."""
+        bw = self.launcher.bwrap
+        if bw is not None and bw.privileged:
+            os.chown(path, bw.agent_uid, bw.agent_uid, follow_symlinks=False)
 
     async def exec(
         self,
@@ -363,34 +380,5 @@ class LocalSandbox(Sandbox):
         self.launcher._sandboxes.discard(self)
 
 
-_MASKED_TOPS = ("tmp", "var", "run")  # hidden behind a tmpfs in the sandbox (with root and home)
-
-
-def _tool_dirs() -> list[str]:
-    """Directories hidden by the sandbox's tmpfs mounts that hold tools the rollout needs: the
-    Python install and PATH entries under /root or /home (~/.pyenv, ~/.nvm, ~/.local: their top
-    dir), and the Python prefix or the openforge package itself when they live under /tmp, /var/tmp
-    or /run (a checkout or venv in a temp dir, as CI may use). All are bound back read-only."""
-    import openforge
-
-    cands = [sys.base_prefix, sys.prefix, *os.environ.get("PATH", "").split(os.pathsep)]
-    out: list[str] = []
-
-    def add(p: Path) -> None:
-        if p.is_dir() and str(p) not in out and p.name not in (".ssh", ".aws", ".config"):
-            out.append(str(p))
-
-    for c in cands:
-        if not c:
-            continue
-        for p in {Path(c), Path(c).resolve()}:
-            parts = p.parts
-            if len(parts) >= 3 and parts[1] in ("root", "home"):
-                add(Path(*parts[: 3 if parts[1] == "root" else 4]))
-            elif len(parts) >= 3 and parts[1] in _MASKED_TOPS and c in (sys.prefix, sys.base_prefix):
-                add(p)
-    pkg = Path(openforge.__file__).resolve().parent
-    if len(pkg.parts) >= 3 and pkg.parts[1] in (*_MASKED_TOPS, "root", "home"):
-        add(pkg)
-    return out
-
+#: Always masked inside the sandbox: the built-in environments' checks and reference solutions.
+_ALWAYS_HIDDEN = (str(Path(__file__).resolve().parent.parent / "envs"),)

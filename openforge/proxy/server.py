@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +39,40 @@ __all__ = ["ProxyServer"]
 _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
+class AgentOnly:
+    """ASGI wrapper for the socket sandboxes reach: only rollouts' model routes (``/r/{id}/...``,
+    still checked against each rollout's own key) are served; the admin API and everything else
+    answer 404, so no agent can reach the control plane even holding the admin token."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        rid, _, rest = path[3:].partition("/") if path.startswith("/r/") else ("", "", "")
+        if scope["type"] == "http" and rid and (rest == "" or rest == "v1" or rest.startswith("v1/")):
+            return await self.app(scope, receive, send)
+        body = b'{"error": {"type": "not_found", "message": "not served on the sandbox socket: only a rollout\'s model routes are"}}'
+        await send({"type": "http.response.start", "status": 404,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
 class ProxyServer:
     """The openforge proxy. ``port=0`` picks a free port; ``uds=PATH`` adds a Unix-socket listener
-    (for sandboxes without network); ``host=None`` with ``uds`` serves the socket only.
+    with every route. The socket sandboxes reach, :attr:`agent_uds` (``agent_uds=PATH``, default a
+    fresh private temp path), serves rollouts' model routes only (see :class:`AgentOnly`);
+    ``host=None`` serves the sockets only.
 
     Hostile-client bounds: a body of at most ``max_body_bytes`` (also after decompression), JSON nested
     at most ``max_json_depth`` levels, request line + headers of at most ``max_header_bytes`` received
     within ``header_timeout_s``, the body within ``body_timeout_s`` (else 413 / 400 / 431 / 408)."""
 
     def __init__(self, backend: Backend, *, store: Any = None, host: str | None = "127.0.0.1", port: int = 0,
-                 uds: str | os.PathLike[str] | None = None, admin_token: str | None = None,
+                 uds: str | os.PathLike[str] | None = None, agent_uds: str | os.PathLike[str] | None = None,
+                 admin_token: str | None = None,
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
                  public_url: str | None = None, replay_window_s: float = 10.0,
                  max_body_bytes: int = 64 * 1024 * 1024, max_json_depth: int = 64,
@@ -57,6 +83,8 @@ class ProxyServer:
             raise ConfigError(f"binding {host} (not loopback) requires an explicit admin token")
         self.backend = backend
         self.host, self.port, self.uds = host, port, (str(uds) if uds is not None else None)
+        self._agent_dir = None if agent_uds is not None else tempfile.mkdtemp(prefix="openforge-agent-")
+        self.agent_uds = str(agent_uds) if agent_uds is not None else f"{self._agent_dir}/proxy.sock"
         self.admin_token = admin_token or os.environ.get("OPENFORGE_ADMIN_TOKEN") or secrets.token_urlsafe(24)
         if isinstance(sampling, dict):
             sampling = SamplingParams(**sampling)
@@ -69,8 +97,7 @@ class ProxyServer:
                              limits=Limits(max_body=max_body_bytes, max_depth=max_json_depth))
         self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
         self.max_header_bytes = max_header_bytes
-        self._server: Any = None
-        self._task: asyncio.Task | None = None
+        self._servers: list[tuple[Any, asyncio.Task]] = []
         self._bound_port: int | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -84,9 +111,37 @@ class ProxyServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self._bound_port or self.port}"
 
-    async def start(self) -> ProxyServer:
+    @staticmethod
+    def _unix_socket(path: str) -> socket.socket:
+        p = Path(path)
+        if p.exists() and p.is_socket():
+            p.unlink()
+        u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        u.bind(path)
+        os.chmod(path, 0o666)  # a sandbox's agent runs as another uid
+        return u
+
+    async def _serve(self, app: Any, socks: list[socket.socket]) -> None:
         import uvicorn
 
+        for s in socks:
+            s.listen(2048)
+            s.setblocking(False)
+        http = guarded_http_protocol(self.header_timeout_s, self.body_timeout_s, self.max_header_bytes)
+        config = uvicorn.Config(app, http=http, log_level="warning", access_log=False, lifespan="off",
+                                timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=2048,
+                                proxy_headers=False)  # harnesses connect directly: no X-Forwarded-* to trust
+        server = uvicorn.Server(config)
+        server.install_signal_handlers = lambda: None  # uvicorn < 0.29
+        task = asyncio.ensure_future(server.serve(sockets=socks))
+        self._servers.append((server, task))
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("proxy server stopped during start-up")
+            await asyncio.sleep(0.01)
+
+    async def start(self) -> ProxyServer:
         socks: list[socket.socket] = []
         if self.host is not None:
             fam = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -96,44 +151,38 @@ class ProxyServer:
             self._bound_port = s.getsockname()[1]
             socks.append(s)
         if self.uds is not None:
-            p = Path(self.uds)
-            if p.exists() and p.is_socket():
-                p.unlink()
-            u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            u.bind(self.uds)
-            os.chmod(self.uds, 0o666)
-            socks.append(u)
-        for s in socks:
-            s.listen(2048)
-            s.setblocking(False)
-        http = guarded_http_protocol(self.header_timeout_s, self.body_timeout_s, self.max_header_bytes)
-        config = uvicorn.Config(self.app, http=http, log_level="warning", access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=2048,
-                                proxy_headers=False)  # harnesses connect directly: no X-Forwarded-* to trust
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # uvicorn < 0.29
-        self._task = asyncio.ensure_future(self._server.serve(sockets=socks))
-        while not self._server.started:
-            if self._task.done():
-                self._task.result()
-                raise RuntimeError("proxy server stopped during start-up")
-            await asyncio.sleep(0.01)
+            socks.append(self._unix_socket(self.uds))
+        try:
+            if socks:
+                await self._serve(self.app, socks)
+            await self._serve(AgentOnly(self.app), [self._unix_socket(self.agent_uds)])
+        except BaseException:
+            await self.stop()
+            raise
         return self
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-            if self._task is not None:
-                try:
-                    await asyncio.wait_for(self._task, 10)
-                except (asyncio.TimeoutError, Exception):
-                    self._task.cancel()
-            self._server = None
-        if self.uds and Path(self.uds).exists():
+        servers, self._servers = self._servers, []
+        for server, _ in servers:
+            server.should_exit = True
+        for _, task in servers:
             try:
-                Path(self.uds).unlink()
-            except OSError:
-                pass
+                await asyncio.wait_for(task, 10)
+            except (asyncio.TimeoutError, Exception):
+                task.cancel()
+        for path in (self.uds, self.agent_uds):
+            if path and Path(path).exists():
+                try:
+                    Path(path).unlink()
+                except OSError:
+                    pass
+        if self._agent_dir is not None:
+            shutil.rmtree(self._agent_dir, ignore_errors=True)
+
+    async def wait_closed(self) -> None:
+        """Return when any of the proxy's listeners has stopped (e.g. on a signal)."""
+        while self._servers and not any(task.done() for _, task in self._servers):
+            await asyncio.sleep(0.5)
 
     async def aclose(self) -> None:
         await self.stop()

@@ -81,7 +81,7 @@ async def collect_teacher(forge: Forge, tasks: Sequence[Task], *, teacher: str, 
 
     backend = teacher_backend(teacher, env=forge.env, tasks=tasks, tokenizer=forge.tokenizer)
     todo = [t for t in tasks if teacher != "reference" or forge.env.reference_solution(t)]
-    proxy = ProxyServer(backend, store=forge.store, uds=forge.socket_path("teacher"),
+    proxy = ProxyServer(backend, store=forge.store, agent_uds=forge.socket_path("teacher"),
                         sampling={"max_tokens": forge.cfg.rollout.max_tokens})
     await proxy.start()
     try:

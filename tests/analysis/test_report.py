@@ -10,6 +10,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from testdeps import missing
 from typer.testing import CliRunner
 
 from openforge.analysis.report import build_report, write_report
@@ -116,7 +117,7 @@ def _chromium() -> str | None:
 def test_report_in_headless_chromium(report: Path, demo: Path, tmp_path: Path) -> None:
     exe = _chromium()
     if exe is None:
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+        missing("Chromium is not installed (apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
     run = load_run(demo)
     requests: list[str] = []

@@ -7,6 +7,7 @@ import asyncio
 import shutil
 
 import pytest
+from testdeps import missing
 
 from openforge.environment import get_environment
 from openforge.envs.browser import BrowserEnvironment
@@ -81,7 +82,7 @@ async def test_pages_are_navigable_html(launcher):
 async def test_chromium_renders_the_app_inside_the_sandbox(launcher):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
-        pytest.skip("Chromium is not installed")
+        missing("Chromium is not installed (apt-get install chromium)")
     _, outs = await _run(launcher, ENV.task("web-shop-mugs"), [
         f"d=$(mktemp -d /tmp/chr.XXXXXX); TMPDIR=$d {chromium} --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
         "--user-data-dir=$d --dump-dom \"$WEB_URL/product/1\" 2>&1 | tail -40"], check=False)

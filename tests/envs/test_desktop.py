@@ -6,15 +6,24 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from testdeps import missing
 
 from openforge.environment import get_environment
 from openforge.envs.desktop import DesktopEnvironment
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 
-pytestmark = pytest.mark.skipif(not (shutil.which("Xvfb") and shutil.which("xdotool")),
-                                reason="Xvfb/xdotool not installed (apt-get install xvfb xdotool)")
-pytest.importorskip("tkinter")
+
+@pytest.fixture(autouse=True)
+def _desktop_tools():
+    if not (shutil.which("Xvfb") and shutil.which("xdotool")):
+        missing("Xvfb/xdotool not installed (apt-get install xvfb xdotool)")
+    try:
+        import tkinter  # noqa: F401
+    except ImportError:
+        missing("tkinter is not installed (apt-get install python3-tk)")
+
+
 ENV = DesktopEnvironment()
 
 

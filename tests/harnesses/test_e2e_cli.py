@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
+from testdeps import missing
 
 from openforge.errors import HarnessError
 from openforge.plugins import get_harness
@@ -30,7 +31,7 @@ def _harness(name, kwargs):
     try:
         h.check_installed()
     except HarnessError as e:
-        pytest.skip(f"{name} is not installed here: {e}")
+        missing(f"{name} is not installed here: {e}")
     return h
 
 

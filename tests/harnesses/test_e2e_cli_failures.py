@@ -5,8 +5,8 @@ key) exits non-zero → ``harness_error``. (Codex itself does not hang on a long
 
 from __future__ import annotations
 
-import pytest
 from e2e import describe_failure, run_e2e
+from testdeps import missing
 
 from openforge.errors import HarnessError
 from openforge.harnesses.codex import CodexHarness
@@ -18,7 +18,7 @@ def _installed(h):
     try:
         h.check_installed()
     except HarnessError as e:
-        pytest.skip(f"{h.name} is not installed here: {e}")
+        missing(f"{h.name} is not installed here: {e}")
     return h
 
 

@@ -11,6 +11,7 @@ import json
 
 import pytest
 from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
+from testdeps import missing
 
 from openforge.errors import HarnessError
 from openforge.harnesses.browser_use import BrowserUseHarness
@@ -24,7 +25,7 @@ def _installed(h):
     try:
         h.check_installed()
     except HarnessError as e:
-        pytest.skip(f"{h.name} is not installed here: {e}")
+        missing(f"{h.name} is not installed here: {e}")
     return h
 
 

@@ -22,6 +22,8 @@ from openforge.types import RolloutStatus as S
 
 pytest.importorskip("kubernetes")
 pytest.importorskip("kmock")
+from testdeps import smollm2_tokenizer
+
 from .kcluster import Cluster
 
 
@@ -173,14 +175,10 @@ async def test_rollouts_through_pods_with_retry_after_eviction(cluster, tmp_path
     from openforge.envs.claw import ClawEnvironment, reference_solution
     from openforge.harnesses.react import ReactHarness
     from openforge.proxy.backends.scripted import ScriptedBackend
-    from openforge.proxy.backends.transformers import load_tokenizer
     from openforge.proxy.server import ProxyServer
     from openforge.rollout import run_groups, run_rollout
 
-    try:
-        tok = load_tokenizer("smollm2-135m")
-    except Exception as e:
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    tok = smollm2_tokenizer()
     env = ClawEnvironment()
     turns = {"turns": [{"shell": c} for c in reference_solution("files-rename")] + [{"text": "done"}],
              "tasks": {"files-append-line": [{"shell": "sleep 3"}, {"text": "done"}]}}

@@ -82,12 +82,12 @@ async def test_network_reaches_proxy_socket_and_nothing_else(launcher, tmp_path)
         host_tcp.close()
 
 
-async def test_fallback_without_namespaces_warns_and_forwards(tmp_path, caplog):
+async def test_named_weak_mode_warns_what_an_agent_can_do_and_forwards(tmp_path, caplog):
     sock = str(tmp_path / "p.sock")
     server = await _http_uds_server(sock, b"hello")
     launcher = LocalLauncher(base_dir=tmp_path / "sbx", isolation="none")
     try:
-        assert "NOT isolated" in caplog.text
+        assert "nothing is isolated" in caplog.text and "forge its reward" in caplog.text
         async with await launcher.start(spec(uds=sock)) as sbx:
             url = await sbx.expose(sock)
             r = await sbx.exec([sys.executable, "-c", f"import urllib.request;print(urllib.request.urlopen('{url}').read())"])

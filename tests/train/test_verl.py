@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from testdeps import smollm2_tokenizer as load_smollm2_tokenizer
 
 from openforge.config import load_config
 from openforge.task import Task
@@ -264,12 +265,7 @@ async def test_agent_loop_sessions_and_group_failure(tiny_llama, smollm2_tokeniz
 
 @pytest.fixture(scope="module")
 def smollm2_tokenizer():
-    try:
-        from openforge.proxy.backends.transformers import load_tokenizer
-
-        return load_tokenizer("smollm2-135m")
-    except Exception as e:
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    return load_smollm2_tokenizer()
 
 
 @pytest.mark.gpu
