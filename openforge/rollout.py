@@ -131,9 +131,13 @@ async def run_rollout(
             t = time.monotonic()
             try:
                 verdict = await asyncio.wait_for(environment.verify(task, sandbox), task.verify_timeout_s)
+                verdict.check_finite()  # NaN/Infinity is a broken verifier, never a score (nor "success")
                 status = S.SUCCESS if verdict.reward >= success_threshold else S.POLICY_FAILURE
             except asyncio.TimeoutError:
                 status, error = S.ENV_ERROR, f"verifier of {task.id} ran over {task.verify_timeout_s:.0f}s"
+            except ValueError as e:  # pydantic's ValidationError too: a verdict that is not a valid score
+                verdict, status = None, S.ENV_ERROR
+                error = f"verifier of {task.id} gave an invalid result: {_err(e)}"
             except Exception as e:
                 status = _launch_status(e, S.ENV_ERROR)
                 error = f"verifier of {task.id} raised {_err(e)}"
