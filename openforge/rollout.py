@@ -197,9 +197,11 @@ async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta:
 
 async def _finish(proxy: Any, rid: str, reward: float, status: RolloutStatus, rewards: dict[str, float],
                   error: str | None, env_name: str) -> Trajectory | None:
+    # An in-process proxy's afinish_rollout waits for calls still in flight (a 200 is never missing from the trajectory).
+    finish = getattr(proxy, "afinish_rollout", None) or proxy.finish_rollout
     try:
-        return await _maybe_await(proxy.finish_rollout(rid, reward=reward, status=status, rewards=rewards,
-                                                       error=error, environment=env_name))
+        return await _maybe_await(finish(rid, reward=reward, status=status, rewards=rewards,
+                                         error=error, environment=env_name))
     except Exception:
         return None
 

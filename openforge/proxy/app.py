@@ -2,8 +2,8 @@
 
 Owns: :func:`build_app` and the HTTP contract of DESIGN (routes under ``/r/{rollout_id}``:
 ``POST /v1/chat/completions``, ``POST /v1/responses``, ``POST /v1/messages`` (+ ``/count_tokens``),
-``GET /v1/models``, ``HEAD /``; admin: ``POST /admin/rollouts``, ``GET /admin/rollouts/{id}``,
-``POST /admin/rollouts/{id}/finish``, ``POST /admin/pause``, ``POST /admin/resume``,
+``GET /v1/models``, ``HEAD /``; admin: ``POST /admin/rollouts``, ``GET /admin/rollouts`` (open ones),
+``GET /admin/rollouts/{id}``, ``POST /admin/rollouts/{id}/finish`` (waits for the calls in flight), ``POST /admin/pause``, ``POST /admin/resume``,
 ``GET /admin/health``). Every error comes back in the called API's error shape, with a status the
 SDKs retry only when retrying can help (5xx/429 for back-end trouble, 4xx for the caller's mistakes).
 The three model routes are dispatched straight from the ASGI scope (:class:`_ProxyApp`); the rest go
@@ -168,8 +168,8 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             raise ProxyError(f"unknown rollout {rid!r}", 401, kind="authentication_error")
         if not secrets.compare_digest(key.encode(), st.api_key.encode()):
             raise ProxyError(f"this API key is not valid for rollout {rid!r}", 403, kind="permission_error")
-        if live and st.finished is not None:
-            raise ProxyError(f"rollout {rid!r} is finished", 403, kind="permission_error")
+        if live and not st.accepting:
+            raise ProxyError(f"rollout {rid!r} is finished: it takes no more calls", 409)
         return st
 
     async def serve(request: Request, adapter: Any) -> Response:
@@ -322,9 +322,18 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         rewards = data.get("rewards")
         if rewards is not None and not isinstance(rewards, dict):
             raise ProxyError("'rewards' must be an object", 400, param="rewards")
-        traj = recorder.finish(request.path_params["rollout_id"], reward=reward, status=status, rewards=rewards,
-                               error=data.get("error") if isinstance(data.get("error"), str) else None)
+        wait_s = data.get("wait_s")
+        if wait_s is not None and (not isinstance(wait_s, (int, float)) or isinstance(wait_s, bool)
+                                   or not 0 <= wait_s <= 3600):
+            raise ProxyError("'wait_s' must be a number of seconds between 0 and 3600", 400, param="wait_s")
+        traj = await recorder.afinish(request.path_params["rollout_id"], wait_s=wait_s, reward=reward, status=status,
+                                      rewards=rewards,
+                                      error=data.get("error") if isinstance(data.get("error"), str) else None)
         return Response(traj.model_dump_json(), media_type="application/json")
+
+    @admin_route
+    async def list_open(request: Request) -> Response:
+        return _Json({"open": recorder.open_rollouts()})
 
     @admin_route
     async def pause(request: Request) -> Response:
@@ -349,6 +358,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         Route(base + "/v1/models", models, methods=["GET"]),
         Route(base + "/v1/models/{model:path}", model, methods=["GET"]),
         Route("/admin/rollouts", create, methods=["POST"]),
+        Route("/admin/rollouts", list_open, methods=["GET"]),
         Route("/admin/rollouts/{rollout_id}", get_rollout, methods=["GET"]),
         Route("/admin/rollouts/{rollout_id}/finish", finish, methods=["POST"]),
         Route("/admin/pause", pause, methods=["POST"]),
