@@ -301,3 +301,20 @@ def test_export_skips_a_bad_stored_row_with_a_warning_naming_it(tmp_path):
     with pytest.warns(StoreWarning, match=r"rollout bad: reward is nan"):  # in-memory trajectories too
         assert export_trajectories([ok[0].model_copy(update={"rollout_id": "bad", "reward": float("nan")}), ok[1]],
                                    tmp_path / "y.jsonl") == 1
+
+
+async def test_a_cancelled_async_waiter_does_not_break_the_writer(tmp_path):
+    """Cancelling the task awaiting a write must not cancel the write's future under the writer
+    thread (resolving a cancelled future raised there and killed it: every later write hung)."""
+    with TrajectoryStore(tmp_path / "s.db") as store:
+        for i in range(20):
+            t = asyncio.ensure_future(store.aappend_call("r", ModelCall(index=i, prompt_ids=[i], output_ids=[i],
+                                                                        output_logprobs=[-1.0])))
+            await asyncio.sleep(0)
+            t.cancel()
+        last = threading.Thread(target=store.append_call, daemon=True, args=("r", ModelCall(
+            index=20, prompt_ids=[20], output_ids=[20], output_logprobs=[-1.0])))
+        last.start()
+        last.join(10)
+        assert not last.is_alive(), "the store's writer thread is gone: writes hang"
+        assert [c.index for c in store.calls("r")] == list(range(21))  # a queued write is never taken back
