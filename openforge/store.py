@@ -1,7 +1,8 @@
 """Durable trajectory store: an append-only call log and finished trajectories in SQLite (WAL).
 
-Owns: :class:`TrajectoryStore` (the embedded default store), :func:`export_trajectories` (JSONL /
-Parquet) and :func:`load_trajectories` (reads a store, JSONL or Parquet file back).
+Owns: :class:`TrajectoryStore` (the embedded default store: opening or creating it, durable writes,
+reads). :func:`export_trajectories` and :func:`load_trajectories` live in :mod:`openforge.trajectory_io`
+and are importable from here too.
 
 Durability: ``append_call`` returns only after the call's transaction is committed with
 ``synchronous=FULL`` (the WAL is fsynced), so an acknowledged call survives ``kill -9`` of the
@@ -19,14 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import queue
 import sqlite3
 import threading
 import time
-import warnings
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import StoreCorrupt, StoreError, StoreForeign, StoreLocked
+from .finite import first_nonfinite, nonfinite_in_trajectory
 from .trajectory import Trajectory, _common_prefix
+from .trajectory_io import StoreWarning, _parse_traj, export_trajectories, load_trajectories, warn_skipped
 from .types import ModelCall
 
 __all__ = ["StoreWarning", "TrajectoryStore", "export_trajectories", "load_trajectories", "warn_skipped"]
@@ -97,57 +98,12 @@ def _store_error(path: Path, e: sqlite3.Error, timeout_s: float) -> StoreError:
     return StoreCorrupt(f"{path} is not a readable openforge store: the database is damaged or not a database ({e})")
 
 
-def _finite_problem(traj: Trajectory) -> str | None:
-    """The first non-finite number of ``traj`` (its JSON could not be read back), or None."""
-    if not math.isfinite(traj.reward):
-        return f"reward is {traj.reward}"
-    for k, v in traj.rewards.items():
-        if not math.isfinite(v):
-            return f"rewards[{k!r}] is {v}"
-    for i, seg in enumerate(traj.segments):
-        if not math.isfinite(seg.reward):
-            return f"segments[{i}].reward is {seg.reward}"
-        bad = _first_nonfinite(seg.logprobs)
-        if bad is not None:
-            return f"segments[{i}].logprobs[{bad[0]}] is {bad[1]}"
-    for c in traj.calls:
-        bad = _first_nonfinite(c.output_logprobs)
-        if bad is not None:
-            return f"call {c.index}: output_logprobs[{bad[0]}] is {bad[1]}"
-        if not math.isfinite(c.latency_s):
-            return f"call {c.index}: latency_s is {c.latency_s}"
-    bad_metric = _nonfinite_in(traj.metrics, "metrics")
-    return bad_metric
-
-
 def _finite_call(rollout_id: str, call: ModelCall) -> ModelCall:
-    bad = _first_nonfinite(call.output_logprobs)
+    bad = first_nonfinite(call.output_logprobs)
     if bad is not None:
         raise StoreError(f"rollout {rollout_id}: call {call.index}: output_logprobs[{bad[0]}] is {bad[1]}; "
                          "the store keeps finite numbers only")
     return call
-
-
-def _first_nonfinite(xs: list[float]) -> tuple[int, float] | None:
-    if math.isfinite(sum(xs)):  # fast path: a finite sum has only finite terms
-        return None
-    return next(((i, x) for i, x in enumerate(xs) if not math.isfinite(x)), None)
-
-
-def _nonfinite_in(value: Any, where: str) -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{where} is {value}"
-    if isinstance(value, dict):
-        items: Iterable[tuple[Any, Any]] = value.items()
-    elif isinstance(value, (list, tuple)):
-        items = enumerate(value)
-    else:
-        return None
-    for k, v in items:
-        bad = _nonfinite_in(v, f"{where}[{k!r}]")
-        if bad is not None:
-            return bad
-    return None
 
 
 class TrajectoryStore:
@@ -363,7 +319,7 @@ class TrajectoryStore:
         """Store (or replace) a finished trajectory; its segments are validated first. A non-finite
         number anywhere in it (NaN/Infinity reward, sub-score, logprob, metric) is refused with a
         :class:`StoreError` naming it: its JSON could not be read back."""
-        bad = _finite_problem(traj)
+        bad = nonfinite_in_trajectory(traj)
         if bad is not None:
             raise StoreError(f"rollout {traj.rollout_id}: {bad}; the store keeps finite numbers only")
         traj.validate_segments()
@@ -478,175 +434,3 @@ class TrajectoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _parse_traj(data: str | bytes, where: str) -> Trajectory:
-    try:
-        traj = Trajectory.model_validate_json(data)
-    except ValidationError as e:
-        raise StoreError(f"{where}: not a valid trajectory (version 1): {e.error_count()} problem(s), first: "
-                         f"{e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
-    bad = _finite_problem(traj)
-    if bad is not None:
-        raise StoreError(f"{where}: not a valid trajectory (version 1): {bad}")
-    return traj
-
-
-def warn_skipped(e: StoreError) -> None:
-    """The default ``on_bad`` of exports: a warning naming the row that was left out."""
-    warnings.warn(f"skipped {e}", StoreWarning, stacklevel=3)
-
-
-class StoreWarning(UserWarning):
-    """A stored row was left out of an export or a load because it is not a valid trajectory."""
-
-
-# -------------------------------------------------------------------- export / load
-
-def _arrow_schema() -> Any:
-    import pyarrow as pa
-
-    segment = pa.struct(
-        [
-            ("input_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())),
-            ("logprobs", pa.list_(pa.float64())),
-            ("call_indices", pa.list_(pa.int32())),
-            ("break_reason", pa.string()),
-            ("reward", pa.float64()),
-        ]
-    )
-    return pa.schema(
-        [
-            ("version", pa.int32()),
-            ("rollout_id", pa.string()),
-            ("task_id", pa.string()),
-            ("harness", pa.string()),
-            ("environment", pa.string()),
-            ("status", pa.string()),
-            ("reward", pa.float64()),
-            ("rewards", pa.string()),  # JSON
-            ("calls", pa.string()),  # JSON list of ModelCall
-            ("segments", pa.list_(segment)),
-            ("metrics", pa.string()),  # JSON
-            ("error", pa.string()),
-            ("metadata", pa.string()),  # JSON
-        ]
-    )
-
-
-def _import_pyarrow() -> Any:
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise StoreError("Parquet needs pyarrow: pip install 'openforge[parquet]'") from None
-    return pyarrow
-
-
-def export_trajectories(trajs: Iterable[Trajectory], out: str | Path, fmt: str | None = None, *,
-                        on_bad: Callable[[StoreError], None] = warn_skipped) -> int:
-    """Write trajectories to ``out`` as ``jsonl`` (one trajectory JSON per line) or ``parquet``.
-
-    Returns the number written. The format defaults to the file suffix. A trajectory whose JSON could
-    not be read back (a non-finite number) is handed to ``on_bad`` (default: a warning naming it) and
-    left out; the rest are written.
-    """
-    trajs = _readable(trajs, on_bad)
-    out = Path(out)
-    fmt = (fmt or out.suffix.lstrip(".")).lower()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "jsonl":
-        n = 0
-        tmp = out.with_name(out.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for t in trajs:
-                f.write(t.to_json())
-                f.write("\n")
-                n += 1
-        tmp.replace(out)
-        return n
-    if fmt == "parquet":
-        pa = _import_pyarrow()
-        rows = []
-        for t in trajs:
-            d = t.model_dump(mode="json")
-            rows.append(
-                {
-                    **{k: d[k] for k in ("version", "rollout_id", "task_id", "harness", "environment", "status", "reward", "error")},
-                    "rewards": json.dumps(d["rewards"]),
-                    "calls": json.dumps(d["calls"]),
-                    "segments": d["segments"],
-                    "metrics": json.dumps(d["metrics"]),
-                    "metadata": json.dumps(d["metadata"]),
-                }
-            )
-        table = pa.Table.from_pylist(rows, schema=_arrow_schema())
-        tmp = out.with_name(out.name + ".tmp")
-        pa.parquet.write_table(table, tmp)
-        tmp.replace(out)
-        return len(rows)
-    raise StoreError(f"unknown export format {fmt!r} (use jsonl or parquet)")
-
-
-def _readable(trajs: Iterable[Trajectory], on_bad: Callable[[StoreError], None]) -> Iterator[Trajectory]:
-    for t in trajs:
-        bad = _finite_problem(t)
-        if bad is None:
-            yield t
-        else:
-            on_bad(StoreError(f"rollout {t.rollout_id}: {bad} (its JSON could not be read back)"))
-
-
-def load_trajectories(path: str | Path, *, on_bad: Callable[[StoreError], None] = warn_skipped) -> list[Trajectory]:
-    """Read trajectories from a store, a ``.jsonl`` export or a ``.parquet`` export.
-
-    A store row that is not a valid trajectory (e.g. written by an older version) is handed to
-    ``on_bad`` (default: a :class:`StoreWarning` naming it) and skipped; the rest are returned. An
-    export file with a bad line is an error naming the line."""
-    path = Path(path)
-    if not path.is_file():
-        raise StoreError(f"{path}: no such file")
-    with path.open("rb") as f:
-        head = f.read(16)
-    if head == _SQLITE_MAGIC:
-        with TrajectoryStore(path) as store:
-            return list(store.trajectories(on_bad=on_bad))
-    if head[:4] == b"PAR1":
-        pa = _import_pyarrow()
-        try:
-            table = pa.parquet.read_table(path)
-        except Exception as e:
-            raise StoreError(f"{path}: unreadable Parquet file: {e}") from None
-        missing = {"rollout_id", "calls", "segments"} - set(table.column_names)
-        if missing:
-            raise StoreError(f"{path}: not an openforge trajectory export (missing columns {sorted(missing)})")
-        out = []
-        for row in table.to_pylist():
-            data = {
-                **row,
-                "rewards": json.loads(row["rewards"] or "{}"),
-                "calls": json.loads(row["calls"] or "[]"),
-                "metrics": json.loads(row["metrics"] or "{}"),
-                "metadata": json.loads(row["metadata"] or "{}"),
-            }
-            out.append(_parse_traj(json.dumps(data), f"{path}:{row['rollout_id']}"))
-        return out
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text.lstrip().startswith("{"):
-        try:  # a single trajectory.json (possibly pretty-printed)
-            whole = json.loads(text)
-        except json.JSONDecodeError:
-            whole = None
-        if isinstance(whole, dict):
-            return [_parse_traj(text, str(path))]
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            json.loads(line)
-        except json.JSONDecodeError as e:
-            raise StoreError(f"{path}:{lineno}: not JSON ({e.msg}); expected one trajectory per line") from None
-        out.append(_parse_traj(line, f"{path}:{lineno}"))
-    return out
