@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import abc
 import difflib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import ConfigError
 from .task import Task
@@ -33,13 +34,34 @@ __all__ = ["Environment", "VerifyResult", "get_environment", "list_environments"
 
 class VerifyResult(BaseModel):
     """A verifier's verdict: ``reward`` (what GRPO trains on), ``rewards`` (named sub-scores for
-    analysis) and a human-readable ``detail``."""
+    analysis) and a human-readable ``detail``. Rewards are finite: NaN or ±Infinity is refused (a
+    verifier that produces one has failed: ``env_error``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     reward: float
     rewards: dict[str, float] = Field(default_factory=dict)
     detail: str = ""
+
+    @field_validator("reward")
+    @classmethod
+    def _finite_reward(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError(f"reward must be a finite number, got {v}")
+        return v
+
+    @field_validator("rewards")
+    @classmethod
+    def _finite_rewards(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if not math.isfinite(x)}
+        if bad:
+            raise ValueError(f"sub-scores must be finite numbers, got {bad}")
+        return v
+
+    def check_finite(self) -> None:
+        """Raise ValueError if a reward is NaN or infinite (e.g. one built with ``model_construct``)."""
+        self._finite_reward(self.reward)
+        self._finite_rewards(self.rewards)
 
     @classmethod
     def from_checks(cls, checks: dict[str, bool], *, partial: bool = False, detail: str = "") -> VerifyResult:

@@ -5,7 +5,10 @@ these exceptions are for callers' mistakes and for infrastructure the framework 
 
     ForgeError
     ├── ConfigError            bad config / CLI input (all problems listed at once)
-    ├── StoreError             corrupt, foreign or unreadable store / export file
+    ├── StoreError             unusable store / export file, or data a store refuses
+    │   ├── StoreLocked        another process held the store's lock past the timeout
+    │   ├── StoreForeign       a SQLite database that is not an openforge store
+    │   └── StoreCorrupt       not a database at all, or a damaged one
     ├── BackendError           the policy back-end failed or timed out (→ infra_error)
     │   └── BackendTimeout
     ├── HarnessError           harness not installed, crashed, misconfigured (→ harness_error)
@@ -27,7 +30,10 @@ __all__ = [
     "HarnessNotInstalled",
     "ProxyError",
     "SandboxError",
+    "StoreCorrupt",
     "StoreError",
+    "StoreForeign",
+    "StoreLocked",
 ]
 
 
@@ -43,6 +49,18 @@ class ConfigError(ForgeError):
 
 class StoreError(ForgeError):
     pass
+
+
+class StoreLocked(StoreError):
+    """Another process held the store's lock longer than the timeout (retry, or raise ``timeout_s``)."""
+
+
+class StoreForeign(StoreError):
+    """The file is a SQLite database, but not an openforge store (wrong path?)."""
+
+
+class StoreCorrupt(StoreError):
+    """The file is not a database, or its database is damaged."""
 
 
 class BackendError(ForgeError):

@@ -133,9 +133,13 @@ async def run_rollout(
             t = time.monotonic()
             try:
                 verdict = await asyncio.wait_for(environment.verify(task, sandbox), task.verify_timeout_s)
+                verdict.check_finite()  # NaN/Infinity is a broken verifier, never a score (nor "success")
                 status = S.SUCCESS if verdict.reward >= success_threshold else S.POLICY_FAILURE
             except asyncio.TimeoutError:
                 status, error = S.ENV_ERROR, f"verifier of {task.id} ran over {task.verify_timeout_s:.0f}s"
+            except ValueError as e:  # pydantic's ValidationError too: a verdict that is not a valid score
+                verdict, status = None, S.ENV_ERROR
+                error = f"verifier of {task.id} gave an invalid result: {_err(e)}"
             except Exception as e:
                 status = _launch_status(e, S.ENV_ERROR)
                 error = f"verifier of {task.id} raised {_err(e)}"
@@ -195,9 +199,11 @@ async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta:
 
 async def _finish(proxy: Any, rid: str, reward: float, status: RolloutStatus, rewards: dict[str, float],
                   error: str | None, env_name: str) -> Trajectory | None:
+    # An in-process proxy's afinish_rollout waits for calls still in flight (a 200 is never missing from the trajectory).
+    finish = getattr(proxy, "afinish_rollout", None) or proxy.finish_rollout
     try:
-        return await _maybe_await(proxy.finish_rollout(rid, reward=reward, status=status, rewards=rewards,
-                                                       error=error, environment=env_name))
+        return await _maybe_await(finish(rid, reward=reward, status=status, rewards=rewards,
+                                         error=error, environment=env_name))
     except Exception:
         return None
 

@@ -1,7 +1,8 @@
 """Durable trajectory store: an append-only call log and finished trajectories in SQLite (WAL).
 
-Owns: :class:`TrajectoryStore` (the embedded default store), :func:`export_trajectories` (JSONL /
-Parquet) and :func:`load_trajectories` (reads a store, JSONL or Parquet file back).
+Owns: :class:`TrajectoryStore` (the embedded default store: opening or creating it, durable writes,
+reads). :func:`export_trajectories` and :func:`load_trajectories` live in :mod:`openforge.trajectory_io`
+and are importable from here too.
 
 Durability: ``append_call`` returns only after the call's transaction is committed with
 ``synchronous=FULL`` (the WAL is fsynced), so an acknowledged call survives ``kill -9`` of the
@@ -24,18 +25,20 @@ import sqlite3
 import threading
 import time
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import StoreError
+from .errors import StoreCorrupt, StoreError, StoreForeign, StoreLocked
+from .finite import first_nonfinite, nonfinite_in_trajectory
 from .trajectory import Trajectory, _common_prefix
+from .trajectory_io import StoreWarning, _parse_traj, export_trajectories, load_trajectories, warn_skipped
 from .types import ModelCall
 
-__all__ = ["TrajectoryStore", "export_trajectories", "load_trajectories"]
+__all__ = ["StoreWarning", "TrajectoryStore", "export_trajectories", "load_trajectories", "warn_skipped"]
 
 FORMAT = "openforge-store"
 SCHEMA_VERSION = 1
@@ -75,15 +78,41 @@ def _check_file(path: Path) -> None:
     if not path.exists():
         return
     if path.is_dir():
-        raise StoreError(f"{path} is a directory, not an openforge store file")
+        raise StoreCorrupt(f"{path} is a directory, not an openforge store file")
     with path.open("rb") as f:
         head = f.read(16)
-    if head and head != _SQLITE_MAGIC:
-        raise StoreError(f"{path} is not an openforge store (not a SQLite database)")
+    if not _SQLITE_MAGIC.startswith(head):  # empty or still being created by another process: fine
+        raise StoreCorrupt(f"{path} is not an openforge store: not a SQLite database (starts with {head[:12]!r})")
+
+
+def _busy(e: sqlite3.Error) -> bool:
+    msg = str(e).lower()
+    return isinstance(e, sqlite3.OperationalError) and ("locked" in msg or "busy" in msg)
+
+
+def _store_error(path: Path, e: sqlite3.Error, timeout_s: float) -> StoreError:
+    """What a SQLite error while opening ``path`` means, in the store's terms."""
+    if _busy(e):
+        return StoreLocked(f"{path} is locked: another process held it for more than {timeout_s:g}s ({e}); "
+                           f"retry, or open it with a longer timeout_s")
+    return StoreCorrupt(f"{path} is not a readable openforge store: the database is damaged or not a database ({e})")
+
+
+def _finite_call(rollout_id: str, call: ModelCall) -> ModelCall:
+    bad = first_nonfinite(call.output_logprobs)
+    if bad is not None:
+        raise StoreError(f"rollout {rollout_id}: call {call.index}: output_logprobs[{bad[0]}] is {bad[1]}; "
+                         "the store keeps finite numbers only")
+    return call
 
 
 class TrajectoryStore:
-    """SQLite-backed store of calls and trajectories. Thread-safe; use one instance per process."""
+    """SQLite-backed store of calls and trajectories. Thread-safe; use one instance per process.
+
+    Opening raises :class:`~openforge.errors.StoreLocked` (another process held the lock past
+    ``timeout_s``), :class:`~openforge.errors.StoreForeign` (a SQLite database that is not an openforge
+    store) or :class:`~openforge.errors.StoreCorrupt` (not a database, or a damaged one). Any number of
+    processes may create and open the same new file at once."""
 
     def __init__(self, path: str | Path, *, timeout_s: float = 30.0):
         self.path = Path(path)
@@ -95,28 +124,66 @@ class TrajectoryStore:
         self._tails: dict[str, tuple[int, list[int]]] = {}  # rollout -> (idx, prompt+output of last call)
         self._tails_lock = threading.Lock()
         self._closed = False
-        conn = None
-        try:
-            conn = self._connect()
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if tables and "meta" not in tables:
-                raise StoreError(f"{self.path} is a SQLite database but not an openforge store")
-            with conn:
-                conn.executescript(_SCHEMA)
-                fmt = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-                if not fmt:
-                    conn.execute("INSERT INTO meta VALUES ('format', ?), ('schema', ?)", (FORMAT, str(SCHEMA_VERSION)))
-                elif fmt.get("format") != FORMAT:
-                    raise StoreError(f"{self.path} is a SQLite database but not an openforge store")
-                elif int(fmt.get("schema", "0")) > SCHEMA_VERSION:
-                    raise StoreError(f"{self.path} was written by a newer openforge (schema {fmt['schema']})")
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is not a readable openforge store: {e}") from None
-        finally:
-            if conn is not None:
-                conn.close()
+        self._open_or_create()
         self._writer = threading.Thread(target=self._write_loop, name="openforge-store-writer", daemon=True)
         self._writer.start()
+
+    def _open_or_create(self) -> None:
+        """Check the file is an openforge store, creating the schema if it is new.
+
+        Race-free across processes: the schema and the format row are written in one ``BEGIN
+        IMMEDIATE`` transaction (``CREATE … IF NOT EXISTS``, ``INSERT OR IGNORE``), so whoever comes
+        second finds a complete store. SQLite answers some steps of opening a file another process is
+        creating (switching it to WAL, reading a half-initialised WAL index) with SQLITE_BUSY without
+        waiting on its busy handler; those are retried until ``timeout_s``."""
+        deadline = time.monotonic() + self._timeout
+        delay = 0.001
+        while True:
+            try:
+                self._init_once()
+                return
+            except sqlite3.Error as e:
+                if not _busy(e) or time.monotonic() + delay > deadline:
+                    raise _store_error(self.path, e, self._timeout) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def _init_once(self) -> None:
+        conn = self._connect()
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "meta" not in tables:
+                raise StoreForeign(f"{self.path} is a SQLite database but not an openforge store "
+                                   f"(tables: {', '.join(sorted(tables)[:5])})")
+            if tables:  # never add our tables to somebody else's database
+                self._check_format(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for stmt in _SCHEMA.split(";"):
+                    if stmt.strip():
+                        conn.execute(stmt)
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?), ('schema', ?)",
+                             (FORMAT, str(SCHEMA_VERSION)))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            self._check_format(conn)
+        finally:
+            conn.close()
+
+    def _check_format(self, conn: sqlite3.Connection) -> None:
+        try:
+            fmt = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        except sqlite3.OperationalError as e:
+            if _busy(e):
+                raise
+            raise StoreForeign(f"{self.path} is a SQLite database but not an openforge store ({e})") from None
+        if fmt.get("format") != FORMAT:
+            raise StoreForeign(f"{self.path} is a SQLite database but not an openforge store "
+                               f"(its meta table says format {fmt.get('format')!r})")
+        if int(fmt.get("schema", "0")) > SCHEMA_VERSION:
+            raise StoreError(f"{self.path} was written by a newer openforge (schema {fmt['schema']})")
 
     # ---------------------------------------------------------------- connections
     def _connect(self) -> sqlite3.Connection:
@@ -188,6 +255,9 @@ class TrajectoryStore:
         if self._closed:
             raise StoreError(f"store {self.path} is closed")
         fut: Future[None] = Future()
+        # Running from the start: a queued write cannot be taken back, and a waiter that gives up
+        # (a cancelled asyncio task) must not cancel the future the writer thread will resolve.
+        fut.set_running_or_notify_cancel()
         self._queue.put((ops, fut))
         return fut
 
@@ -237,15 +307,21 @@ class TrajectoryStore:
         ]
 
     def append_call(self, rollout_id: str, call: ModelCall) -> None:
-        """Append one call; returns once it is durable. Appending the same index twice is an error."""
-        self._submit(self._call_ops(rollout_id, call)).result()
+        """Append one call; returns once it is durable. Appending the same index twice is an error,
+        and so is a non-finite logprob (:class:`StoreError`, nothing written)."""
+        self._submit(self._call_ops(rollout_id, _finite_call(rollout_id, call))).result()
 
     async def aappend_call(self, rollout_id: str, call: ModelCall) -> None:
         """Async :meth:`append_call`: awaits durability without blocking the event loop."""
-        await asyncio.wrap_future(self._submit(self._call_ops(rollout_id, call)))
+        await asyncio.wrap_future(self._submit(self._call_ops(rollout_id, _finite_call(rollout_id, call))))
 
     def put_trajectory(self, traj: Trajectory) -> None:
-        """Store (or replace) a finished trajectory; its segments are validated first."""
+        """Store (or replace) a finished trajectory; its segments are validated first. A non-finite
+        number anywhere in it (NaN/Infinity reward, sub-score, logprob, metric) is refused with a
+        :class:`StoreError` naming it: its JSON could not be read back."""
+        bad = nonfinite_in_trajectory(traj)
+        if bad is not None:
+            raise StoreError(f"rollout {traj.rollout_id}: {bad}; the store keeps finite numbers only")
         traj.validate_segments()
         self._submit(
             [
@@ -297,11 +373,35 @@ class TrajectoryStore:
         keys = ("rollout_id", "task_id", "harness", "environment", "status", "reward", "num_calls")
         return [dict(zip(keys, r)) for r in rows]
 
+    def rollout(self, rollout_id: str) -> dict[str, Any] | None:
+        """A registered rollout's row: ``task_id``, ``harness``, ``environment``, ``metadata``, ``created_at``
+        and ``finished`` (whether its trajectory is stored); None if the store never saw it."""
+        row = self._reader().execute(
+            "SELECT r.task_id, r.harness, r.environment, r.metadata, r.created_at, t.rollout_id IS NOT NULL "
+            "FROM rollouts r LEFT JOIN trajectories t USING (rollout_id) WHERE r.rollout_id = ?", (rollout_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        try:
+            metadata = json.loads(row[3])
+        except ValueError:
+            metadata = {}
+        return {"rollout_id": rollout_id, "task_id": row[0], "harness": row[1], "environment": row[2],
+                "metadata": metadata if isinstance(metadata, dict) else {}, "created_at": row[4],
+                "finished": bool(row[5])}
+
+    def open_rollouts(self) -> list[dict[str, Any]]:
+        """Rollouts registered but never finished (e.g. open when their proxy died), oldest first."""
+        return [r for r in self.rollouts() if r["status"] is None]
+
     def get_trajectory(self, rollout_id: str) -> Trajectory | None:
         row = self._reader().execute("SELECT data FROM trajectories WHERE rollout_id = ?", (rollout_id,)).fetchone()
         return None if row is None else _parse_traj(row[0], f"{self.path}:{rollout_id}")
 
-    def trajectories(self, *, task_id: str | None = None, status: str | None = None) -> Iterator[Trajectory]:
+    def trajectories(self, *, task_id: str | None = None, status: str | None = None,
+                     on_bad: Callable[[StoreError], None] | None = None) -> Iterator[Trajectory]:
+        """Stored trajectories, oldest first. A row that is not a valid trajectory raises
+        :class:`StoreError` naming it — or, with ``on_bad``, is handed to it and skipped."""
         sql, params = "SELECT rollout_id, data FROM trajectories WHERE 1=1", []
         if task_id is not None:
             sql += " AND task_id = ?"
@@ -310,7 +410,12 @@ class TrajectoryStore:
             sql += " AND status = ?"
             params.append(status)
         for rid, data in self._reader().execute(sql + " ORDER BY finished_at", params).fetchall():
-            yield _parse_traj(data, f"{self.path}:{rid}")
+            try:
+                yield _parse_traj(data, f"{self.path}: rollout {rid}")
+            except StoreError as e:
+                if on_bad is None:
+                    raise
+                on_bad(e)
 
     # ---------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -329,145 +434,3 @@ class TrajectoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _parse_traj(data: str | bytes, where: str) -> Trajectory:
-    try:
-        return Trajectory.model_validate_json(data)
-    except ValidationError as e:
-        raise StoreError(f"{where}: not a valid trajectory (version 1): {e.error_count()} problem(s), first: "
-                         f"{e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
-
-
-# -------------------------------------------------------------------- export / load
-
-def _arrow_schema() -> Any:
-    import pyarrow as pa
-
-    segment = pa.struct(
-        [
-            ("input_ids", pa.list_(pa.int32())),
-            ("loss_mask", pa.list_(pa.int8())),
-            ("logprobs", pa.list_(pa.float64())),
-            ("call_indices", pa.list_(pa.int32())),
-            ("break_reason", pa.string()),
-            ("reward", pa.float64()),
-        ]
-    )
-    return pa.schema(
-        [
-            ("version", pa.int32()),
-            ("rollout_id", pa.string()),
-            ("task_id", pa.string()),
-            ("harness", pa.string()),
-            ("environment", pa.string()),
-            ("status", pa.string()),
-            ("reward", pa.float64()),
-            ("rewards", pa.string()),  # JSON
-            ("calls", pa.string()),  # JSON list of ModelCall
-            ("segments", pa.list_(segment)),
-            ("metrics", pa.string()),  # JSON
-            ("error", pa.string()),
-            ("metadata", pa.string()),  # JSON
-        ]
-    )
-
-
-def _import_pyarrow() -> Any:
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise StoreError("Parquet needs pyarrow: pip install 'openforge[parquet]'") from None
-    return pyarrow
-
-
-def export_trajectories(trajs: Iterable[Trajectory], out: str | Path, fmt: str | None = None) -> int:
-    """Write trajectories to ``out`` as ``jsonl`` (one trajectory JSON per line) or ``parquet``.
-
-    Returns the number written. The format defaults to the file suffix.
-    """
-    out = Path(out)
-    fmt = (fmt or out.suffix.lstrip(".")).lower()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "jsonl":
-        n = 0
-        tmp = out.with_name(out.name + ".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for t in trajs:
-                f.write(t.to_json())
-                f.write("\n")
-                n += 1
-        tmp.replace(out)
-        return n
-    if fmt == "parquet":
-        pa = _import_pyarrow()
-        rows = []
-        for t in trajs:
-            d = t.model_dump(mode="json")
-            rows.append(
-                {
-                    **{k: d[k] for k in ("version", "rollout_id", "task_id", "harness", "environment", "status", "reward", "error")},
-                    "rewards": json.dumps(d["rewards"]),
-                    "calls": json.dumps(d["calls"]),
-                    "segments": d["segments"],
-                    "metrics": json.dumps(d["metrics"]),
-                    "metadata": json.dumps(d["metadata"]),
-                }
-            )
-        table = pa.Table.from_pylist(rows, schema=_arrow_schema())
-        tmp = out.with_name(out.name + ".tmp")
-        pa.parquet.write_table(table, tmp)
-        tmp.replace(out)
-        return len(rows)
-    raise StoreError(f"unknown export format {fmt!r} (use jsonl or parquet)")
-
-
-def load_trajectories(path: str | Path) -> list[Trajectory]:
-    """Read trajectories from a store, a ``.jsonl`` export or a ``.parquet`` export."""
-    path = Path(path)
-    if not path.is_file():
-        raise StoreError(f"{path}: no such file")
-    with path.open("rb") as f:
-        head = f.read(16)
-    if head == _SQLITE_MAGIC:
-        with TrajectoryStore(path) as store:
-            return list(store.trajectories())
-    if head[:4] == b"PAR1":
-        pa = _import_pyarrow()
-        try:
-            table = pa.parquet.read_table(path)
-        except Exception as e:
-            raise StoreError(f"{path}: unreadable Parquet file: {e}") from None
-        missing = {"rollout_id", "calls", "segments"} - set(table.column_names)
-        if missing:
-            raise StoreError(f"{path}: not an openforge trajectory export (missing columns {sorted(missing)})")
-        out = []
-        for row in table.to_pylist():
-            data = {
-                **row,
-                "rewards": json.loads(row["rewards"] or "{}"),
-                "calls": json.loads(row["calls"] or "[]"),
-                "metrics": json.loads(row["metrics"] or "{}"),
-                "metadata": json.loads(row["metadata"] or "{}"),
-            }
-            out.append(_parse_traj(json.dumps(data), f"{path}:{row['rollout_id']}"))
-        return out
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text.lstrip().startswith("{"):
-        try:  # a single trajectory.json (possibly pretty-printed)
-            whole = json.loads(text)
-        except json.JSONDecodeError:
-            whole = None
-        if isinstance(whole, dict):
-            return [_parse_traj(text, str(path))]
-    out = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            json.loads(line)
-        except json.JSONDecodeError as e:
-            raise StoreError(f"{path}:{lineno}: not JSON ({e.msg}); expected one trajectory per line") from None
-        out.append(_parse_traj(line, f"{path}:{lineno}"))
-    return out

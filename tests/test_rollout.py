@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from testdeps import missing, smollm2_tokenizer
 
+from openforge.environment import VerifyResult
 from openforge.envs.claw import ClawEnvironment, reference_solution
 from openforge.errors import BackendError, SandboxError
 from openforge.harness import Harness, HarnessResult, RolloutContext
@@ -138,6 +139,32 @@ async def test_raising_verifier_and_setup_are_env_errors(rig):
     assert "verifier_traceback" in traj.metadata
     traj = await run_rollout(harness=react(), environment=BrokenSetup(), task=task, launcher=launcher, proxy=proxy)
     assert traj.status == S.ENV_ERROR and "fixture data missing" in traj.error and traj.calls == []
+
+
+class NonFiniteVerifier(ClawEnvironment):
+    """The real claw verifier, then a NaN / ±Infinity slipped into its verdict (as a buggy verifier would)."""
+
+    def __init__(self, field, value):
+        super().__init__()
+        self.field, self.value = field, value
+
+    async def verify(self, task, sandbox):
+        v = await super().verify(task, sandbox)
+        bad = self.value if self.field == "reward" else {**v.rewards, "extra": self.value}
+        return VerifyResult.model_construct(**{**dict(v), self.field: bad})
+
+
+@pytest.mark.parametrize("field, value", [("reward", float("nan")), ("reward", float("inf")),
+                                          ("rewards", float("-inf"))])
+async def test_non_finite_verifier_result_is_env_error_with_calls_kept(rig, field, value):
+    proxy, launcher, store = await rig({"turns": solve("files-create-hello")})
+    traj = await run_rollout(harness=react(), environment=NonFiniteVerifier(field, value),
+                             task=ENV.task("files-create-hello"), launcher=launcher, proxy=proxy, store=store)
+    assert traj.status == S.ENV_ERROR and not traj.trainable, (traj.status, traj.error)
+    assert "gave an invalid result" in traj.error and "finite" in traj.error
+    assert traj.reward == 0.0 and traj.rewards == {}
+    assert len(traj.calls) == 2 and traj.segments  # the agent's calls are kept
+    assert store.get_trajectory(traj.rollout_id) == traj
 
 
 async def test_upstream_failure_is_infra_error(rig):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
+
+from ..errors import StoreError
 
 group = typer.Typer(help="Inspect and export recorded trajectories.", no_args_is_help=True)
 
@@ -13,8 +16,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="trajectories")
 
 
-def _load(source: Path, rollout_id: str | None):
-    from ..errors import StoreError
+def _load(source: Path, rollout_id: str | None, on_bad: Callable[[StoreError], None] | None = None):
     from ..store import TrajectoryStore, load_trajectories
 
     if not source.exists():
@@ -36,7 +38,7 @@ def _load(source: Path, rollout_id: str | None):
                                   harness=row.get("harness"), environment=row.get("environment"), calls=calls,
                                   metadata={"unfinished": True}).build()
             return [traj]
-    trajs = load_trajectories(source)
+    trajs = load_trajectories(source, on_bad=on_bad) if on_bad is not None else load_trajectories(source)
     if rollout_id:
         trajs = [t for t in trajs if t.rollout_id == rollout_id]
         if not trajs:
@@ -97,9 +99,16 @@ def export(
 ) -> None:
     """Export trajectories to JSONL or Parquet (readable back with openforge.store.load_trajectories)."""
     from rich.console import Console
+    from rich.text import Text
 
     from ..store import export_trajectories
 
-    trajs = [t for t in _load(store, None) if status is None or str(t.status) == status]
-    n = export_trajectories(trajs, out, fmt)
-    Console().print(f"wrote {n} trajectories to {out}")
+    console, skipped = Console(), []
+
+    def report(e: StoreError) -> None:  # a bad row is named and left out; the rest is exported
+        skipped.append(e)
+        console.print(Text.assemble(("skipped ", "yellow"), str(e)), highlight=False)
+
+    trajs = [t for t in _load(store, None, report) if status is None or str(t.status) == status]
+    n = export_trajectories(trajs, out, fmt, on_bad=report)
+    console.print(f"wrote {n} trajectories to {out}" + (f" ({len(skipped)} skipped)" if skipped else ""))

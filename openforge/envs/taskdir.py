@@ -139,9 +139,13 @@ class TaskDirEnvironment(Environment):
         text = out.decode(errors="replace").strip()
         last = text.splitlines()[-1] if text else ""
         if last.startswith("{"):
-            try:
+            try:  # NaN / Infinity parse as floats here and are refused by VerifyResult (→ env_error)
                 return VerifyResult.model_validate(json.loads(last))
-            except (ValueError, ValidationError) as e:
+            except ValidationError as e:
+                why = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+                raise EnvironmentError_(f"verifier of {task.id} printed an invalid result line {last[:200]!r}: "
+                                        f"{why}") from None
+            except ValueError as e:
                 raise EnvironmentError_(f"verifier of {task.id} printed an invalid result line {last[:200]!r}: {e}") from e
         errtext = err.decode(errors="replace")
         if proc.returncode not in (0, 1) or "Traceback (most recent call last)" in errtext:

@@ -12,7 +12,9 @@ API summary (names other modules rely on)::
                                                               #   openai_base_url, anthropic_base_url)
         ...                                                   # harness calls {h.openai_base_url}/chat/completions ...
         proxy.get_trajectory(h.rollout_id)                    # calls so far
-        traj = proxy.finish_rollout(h.rollout_id, reward=1.0) # segments built + validated
+        traj = proxy.finish_rollout(h.rollout_id, reward=1.0) # segments built + validated (409 if calls in flight)
+        traj = await proxy.afinish_rollout(h.rollout_id, reward=1.0)  # waits for calls in flight, includes them
+        proxy.open_rollouts()                                 # unfinished, incl. those a dead proxy left in the store
         await proxy.pause(); ...; await proxy.resume()        # weight sync: new calls wait, in-flight finish
 
 - :class:`Backend` (``backends.base``): ``tokenizer``, ``exact``, ``async generate(prompt_ids, params,

@@ -2,8 +2,8 @@
 
 Owns: :func:`build_app` and the HTTP contract of DESIGN (routes under ``/r/{rollout_id}``:
 ``POST /v1/chat/completions``, ``POST /v1/responses``, ``POST /v1/messages`` (+ ``/count_tokens``),
-``GET /v1/models``, ``HEAD /``; admin: ``POST /admin/rollouts``, ``GET /admin/rollouts/{id}``,
-``POST /admin/rollouts/{id}/finish``, ``POST /admin/pause``, ``POST /admin/resume``,
+``GET /v1/models``, ``HEAD /``; admin: ``POST /admin/rollouts``, ``GET /admin/rollouts`` (open ones),
+``GET /admin/rollouts/{id}``, ``POST /admin/rollouts/{id}/finish`` (waits for the calls in flight), ``POST /admin/pause``, ``POST /admin/resume``,
 ``GET /admin/health``). Every error comes back in the called API's error shape, with a status the
 SDKs retry only when retrying can help (5xx/429 for back-end trouble, 4xx for the caller's mistakes);
 admin routes answer errors as ``{"error": {"type", "message", "field"}}`` (:func:`admin_error`). Bodies
@@ -180,8 +180,8 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             raise ProxyError(f"unknown rollout {rid!r}", 401, kind="authentication_error")
         if not secrets.compare_digest(key.encode(), st.api_key.encode()):
             raise ProxyError(f"this API key is not valid for rollout {rid!r}", 403, kind="permission_error")
-        if live and st.finished is not None:
-            raise ProxyError(f"rollout {rid!r} is finished", 403, kind="permission_error")
+        if live and not st.accepting:
+            raise ProxyError(f"rollout {rid!r} is finished: it takes no more calls", 409)
         return st
 
     def parse(adapter: Any, data: dict[str, Any], st: RolloutState | None, **kw: Any) -> Any:
@@ -312,9 +312,16 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         _field(rewards is None or (isinstance(rewards, dict) and all(map(_is_number, rewards.values()))),
                "rewards", "an object of numbers")
         _field(error is None or isinstance(error, str), "error", "a string")
-        traj = recorder.finish(request.path_params["rollout_id"], reward=reward, status=status, rewards=rewards,
-                               error=error)
+        wait_s = data.get("wait_s")
+        _field(wait_s is None or (_is_number(wait_s) and 0 <= wait_s <= 3600), "wait_s",
+               "a number of seconds between 0 and 3600")
+        traj = await recorder.afinish(request.path_params["rollout_id"], wait_s=wait_s, reward=reward, status=status,
+                                      rewards=rewards, error=error)
         return Response(traj.model_dump_json(), media_type="application/json")
+
+    async def list_open(request: _Lean) -> Response:
+        admin(request)
+        return _Json({"open": recorder.open_rollouts()})
 
     async def pause(request: _Lean) -> Response:
         admin(request)
@@ -339,6 +346,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         Route(base + "/v1/models", _guard("chat", models), methods=["GET"]),
         Route(base + "/v1/models/{model:path}", _guard("chat", model), methods=["GET"]),
         Route("/admin/rollouts", _guard("admin", create), methods=["POST"]),
+        Route("/admin/rollouts", _guard("admin", list_open), methods=["GET"]),
         Route("/admin/rollouts/{rollout_id}", _guard("admin", get_rollout), methods=["GET"]),
         Route("/admin/rollouts/{rollout_id}/finish", _guard("admin", finish), methods=["POST"]),
         Route("/admin/pause", _guard("admin", pause), methods=["POST"]),

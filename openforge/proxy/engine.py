@@ -103,12 +103,15 @@ class Engine:
         if pending is not None and (retry_count > 0 or not pending.done()):
             return _as_replay(await asyncio.shield(pending))
         await self._gate.wait()
+        if not st.accepting:  # finish has begun: refused before it is served, never a 200 the trainer misses
+            raise ProxyError(f"rollout {st.rollout_id!r} is finished: it takes no more calls", 409)
         self._inflight += 1
         self._idle.clear()
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         st.inflight[key] = fut
         try:
             task = asyncio.ensure_future(self._serve(st, req, body, sink))
+            st.track(task)  # finish waits for it (and includes it)
             gone = None
             if disconnect is not None:  # the client hanging up cancels the call (a callback: no asyncio.wait)
                 gone = asyncio.ensure_future(disconnect())
@@ -121,6 +124,9 @@ class Engine:
                 if isinstance(e, asyncio.CancelledError):
                     if gone is not None and gone.done() and not gone.cancelled():
                         raise ClientGone() from None  # the client left: the call was recorded cancelled
+                    if task.cancelled() and st.closing:  # finish gave up waiting: recorded cancelled, no 200
+                        raise ProxyError(f"rollout {st.rollout_id!r} was finished while this call was being "
+                                         "served; the call was recorded as cancelled", 409) from None
                     await _cancel(task)  # our caller went away (e.g. the streaming response)
                 raise
             # On success the watcher is left to end by itself: the server answers its receive() with

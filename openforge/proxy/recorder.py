@@ -1,13 +1,22 @@
 """Per-rollout state and recording: who may call, which calls were served, and the trajectory.
 
 Owns: :class:`RolloutState` (secret, calls, splice heads, stored Responses conversations, retry
-cache), :class:`RolloutHandle` (what a harness needs: id, secret, base URLs) and :class:`Recorder`
-(create / record / finish / get, backed by the :class:`~openforge.store.TrajectoryStore` when one is
-given — ``append_call`` returns only once the call is durable — and by memory otherwise).
+cache, the calls in flight), :class:`RolloutHandle` (what a harness needs: id, secret, base URLs) and
+:class:`Recorder` (create / record / finish / get, backed by the :class:`~openforge.store.TrajectoryStore`
+when one is given — ``append_call`` returns only once the call is durable — and by memory otherwise).
+
+Every acknowledged call reaches the trajectory. Finishing a rollout (:meth:`Recorder.afinish`) first
+closes it — a call that arrives from then on is refused with a 409 before it is served — then waits
+up to ``wait_s`` for the calls already in flight and includes them; one still running after that is
+cancelled, recorded ``cancelled`` (also included) and answered with a 409 instead of a 200. A rollout
+that was open when its proxy died is finished (or cancelled) from the store's call log by a proxy
+restarted on the same store (:meth:`Recorder.open_rollouts` lists them).
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
 import secrets
 import time
 from collections import OrderedDict
@@ -60,6 +69,22 @@ class RolloutState:
     replay: dict[str, tuple[float, Any]] = field(default_factory=dict)
     inflight: dict[str, Any] = field(default_factory=dict)  # body hash -> asyncio.Future
     finished: Trajectory | _Stub | None = None
+    closing: bool = False  # finish has begun: new calls are refused (409)
+    serving: set[asyncio.Future[Any]] = field(default_factory=set)  # calls being served (cancellable)
+    writing: set[asyncio.Future[Any]] = field(default_factory=set)  # durable writes under way (never cancelled)
+
+    @property
+    def accepting(self) -> bool:
+        return self.finished is None and not self.closing
+
+    def track(self, task: asyncio.Future[Any], *, write: bool = False) -> None:
+        """Count ``task`` as in flight until it is done (finish waits for it)."""
+        group = self.writing if write else self.serving
+        group.add(task)
+        task.add_done_callback(group.discard)
+
+    def busy(self) -> set[asyncio.Future[Any]]:
+        return {t for t in self.serving | self.writing if not t.done()}
 
     def take_index(self) -> int:
         i = self.next_index
@@ -80,9 +105,11 @@ class RolloutState:
 class Recorder:
     """Rollout registry + durable call log."""
 
-    def __init__(self, store: Any = None, *, detokenize: Callable[[list[int]], str] | None = None):
+    def __init__(self, store: Any = None, *, detokenize: Callable[[list[int]], str] | None = None,
+                 finish_wait_s: float = 10.0):
         self.store = store
         self.detokenize = detokenize
+        self.finish_wait_s = finish_wait_s
         self.rollouts: dict[str, RolloutState] = {}
 
     def create(self, task_id: str, harness: str | None = None, metadata: dict[str, Any] | None = None,
@@ -103,20 +130,65 @@ class Recorder:
         return self.rollouts.get(rollout_id)
 
     async def record(self, st: RolloutState, call: ModelCall) -> None:
-        """Append ``call``; returns once it is durable (store) or kept (memory)."""
-        if self.store is not None:
-            aappend = getattr(self.store, "aappend_call", None)
-            if aappend is not None:
-                await aappend(st.rollout_id, call)
-            else:
-                self.store.append_call(st.rollout_id, call)
+        """Append ``call``; returns once it is durable (store) or kept (memory). The write runs to
+        its end even if the caller is cancelled meanwhile, and finish waits for it: a call in the
+        store is a call in the trajectory. A finished rollout takes no more calls (409)."""
+        if st.finished is not None:
+            raise ProxyError(f"rollout {st.rollout_id!r} was finished before call {call.index} could be recorded",
+                             409)
+        if self.store is None:
+            st.calls.append(call)
+            return
+        write = asyncio.ensure_future(self._durable(st, call))
+        st.track(write, write=True)
+        await asyncio.shield(write)
+
+    async def _durable(self, st: RolloutState, call: ModelCall) -> None:
+        aappend = getattr(self.store, "aappend_call", None)
+        if aappend is not None:
+            await aappend(st.rollout_id, call)
+        else:
+            self.store.append_call(st.rollout_id, call)
         st.calls.append(call)
 
-    def snapshot(self, rollout_id: str) -> Trajectory | None:
+    def open_rollouts(self) -> list[dict[str, Any]]:
+        """Rollouts not finished yet: this proxy's own (``calls``, ``in_flight``) and, with a store,
+        those left open by an earlier proxy on it (``orphaned``: finish or cancel them)."""
+        out = [{"rollout_id": st.rollout_id, "task_id": st.task_id, "calls": len(st.calls),
+                "in_flight": len(st.busy()), "orphaned": False}
+               for st in self.rollouts.values() if st.finished is None]
+        if self.store is not None:
+            out += [{"rollout_id": r["rollout_id"], "task_id": r["task_id"], "calls": r["num_calls"], "in_flight": 0,
+                     "orphaned": True}
+                    for r in self.store.open_rollouts() if r["rollout_id"] not in self.rollouts]
+        return out
+
+    def _state(self, rollout_id: str) -> RolloutState | None:
+        """The rollout's state: in memory, or rebuilt from the store's call log when an earlier
+        proxy on the same store left it open (its harness's key is not restored: no more calls)."""
         st = self.rollouts.get(rollout_id)
+        if st is not None or self.store is None:
+            return st
+        info = self.store.rollout(rollout_id)
+        if info is None:
+            return None
+        st = RolloutState(rollout_id=rollout_id, task_id=info["task_id"], api_key=f"sk-of-{secrets.token_urlsafe(24)}",
+                          harness=info["harness"], environment=info["environment"], metadata=info["metadata"],
+                          created_at=info["created_at"])
+        if info["finished"]:
+            st.finished = _Stub(rollout_id)
+        else:
+            st.closing = True  # takes no more calls: it can only be finished or cancelled
+            st.calls = self.store.calls(rollout_id)
+            st.next_index = max((c.index for c in st.calls), default=-1) + 1
+            st.metadata = {**st.metadata, "recovered": "the proxy restarted while this rollout was open; "
+                                                        "finished from the store's call log"}
+        self.rollouts[rollout_id] = st
+        return st
+
+    def snapshot(self, rollout_id: str) -> Trajectory | None:
+        st = self._state(rollout_id)
         if st is None:
-            if self.store is not None:
-                return self.store.get_trajectory(rollout_id)
             return None
         if st.finished is not None:
             return self._finished(st)
@@ -124,17 +196,42 @@ class Recorder:
                           environment=st.environment, calls=sorted(st.calls, key=lambda c: c.index),
                           metadata=st.metadata)
 
+    async def afinish(self, rollout_id: str, *, wait_s: float | None = None, reward: float | None = None,
+                      status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
+                      error: str | None = None, environment: str | None = None) -> Trajectory:
+        """Close the rollout (new calls get 409), wait up to ``wait_s`` (default ``finish_wait_s``) for
+        the calls in flight, cancel (and record) any still running, then :meth:`finish`."""
+        _check_rewards(reward, rewards)
+        st = self._open_state(rollout_id)
+        if st.finished is None:
+            st.closing = True
+            await _drain(st, self.finish_wait_s if wait_s is None else wait_s)
+        return self.finish(rollout_id, reward=reward, status=status, rewards=rewards, error=error,
+                           environment=environment)
+
+    def _open_state(self, rollout_id: str) -> RolloutState:
+        st = self._state(rollout_id)
+        if st is None:
+            raise ProxyError(f"unknown rollout {rollout_id!r}", 404, param="rollout_id", kind="not_found_error")
+        return st
+
     def finish(self, rollout_id: str, *, reward: float | None = None, status: RolloutStatus | str | None = None,
                rewards: dict[str, float] | None = None, error: str | None = None,
                environment: str | None = None) -> Trajectory:
-        st = self.rollouts.get(rollout_id)
-        if st is None:
-            raise ProxyError(f"unknown rollout {rollout_id!r}", 404, param="rollout_id", kind="not_found_error")
+        """Build, store and return the trajectory now. Refused (409, nothing changes) while calls
+        are in flight: :meth:`afinish` waits for them."""
+        _check_rewards(reward, rewards)
+        st = self._open_state(rollout_id)
         if st.finished is not None:
             done = self._finished(st)
             if done is None:
                 raise ProxyError(f"rollout {rollout_id!r} is finished and no longer held", 404, kind="not_found_error")
             return done
+        busy = st.busy()
+        if busy:
+            raise ProxyError(f"rollout {rollout_id!r} has {len(busy)} call(s) in flight; finish it with "
+                             "`await afinish_rollout(...)` (or POST /admin/rollouts/{id}/finish), which waits "
+                             "for them", 409)
         calls = sorted(st.calls, key=lambda c: c.index)
         errors = [c.index for c in calls if c.status == CallStatus.ERROR]
         trailing_error = bool(calls) and calls[-1].status == CallStatus.ERROR
@@ -176,3 +273,31 @@ class Recorder:
         if isinstance(st.finished, _Stub):
             return self.store.get_trajectory(st.rollout_id) if self.store is not None else None
         return st.finished
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_rewards(reward: float | None, rewards: dict[str, float] | None) -> None:
+    """A reward is a finite number: NaN/Infinity would be trained on (or break the store)."""
+    if reward is not None and not _finite(reward):
+        raise ProxyError(f"'reward' must be a finite number, got {reward!r}", 400, param="reward")
+    bad = {k: v for k, v in (rewards or {}).items() if not _finite(v)}
+    if bad:
+        raise ProxyError(f"'rewards' must hold finite numbers, got {bad}", 400, param="rewards")
+
+
+async def _drain(st: RolloutState, wait_s: float) -> None:
+    """Wait up to ``wait_s`` for ``st``'s calls in flight, cancel those still being served (each
+    records itself ``cancelled``), then wait for every durable write to end."""
+    serving = {t for t in st.serving if not t.done()}
+    if serving:
+        _, late = await asyncio.wait(serving, timeout=max(wait_s, 0.0))
+        for t in late:
+            t.cancel("the rollout was finished")
+    while True:
+        busy = st.busy()
+        if not busy:
+            return
+        await asyncio.wait(busy)

@@ -76,7 +76,8 @@ class ProxyServer:
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
                  public_url: str | None = None, replay_window_s: float = 10.0,
                  max_body_bytes: int = 64 * 1024 * 1024, max_json_depth: int = 64,
-                 header_timeout_s: float = 10.0, body_timeout_s: float = 60.0, max_header_bytes: int = 64 * 1024):
+                 header_timeout_s: float = 10.0, body_timeout_s: float = 60.0, max_header_bytes: int = 64 * 1024,
+                 finish_wait_s: float = 10.0):
         if host is None and uds is None:
             raise ConfigError("ProxyServer needs a host (TCP) or a uds path")
         if host is not None and host not in _LOOPBACK and not admin_token:
@@ -89,7 +90,7 @@ class ProxyServer:
         if isinstance(sampling, dict):
             sampling = SamplingParams(**sampling)
         self.renderer = renderer or Renderer(backend.tokenizer)
-        self.recorder = Recorder(store, detokenize=self.renderer.decode)
+        self.recorder = Recorder(store, detokenize=self.renderer.decode, finish_wait_s=finish_wait_s)
         self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling,
                              replay_window_s=replay_window_s)
         self._public_url = public_url
@@ -209,6 +210,7 @@ class ProxyServer:
                        status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
                        error: str | None = None, environment: str | None = None) -> Trajectory:
         """Close a rollout: later calls are refused; returns the trajectory with validated segments.
+        Refused (409) while calls are in flight: :meth:`afinish_rollout` waits for them.
 
         ``status`` defaults to ``infra_error`` when the last call failed in the back-end, else to
         ``success`` / ``policy_failure`` by ``reward > 0`` (``success`` when no reward is given). A
@@ -221,6 +223,23 @@ class ProxyServer:
         """Forget a rollout once its trajectory has been handed on (a long-running worker proxy without a
         store keeps every finished trajectory otherwise); later calls of it are refused. Idempotent."""
         self.recorder.rollouts.pop(rollout_id, None)
+
+    async def afinish_rollout(self, rollout_id: str, *, reward: float | None = None,
+                              status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
+                              error: str | None = None, environment: str | None = None,
+                              wait_s: float | None = None) -> Trajectory:
+        """:meth:`finish_rollout` for a rollout that may still have calls in flight: new calls are
+        refused (409) at once, the ones in flight are awaited (up to ``wait_s``, default
+        ``finish_wait_s``) and included; one still running then is recorded ``cancelled`` (included
+        too) and its client gets a 409. Also finishes a rollout an earlier proxy on the same store
+        left open (from the store's call log)."""
+        return await self.recorder.afinish(rollout_id, wait_s=wait_s, reward=reward, status=status, rewards=rewards,
+                                           error=error, environment=environment)
+
+    def open_rollouts(self) -> list[dict[str, Any]]:
+        """Rollouts not finished yet, including those an earlier proxy on the same store left open
+        (``orphaned``): finish them, or cancel them with ``status="cancelled"``."""
+        return self.recorder.open_rollouts()
 
     def get_trajectory(self, rollout_id: str) -> Trajectory | None:
         """The trajectory so far (calls, no segments) or the final one once finished."""

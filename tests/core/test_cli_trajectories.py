@@ -47,6 +47,24 @@ def test_export(tmp_path):
     assert [t.rollout_id for t in load_trajectories(out)] == ["a"]
 
 
+def test_export_names_and_skips_a_bad_row(tmp_path):
+    import sqlite3
+
+    db = tmp_path / "s.db"
+    with TrajectoryStore(db) as s:
+        s.put_trajectory(_traj("a"))
+    c = sqlite3.connect(db)  # what an older version stored for a verifier that printed Infinity
+    c.execute("INSERT INTO trajectories VALUES ('inf', 't', 'success', 1.0, ?, 9)",
+              (_traj("inf").to_json().replace('"reward":1.0', '"reward":null', 1),))
+    c.commit()
+    c.close()
+    out = tmp_path / "x.jsonl"
+    res = runner.invoke(app, ["trajectories", "export", str(db), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "skipped" in res.output and "rollout inf" in res.output and "wrote 1 trajectories" in res.output
+    assert [t.rollout_id for t in load_trajectories(out)] == ["a"]
+
+
 def test_cli_error_is_clean(tmp_path):
     import subprocess
     import sys

@@ -87,6 +87,19 @@ async def test_crashing_verifier_is_an_env_error(tmp_path, launcher):
         await _run(env, env.tasks()[0], launcher, [])
 
 
+@pytest.mark.parametrize("line, what", [
+    ('{"reward": NaN}', "reward: Value error, reward must be a finite number, got nan"),
+    ('{"reward": Infinity}', "reward: Value error, reward must be a finite number, got inf"),
+    ('{"reward": 1.0, "rewards": {"tests": -Infinity}}', "sub-scores must be finite numbers, got {'tests': -inf}"),
+])
+async def test_non_finite_reward_is_an_env_error(tmp_path, launcher, line, what):
+    d = make_task(tmp_path / "tasks", "t1", verify_py=f"print({line!r})\n")
+    env = TaskDirEnvironment(d)
+    with pytest.raises(EnvironmentError_, match="printed an invalid result line") as e:
+        await _run(env, env.tasks()[0], launcher, [])
+    assert what in str(e.value)
+
+
 def test_bad_task_dirs_list_every_problem(tmp_path):
     d = tmp_path / "broken"
     d.mkdir()

@@ -74,7 +74,7 @@ async def test_admin_control_plane(tokenizer):
         fin = await c.post(f"/admin/rollouts/{h['rollout_id']}/finish", json={"reward": 1.0}, headers={"x-api-key": "adm"})
         traj = fin.json()
         assert traj["status"] == "success" and traj["reward"] == 1.0 and len(traj["segments"]) == 1
-        assert (await c.post(url, json=chat(), headers=auth)).status_code == 403  # finished
+        assert (await c.post(url, json=chat(), headers=auth)).status_code == 409  # finished
         assert (await c.get("/admin/rollouts/nope", headers={"x-api-key": "adm"})).status_code == 404
         assert (await c.head(f"/r/{h['rollout_id']}")).status_code == 200
         models = await c.get(f"/r/{h['rollout_id']}/v1/models", headers=auth)
@@ -371,7 +371,7 @@ async def test_finished_rollouts_are_served_from_the_store(tokenizer, tmp_path):
             assert proxy.recorder.rollouts[h.rollout_id].calls == []  # memory released
             assert proxy.get_trajectory(h.rollout_id) == traj == proxy.finish_rollout(h.rollout_id)
             late = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", json=chat(), headers={"x-api-key": h.api_key})
-            assert late.status_code == 403 and "finished" in late.json()["error"]["message"]
+            assert late.status_code == 409 and "finished" in late.json()["error"]["message"]
 
 
 async def test_tcp_and_unix_socket_together_and_many_concurrent_rollouts(tokenizer, tmp_path):
