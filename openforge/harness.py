@@ -226,10 +226,25 @@ class Harness(abc.ABC):
             tb = tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 2000)
             res = HarnessResult(status=RolloutStatus.HARNESS_ERROR,
                                 error=f"{self.name} raised {type(e).__name__}: {e}", stderr=tb)
+        if res.exit_code is not None and res.status in (None, RolloutStatus.HARNESS_ERROR):
+            own = self.classify_exit(res.exit_code, res.stderr)
+            if own is None:
+                res.status, res.error = None, None
+            elif own != res.status:
+                res.status, res.error = own, res.error or f"{self.name} exited with code {res.exit_code}"
         if not res.duration_s:
             res.duration_s = time.monotonic() - t0
         res.extra.setdefault("harness", self.name)
         return res
+
+    def classify_exit(self, exit_code: int, stderr: str) -> RolloutStatus | None:
+        """What this harness's exit code means: ``None`` — it ended normally and the verifier
+        decides; a status — that outcome (``harness_error`` is discarded, never scored). The default
+        reads 0 as normal and anything else as ``harness_error``. Override it when the harness has
+        codes of its own, e.g. one that means "gave up on the task" (``None``: let the verifier
+        score what was done) or "the model API refused the request" (``infra_error``). A context
+        overflow needs no code: the proxy records it and the outcome rule makes it ``policy_failure``."""
+        return None if exit_code == 0 else RolloutStatus.HARNESS_ERROR
 
     def location(self) -> str:
         """Where the installed harness lives (for `forge harness list`)."""

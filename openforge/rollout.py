@@ -33,11 +33,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .environment import Environment, VerifyResult
-from .harness import Harness, RolloutContext, tail
+from .harness import Harness, HarnessResult, RolloutContext, tail
 from .launchers.base import Launcher, Sandbox, SandboxSpec
+from .outcome import OutcomeFacts, classify_outcome
 from .task import Task
 from .trajectory import Trajectory, TrajectoryGroup
-from .types import CallStatus, RolloutStatus
+from .types import RolloutStatus
 
 __all__ = ["GroupResults", "run_groups", "run_rollout"]
 
@@ -69,8 +70,9 @@ async def run_rollout(
     meta = {"category": task.category, "split": task.split, "required_tools": list(task.required_tools),
             "subgoals": list(task.subgoals), **(metadata or {})}
     timings: dict[str, float] = {}
-    status: RolloutStatus | None = None
+    failure: RolloutStatus | None = None  # a step before the verdict failed (launcher, setup, verifier, sandbox)
     error: str | None = None
+    hres: HarnessResult | None = None
     verdict: VerifyResult | None = None
     sandbox: Sandbox | None = None
     cancelled = False
@@ -94,81 +96,47 @@ async def run_rollout(
         try:
             sandbox = await asyncio.wait_for(launcher.provision(spec), provision_timeout_s)
         except asyncio.TimeoutError:
-            status, error = S.INFRA_ERROR, f"{launcher.name} launcher did not provide a sandbox within {provision_timeout_s:.0f}s"
+            failure, error = S.INFRA_ERROR, f"{launcher.name} launcher did not provide a sandbox within {provision_timeout_s:.0f}s"
         except Exception as e:
-            status, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
+            failure, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
         timings["provision_s"] = time.monotonic() - t
         if sandbox is not None:
             meta["isolation"] = sandbox.isolation
-        if sandbox is not None:
             t = time.monotonic()
             try:
                 await asyncio.wait_for(environment.setup(task, sandbox), task.setup_timeout_s)
             except asyncio.TimeoutError:
-                status, error = S.ENV_ERROR, f"{environment.name} setup of {task.id} ran over {task.setup_timeout_s:.0f}s"
+                failure, error = S.ENV_ERROR, f"{environment.name} setup of {task.id} ran over {task.setup_timeout_s:.0f}s"
             except Exception as e:
-                status, error = _launch_status(e, S.ENV_ERROR), f"{environment.name} setup of {task.id} failed: {_err(e)}"
+                failure, error = _launch_status(e, S.ENV_ERROR), f"{environment.name} setup of {task.id} failed: {_err(e)}"
             timings["setup_s"] = time.monotonic() - t
-        if status is None and sandbox is not None:
-            base = sandbox.proxy_url.rstrip("/") + f"/r/{rid}"
-            shown = environment.instruction(task, sandbox)
-            ctx = RolloutContext(rollout_id=rid, task=task if shown == task.instruction else
-                                 task.model_copy(update={"instruction": shown}), sandbox=sandbox, api_key=handle.api_key,
-                                 openai_base_url=base + "/v1", anthropic_base_url=base, model=model,
-                                 budget_s=budget, env=environment.harness_env(task, sandbox))
-            t = time.monotonic()
-            hres = await harness.execute(ctx)
-            timings["harness_s"] = time.monotonic() - t
-            meta["harness_exit_code"] = hres.exit_code
-            if hres.final_text is not None:
-                meta["final_text"] = hres.final_text[:2000]
-            if hres.status is not None:
-                status, error = hres.status, hres.error
-                if hres.stderr and status != S.TIMEOUT:
-                    meta["harness_stderr"] = tail(hres.stderr, 2000)
+        if failure is None and sandbox is not None:
+            hres = await _run_harness(harness, environment, task, sandbox, rid, handle.api_key, model, budget, meta, timings)
             lost = getattr(sandbox, "lost_reason", None)  # a pod evicted / node lost / deadline under the harness
             if lost:
-                status, error = getattr(sandbox, "lost_status", None) or S.INFRA_ERROR, lost
-        if status is None and sandbox is not None:
-            t = time.monotonic()
-            try:
-                verdict = await asyncio.wait_for(environment.verify(task, sandbox), task.verify_timeout_s)
-                verdict.check_finite()  # NaN/Infinity is a broken verifier, never a score (nor "success")
-                status = S.SUCCESS if verdict.reward >= success_threshold else S.POLICY_FAILURE
-            except asyncio.TimeoutError:
-                status, error = S.ENV_ERROR, f"verifier of {task.id} ran over {task.verify_timeout_s:.0f}s"
-            except ValueError as e:  # pydantic's ValidationError too: a verdict that is not a valid score
-                verdict, status = None, S.ENV_ERROR
-                error = f"verifier of {task.id} gave an invalid result: {_err(e)}"
-            except Exception as e:
-                status = _launch_status(e, S.ENV_ERROR)
-                error = f"verifier of {task.id} raised {_err(e)}"
-                meta["verifier_traceback"] = tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 2000)
-            timings["verify_s"] = time.monotonic() - t
+                failure, error = getattr(sandbox, "lost_status", None) or S.INFRA_ERROR, lost
+        if failure is None and sandbox is not None and hres is not None and hres.ok:
+            verdict, failure, error = await _verify(environment, task, sandbox, meta, timings)
     except asyncio.CancelledError:
         cancelled = True
-        status, error = S.CANCELLED, "the rollout was cancelled (Ctrl-C or the caller)"
+        error = "the rollout was cancelled (Ctrl-C or the caller)"
     except Exception as e:  # a bug in a harness/environment/launcher we did not anticipate
-        status, error = S.INFRA_ERROR, f"unexpected {_err(e)}"
+        failure, error = S.INFRA_ERROR, f"unexpected {_err(e)}"
         meta["traceback"] = tail(traceback.format_exc(), 3000)
     finally:
         if sandbox is not None:
             await _shielded(_cleanup(environment, task, sandbox, meta))
-    assert status is not None
     timings["total_s"] = time.monotonic() - t_start
-    reward = verdict.reward if (verdict is not None and status in (S.SUCCESS, S.POLICY_FAILURE)) else 0.0
     rewards = verdict.rewards if verdict is not None else {}
     if verdict is not None and verdict.detail:
         meta["verify_detail"] = verdict.detail[:2000]
-    traj = await _shielded(_finish(proxy, rid, reward, status, rewards, error, environment.name))
+    facts = OutcomeFacts(failure=failure, error=error, harness_status=hres.status if hres else None,
+                         harness_error=hres.error if hres else None, reward=verdict.reward if verdict else None,
+                         success_threshold=success_threshold, budget_s=budget, cancelled=cancelled)
+    traj = await _shielded(_finish(proxy, rid, facts, rewards, environment.name))
     if traj is None:
         traj = Trajectory(rollout_id=rid, task_id=task.id, harness=harness.name, environment=environment.name,
-                          status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or status.value})")
-    failed = [c for c in traj.calls if c.status == CallStatus.ERROR]
-    if failed and traj.status not in (S.CANCELLED, S.INFRA_ERROR):  # the model back-end failed under the agent
-        traj = traj.model_copy(update={"status": S.INFRA_ERROR, "reward": 0.0,
-                                       "error": f"model call {failed[0].index} failed upstream: {failed[0].error}"
-                                                + (f" (then: {traj.error})" if traj.error else "")})
+                          status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or 'no error'})")
     traj = traj.model_copy(update={
         "harness": traj.harness or harness.name, "environment": environment.name,
         "metrics": {**traj.metrics, **{k: round(v, 4) for k, v in timings.items()}},
@@ -197,13 +165,58 @@ async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta:
         meta["sandbox_close_error"] = _err(e)
 
 
-async def _finish(proxy: Any, rid: str, reward: float, status: RolloutStatus, rewards: dict[str, float],
-                  error: str | None, env_name: str) -> Trajectory | None:
-    # An in-process proxy's afinish_rollout waits for calls still in flight (a 200 is never missing from the trajectory).
-    finish = getattr(proxy, "afinish_rollout", None) or proxy.finish_rollout
+async def _run_harness(harness: Harness, environment: Environment, task: Task, sandbox: Sandbox, rid: str,
+                       api_key: str, model: str, budget: float, meta: dict[str, Any],
+                       timings: dict[str, float]) -> HarnessResult:
+    base = sandbox.proxy_url.rstrip("/") + f"/r/{rid}"
+    shown = environment.instruction(task, sandbox)
+    ctx = RolloutContext(rollout_id=rid, task=task if shown == task.instruction else
+                         task.model_copy(update={"instruction": shown}), sandbox=sandbox, api_key=api_key,
+                         openai_base_url=base + "/v1", anthropic_base_url=base, model=model,
+                         budget_s=budget, env=environment.harness_env(task, sandbox))
+    t = time.monotonic()
+    hres = await harness.execute(ctx)
+    timings["harness_s"] = time.monotonic() - t
+    meta["harness_exit_code"] = hres.exit_code
+    if hres.final_text is not None:
+        meta["final_text"] = hres.final_text[:2000]
+    if hres.status is not None and hres.stderr and hres.status != S.TIMEOUT:
+        meta["harness_stderr"] = tail(hres.stderr, 2000)
+    return hres
+
+
+async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: dict[str, Any],
+                  timings: dict[str, float]) -> tuple[VerifyResult | None, RolloutStatus | None, str | None]:
+    """The verdict, or the failure that stands for it (``env_error`` for a broken verifier)."""
+    t = time.monotonic()
     try:
-        return await _maybe_await(finish(rid, reward=reward, status=status, rewards=rewards,
-                                         error=error, environment=env_name))
+        verdict = await asyncio.wait_for(environment.verify(task, sandbox), task.verify_timeout_s)
+        verdict.check_finite()  # NaN/Infinity is a broken verifier, never a score (nor "success")
+        return verdict, None, None
+    except asyncio.TimeoutError:
+        return None, S.ENV_ERROR, f"verifier of {task.id} ran over {task.verify_timeout_s:.0f}s"
+    except ValueError as e:  # pydantic's ValidationError too: a verdict that is not a valid score
+        return None, S.ENV_ERROR, f"verifier of {task.id} gave an invalid result: {_err(e)}"
+    except Exception as e:
+        meta["verifier_traceback"] = tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 2000)
+        return None, _launch_status(e, S.ENV_ERROR), f"verifier of {task.id} raised {_err(e)}"
+    finally:
+        timings["verify_s"] = time.monotonic() - t
+
+
+async def _finish(proxy: Any, rid: str, facts: OutcomeFacts, rewards: dict[str, float],
+                  env_name: str) -> Trajectory | None:
+    """Finish through the proxy, which applies the outcome rule with the calls it recorded. An
+    in-process proxy's ``afinish_rollout`` waits for calls still in flight (a 200 is never missing
+    from the trajectory) and takes the facts; a remote one gets the rule's answer without the calls,
+    and applies the call-based rows itself."""
+    try:
+        finish = getattr(proxy, "afinish_rollout", None) or proxy.finish_rollout
+        if "facts" in inspect.signature(finish).parameters:
+            return await _maybe_await(finish(rid, facts=facts, rewards=rewards, environment=env_name))
+        pre = classify_outcome(facts)
+        return await _maybe_await(finish(rid, reward=pre.reward, status=pre.status, rewards=rewards,
+                                         error=pre.error, environment=env_name))
     except Exception:
         return None
 

@@ -71,6 +71,7 @@ class CallStatus(_StrEnum):
     OK = "ok"
     ERROR = "error"  # back-end error or timeout: an infra failure of the call
     CANCELLED = "cancelled"  # client went away mid-generation
+    CONTEXT_OVERFLOW = "context_overflow"  # the prompt no longer fit the policy's context: refused, the policy's doing
 
 
 class BreakReason(_StrEnum):

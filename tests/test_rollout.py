@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from testdeps import missing, smollm2_tokenizer
+from testdeps import missing
 
 from openforge.environment import VerifyResult
 from openforge.envs.claw import ClawEnvironment, reference_solution
@@ -23,35 +23,6 @@ from openforge.types import RolloutStatus as S
 pytest.importorskip("openai")
 ENV = ClawEnvironment()
 FINISH = {"tool": {"name": "finish", "arguments": {"answer": "done"}}}
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return smollm2_tokenizer()
-
-
-@pytest.fixture
-async def rig(tmp_path, tokenizer):
-    """Returns a factory: rig(script, backend_cls=...) -> (proxy, launcher, store) inside the test's loop."""
-    from openforge.proxy.backends.scripted import ScriptedBackend
-    from openforge.proxy.server import ProxyServer
-
-    stack = []
-    store = TrajectoryStore(tmp_path / "store.db")
-    launcher = LocalLauncher(base_dir=tmp_path / "sbx", grace_s=1.0)
-
-    async def make(script, backend_cls=ScriptedBackend):
-        proxy = ProxyServer(backend_cls(script, tokenizer=tokenizer), store=store, uds=str(tmp_path / "p.sock"))
-        await proxy.start()
-        stack.append(proxy)
-        return proxy, launcher, store
-
-    yield make
-    for p in stack:
-        await p.stop()
-    await launcher.aclose()
-    store.close()
-    assert not list((tmp_path / "sbx").iterdir()), "a sandbox dir was left behind"
 
 
 def react():
@@ -97,9 +68,9 @@ async def test_policy_failure_is_kept_with_reward_zero(rig):
 async def test_budget_overrun_is_timeout(rig):
     proxy, launcher, store = await rig({"turns": [{"shell": "sleep 600"}, FINISH]})
     traj = await run_rollout(harness=react(), environment=ENV, task=ENV.task("files-create-hello"),
-                             launcher=launcher, proxy=proxy, store=store, budget_s=3)
-    assert traj.status == S.TIMEOUT and traj.reward == 0.0 and "budget" in traj.error
-    assert traj.metrics["harness_s"] < 3 + 10
+                             launcher=launcher, proxy=proxy, store=store, budget_s=8)
+    assert traj.status == S.TIMEOUT and traj.reward == 0.0 and "budget" in traj.error, traj.error
+    assert traj.metrics["harness_s"] < 8 + 10
 
 
 class Crashes(Harness):

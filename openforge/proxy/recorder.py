@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ProxyError
+from ..outcome import OutcomeFacts, classify_outcome
 from ..trajectory import Trajectory
 from ..types import CallStatus, ModelCall, RolloutStatus
 from .render import Head
@@ -198,7 +199,8 @@ class Recorder:
 
     async def afinish(self, rollout_id: str, *, wait_s: float | None = None, reward: float | None = None,
                       status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
-                      error: str | None = None, environment: str | None = None) -> Trajectory:
+                      error: str | None = None, environment: str | None = None,
+                      facts: OutcomeFacts | None = None, success_threshold: float = 1.0) -> Trajectory:
         """Close the rollout (new calls get 409), wait up to ``wait_s`` (default ``finish_wait_s``) for
         the calls in flight, cancel (and record) any still running, then :meth:`finish`."""
         _check_rewards(reward, rewards)
@@ -207,7 +209,7 @@ class Recorder:
             st.closing = True
             await _drain(st, self.finish_wait_s if wait_s is None else wait_s)
         return self.finish(rollout_id, reward=reward, status=status, rewards=rewards, error=error,
-                           environment=environment)
+                           environment=environment, facts=facts, success_threshold=success_threshold)
 
     def _open_state(self, rollout_id: str) -> RolloutState:
         st = self._state(rollout_id)
@@ -217,9 +219,12 @@ class Recorder:
 
     def finish(self, rollout_id: str, *, reward: float | None = None, status: RolloutStatus | str | None = None,
                rewards: dict[str, float] | None = None, error: str | None = None,
-               environment: str | None = None) -> Trajectory:
+               environment: str | None = None, facts: OutcomeFacts | None = None,
+               success_threshold: float = 1.0) -> Trajectory:
         """Build, store and return the trajectory now. Refused (409, nothing changes) while calls
-        are in flight: :meth:`afinish` waits for them."""
+        are in flight: :meth:`afinish` waits for them. The status comes from the one outcome rule
+        (:func:`~openforge.outcome.classify_outcome`) applied to ``facts`` (from ``run_rollout``) or,
+        for an external driver, to its ``reward`` / ``status`` / ``error``, with the recorded calls."""
         _check_rewards(reward, rewards)
         st = self._open_state(rollout_id)
         if st.finished is not None:
@@ -234,25 +239,14 @@ class Recorder:
                              "for them", 409)
         calls = sorted(st.calls, key=lambda c: c.index)
         errors = [c.index for c in calls if c.status == CallStatus.ERROR]
-        trailing_error = bool(calls) and calls[-1].status == CallStatus.ERROR
-        status = RolloutStatus(status) if status is not None else None
-        if status in (RolloutStatus.POLICY_FAILURE, RolloutStatus.TIMEOUT) and trailing_error:
-            # The policy never got to answer its last call: an infra failure, discarded, never scored 0.
-            error = error or f"overridden from {status.value}: the policy back-end failed on the last call " \
-                             f"({calls[-1].error})"
-            status = None
-        if status is None:
-            if trailing_error:
-                status = RolloutStatus.INFRA_ERROR
-                error = error or f"the policy back-end failed on call {calls[-1].index}: {calls[-1].error}"
-            elif reward is not None:
-                status = RolloutStatus.SUCCESS if reward > 0 else RolloutStatus.POLICY_FAILURE
-            else:
-                status = RolloutStatus.SUCCESS
+        if facts is None:  # an external driver: its own words, through the same rule
+            given = RolloutStatus(status) if status is not None else (RolloutStatus.SUCCESS if reward is None else None)
+            facts = OutcomeFacts(failure=given, error=error, reward=reward, success_threshold=success_threshold)
+        outcome = classify_outcome(facts.with_calls(calls))
         traj = Trajectory(
             rollout_id=st.rollout_id, task_id=st.task_id, harness=st.harness,
-            environment=environment or st.environment, status=RolloutStatus(status),
-            reward=float(reward or 0.0), rewards=dict(rewards or {}), calls=calls, error=error,
+            environment=environment or st.environment, status=outcome.status,
+            reward=outcome.reward, rewards=dict(rewards or {}), calls=calls, error=outcome.error,
             metadata=st.metadata,
             metrics={"num_calls": len(calls), "backend_errors": errors,
                      "cancelled_calls": [c.index for c in calls if c.status == CallStatus.CANCELLED]},

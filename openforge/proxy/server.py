@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..outcome import OutcomeFacts
 from ..trajectory import Trajectory
 from ..types import RolloutStatus
 from .app import build_app
@@ -208,16 +209,17 @@ class ProxyServer:
 
     def finish_rollout(self, rollout_id: str, *, reward: float | None = None,
                        status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
-                       error: str | None = None, environment: str | None = None) -> Trajectory:
+                       error: str | None = None, environment: str | None = None,
+                       success_threshold: float = 1.0) -> Trajectory:
         """Close a rollout: later calls are refused; returns the trajectory with validated segments.
         Refused (409) while calls are in flight: :meth:`afinish_rollout` waits for them.
 
-        ``status`` defaults to ``infra_error`` when the last call failed in the back-end, else to
-        ``success`` / ``policy_failure`` by ``reward > 0`` (``success`` when no reward is given). A
-        given ``policy_failure`` / ``timeout`` becomes ``infra_error`` when the last call failed in the
-        back-end (the policy never answered it), so back-end outages are never scored 0."""
+        The status comes from the one outcome rule (:mod:`openforge.outcome`) applied to the given
+        ``status`` / ``reward`` and the recorded calls: ``success`` when neither is given, else by
+        ``reward >= success_threshold``; whatever is given, a last call that failed in the back-end makes
+        it ``infra_error`` and a context overflow ``policy_failure``."""
         return self.recorder.finish(rollout_id, reward=reward, status=status, rewards=rewards, error=error,
-                                    environment=environment)
+                                    environment=environment, success_threshold=success_threshold)
 
     def release_rollout(self, rollout_id: str) -> None:
         """Forget a rollout once its trajectory has been handed on (a long-running worker proxy without a
@@ -227,14 +229,16 @@ class ProxyServer:
     async def afinish_rollout(self, rollout_id: str, *, reward: float | None = None,
                               status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
                               error: str | None = None, environment: str | None = None,
-                              wait_s: float | None = None) -> Trajectory:
+                              wait_s: float | None = None, facts: OutcomeFacts | None = None,
+                              success_threshold: float = 1.0) -> Trajectory:
         """:meth:`finish_rollout` for a rollout that may still have calls in flight: new calls are
         refused (409) at once, the ones in flight are awaited (up to ``wait_s``, default
         ``finish_wait_s``) and included; one still running then is recorded ``cancelled`` (included
         too) and its client gets a 409. Also finishes a rollout an earlier proxy on the same store
         left open (from the store's call log)."""
         return await self.recorder.afinish(rollout_id, wait_s=wait_s, reward=reward, status=status, rewards=rewards,
-                                           error=error, environment=environment)
+                                           error=error, environment=environment, facts=facts,
+                                           success_threshold=success_threshold)
 
     def open_rollouts(self) -> list[dict[str, Any]]:
         """Rollouts not finished yet, including those an earlier proxy on the same store left open
