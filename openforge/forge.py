@@ -232,7 +232,6 @@ class Forge:
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
         """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary."""
-        from .train.grpo import build_samples
 
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
@@ -338,12 +337,11 @@ def _statuses(counts: dict[str, int]) -> str:
 
 
 def _grad_step(s: dict[str, Any]) -> str:
+    """``yes`` / ``yes (+N)`` (N resample rounds) / ``no`` (every group tied: no policy gradient)."""
+    rounds = s.get("resample_rounds", 0)
     if s.get("gradient_step", True):
-        rounds = s.get("resample_rounds", 0)
-        return f"yes (+{rounds} resample)" if rounds else "yes"
-    if s.get("train/trained_tokens", 0):
-        return "no gradient step (tied; zero-advantage update)"
-    return "no gradient step"
+        return f"yes (+{rounds})" if rounds else "yes"
+    return "no"
 
 
 def print_summary(summary: dict[str, Any], console: Any = None) -> None:
@@ -353,8 +351,7 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
 
     console = console or Console()
     table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
-    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "mixed", "grad step", "gen tok", "train tok",
-                "s"):
+    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "mixed", "grad", "gen tok", "train tok", "s"):
         table.add_column(col, justify="left" if col == "statuses" else "right", no_wrap=col == "statuses")
     sft = summary.get("sft")
     if sft:
@@ -370,7 +367,8 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     idle = [s["step"] for s in summary.get("steps", []) if not s.get("gradient_step", True)]
     if idle:
         console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: every group was tied (same reward "
-                      "for all its rollouts), so those steps' rewards are samples of an unchanged policy")
+                      "for all its rollouts) even after resampling, so no policy gradient; those steps' rewards are "
+                      "samples of an unchanged policy")
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
 
 

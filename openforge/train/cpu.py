@@ -154,7 +154,6 @@ class CPUTrainer:
         self.step_count = 0
         self.ref_model: Any = None  # the KL reference, frozen; set at the first GRPO step
 
-
     def _select_trainable(self) -> set[int]:
         n = self.config.trainable_layers
         if n is None:

@@ -42,10 +42,11 @@ if TYPE_CHECKING:
 __all__ = [
     "chat_record",
     "collect_teacher",
-    "rendered_record",
     "export_sft",
     "load_token_samples",
+    "policy_renderer",
     "reference_script",
+    "rendered_record",
     "sft_samples",
     "sft_train",
     "teacher_backend",
