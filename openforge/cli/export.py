@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
 
             renderer = policy_renderer(load_tokenizer(model))
         res = export_sft(trajs, out, fmt=fmt, min_reward=min_reward, renderer=renderer)
-        note = f", {res['inexact']} re-rendered with {model}'s chat template" if res["inexact"] and fmt == "tokens" else ""
+        note = f", {res['rendered']} re-rendered with {model}'s chat template" if res["rendered"] else ""
         console.print(f"wrote {res['rows']} {fmt} rows from {res['trajectories']} successful trajectories "
                       f"(of {len(trajs)}){note} to {out}")
         if not res["rows"]:

@@ -236,21 +236,23 @@ def export_sft(trajs: Iterable[Trajectory], path: str | Path, *, fmt: str = "cha
     """Write successful trajectories (reward ≥ ``min_reward``) as ``chat`` or ``tokens`` rows.
 
     ``renderer`` (the policy's) lets ``tokens`` rows come from inexact (pass-through teacher)
-    trajectories too; the result counts the ``inexact`` trajectories kept."""
+    trajectories too; ``rendered`` in the result counts the trajectories exported that way."""
     if fmt not in ("chat", "tokens"):
         raise ConfigError(f"format must be 'chat' or 'tokens', got {fmt!r}")
     keep = [t for t in trajs if t.trainable and t.reward >= min_reward]
     rows: list[dict[str, Any]] = []
+    rendered = 0
     for t in keep:
         if fmt == "chat":
             r = chat_record(t)
             if r is not None:
                 rows.append(r)
         else:
-            rows.extend(token_records(t, renderer))
+            recs = token_records(t, renderer)
+            rendered += bool(recs) and not any(s.num_trained_tokens for s in t.segments)
+            rows.extend(recs)
     _write(rows, Path(path))
-    inexact = sum(1 for t in keep if t.calls and not t.segments and any(not c.exact for c in t.calls))
-    return {"path": str(path), "format": fmt, "trajectories": len(keep), "rows": len(rows), "inexact": inexact}
+    return {"path": str(path), "format": fmt, "trajectories": len(keep), "rows": len(rows), "rendered": rendered}
 
 
 def load_token_samples(path: str | Path) -> list[TrainSample]:

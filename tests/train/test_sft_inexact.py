@@ -117,7 +117,7 @@ async def test_inexact_teacher_trains_sft_on_assistant_turns(teacher_traj, token
     msgs = json.loads(json.dumps(teacher_traj.calls[-1].request["messages"]))
     assert context.startswith(renderer.text(msgs[:2], TOOLS, gen=True))
     res = export_sft([teacher_traj], tmp_path / "t.jsonl", fmt="tokens", renderer=renderer)
-    assert (res["rows"], res["inexact"]) == (1, 1)
+    assert (res["rows"], res["rendered"]) == (1, 1)
     row = json.loads((tmp_path / "t.jsonl").read_text())
     assert row["input_ids"] == s.input_ids and row["loss_mask"] == s.loss_mask
 
