@@ -12,8 +12,14 @@ A CPU GRPO run (``trainer.backend=cpu``)::
     [SFT warm-start: teacher rollouts (reference solutions replayed through the real harness + proxy)
      → supervised steps; cached under the cache dir by a key of everything that shapes it]
     for each step: pick tasks_per_step tasks → group_size rollouts each through the real proxy →
+        [dynamic sampling: while fewer than min_mixed_groups groups have differing rewards, draw the
+         next tasks_per_step tasks, at most max_resample_rounds times] →
         GRPO samples → proxy paused → one optimizer step on the served module → proxy resumed →
-        metrics line (reward mean/std, pass rate, statuses, tokens, times) → checkpoint
+        metrics line (reward mean/std, pass rate, statuses, mixed groups, whether a gradient step
+        was taken, trained tokens, times) → checkpoint
+
+A step left with no mixed group trains nothing: its metrics say ``gradient_step: false`` and the
+summary table says "no gradient step" rather than showing a reward change as if it were learning.
 
 ``trainer.backend=verl`` writes the veRL dataset, agent-loop YAML and command into the run
 directory and runs ``python -m verl.trainer.main_ppo`` (see :mod:`openforge.train.verl.launch`).
@@ -34,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from .config import RunConfig, dump_config, load_config
 from .errors import ConfigError
 from .task import Task
+from .train.grpo import count_mixed_groups
 from .trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -86,6 +93,17 @@ def load_tasks(cfg: RunConfig, env: Any = None) -> list[Task]:
 # ------------------------------------------------------------------------------------ metrics
 
 
+def merge_groups(first: Any, more: Any) -> Any:
+    """``run_groups`` results of a resample round appended to the step's (groups and bookkeeping)."""
+    first.extend(more)
+    for attr in ("discarded", "dropped"):
+        if hasattr(first, attr):
+            getattr(first, attr).extend(getattr(more, attr, []))
+    if hasattr(first, "attempts"):
+        first.attempts += getattr(more, "attempts", 0)
+    return first
+
+
 def step_metrics(groups: Any, *, step: int, elapsed: dict[str, float]) -> dict[str, Any]:
     """One ``metrics.jsonl`` line from ``run_groups``' result."""
     trajs: list[Trajectory] = [t for g in groups for t in g.trajectories]
@@ -103,6 +121,7 @@ def step_metrics(groups: Any, *, step: int, elapsed: dict[str, float]) -> dict[s
         "rollouts": n,
         "groups": len(groups),
         "groups_dropped": len(getattr(groups, "dropped", [])),
+        "mixed_groups": count_mixed_groups(groups),
         "statuses": statuses,
         "calls": len(calls),
         "prompt_tokens": sum(len(c.prompt_ids) for c in calls),
@@ -217,7 +236,6 @@ class Forge:
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
         """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary."""
-        from .train.grpo import build_samples
 
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
@@ -243,35 +261,71 @@ class Forge:
         order = list(tasks)
         rng.shuffle(order)
         for step in range(start, cfg.trainer.steps):
-            k = cfg.rollout.tasks_per_step
-            batch = [order[(step * k + i) % len(order)] for i in range(min(k, len(order)))]
-            t0 = time.monotonic()
-            groups = await self.rollouts(batch, cfg.rollout.group_size)
-            t_roll = time.monotonic() - t0
-            samples = build_samples(list(groups), norm_std=cfg.trainer.cpu.norm_adv_by_std,
-                                    loss_agg=cfg.trainer.cpu.loss_agg,
-                                    skip_zero_advantage=cfg.trainer.cpu.skip_zero_advantage)
+            line = await self._grpo_step(step, order)
+            summary["steps"].append(line)
+            every = cfg.trainer.checkpoint_every
+            if (every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps:
+                self.trainer.save(self.run_dir / "checkpoints" / f"step-{step + 1}", extra={"grpo_step": step + 1})
+        self._finish(summary)
+        return summary
+
+    async def _sample_step(self, step: int, order: list[Task]) -> tuple[Any, int]:
+        """The step's groups, with dynamic sampling: more tasks while too few groups are mixed.
+
+        Round ``r`` rolls out the ``tasks_per_step`` tasks after the previous round's, cycling
+        through the run's shuffled tasks (so every round is a fresh draw of the current policy)."""
+        cfg = self.cfg
+        k = min(cfg.rollout.tasks_per_step, len(order))
+        tcfg = cfg.trainer.cpu
+        stride = k * (1 + tcfg.max_resample_rounds)  # no two steps draw the same slots
+
+        def draw(r: int) -> list[Task]:
+            return [order[(step * stride + r * k + i) % len(order)] for i in range(k)]
+
+        groups = await self.rollouts(draw(0), cfg.rollout.group_size)
+        rounds = 0
+        while count_mixed_groups(groups) < tcfg.min_mixed_groups and rounds < tcfg.max_resample_rounds:
+            rounds += 1
+            self.console.log(f"step {step + 1}: {count_mixed_groups(groups)} of {len(groups)} groups mixed "
+                             f"(< {tcfg.min_mixed_groups}): resample round {rounds}/{tcfg.max_resample_rounds}")
+            merge_groups(groups, await self.rollouts(draw(rounds), cfg.rollout.group_size))
+        return groups, rounds
+
+    async def _grpo_step(self, step: int, order: list[Task]) -> dict[str, Any]:
+        """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
+        from .train.grpo import build_samples
+
+        cfg = self.cfg
+        tcfg = cfg.trainer.cpu
+        t0 = time.monotonic()
+        groups, rounds = await self._sample_step(step, order)
+        t_roll = time.monotonic() - t0
+        samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
+                                skip_zero_advantage=tcfg.skip_zero_advantage,
+                                loss_scale_tokens=tcfg.loss_scale_tokens)
+        mixed = count_mixed_groups(groups)
+        take = bool(samples) and (mixed > 0 or not tcfg.skip_zero_advantage)
+        tm: dict[str, float] = {"trained_tokens": 0.0}
+        if take:
             await self.proxy.pause()  # no generation while the served module changes
             try:
                 tm = await asyncio.to_thread(self.trainer.step, samples)
             finally:
                 await self.proxy.resume()
             await self.trainer.publish(self.backend)
-            line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
-                                                                "step_time_s": time.monotonic() - t0})
-            line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
-            line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
-            self._log_metrics(line)
-            summary["steps"].append(line)
-            self.console.log(
-                f"step {step + 1}/{cfg.trainer.steps}: reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
-                f"pass {line['pass_rate']:.2f} rollouts {line['rollouts']} trained {int(tm.get('trained_tokens', 0))} tok "
-                f"loss {tm.get('loss', 0):.4f} ({line['step_time_s']:.0f}s)")
-            every = cfg.trainer.checkpoint_every
-            if (every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps:
-                self.trainer.save(self.run_dir / "checkpoints" / f"step-{step + 1}", extra={"grpo_step": step + 1})
-        self._finish(summary)
-        return summary
+        line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
+                                                            "step_time_s": time.monotonic() - t0})
+        line.update({"resample_rounds": rounds, "gradient_step": take and mixed > 0})
+        line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
+        line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
+        self._log_metrics(line)
+        what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s), "
+                f"loss {tm.get('loss', 0):.4f}" if line["gradient_step"] else
+                f"no gradient step: {mixed} of {len(groups)} groups mixed after {rounds} resample round(s)")
+        self.console.log(
+            f"step {step + 1}/{cfg.trainer.steps}: reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
+            f"pass {line['pass_rate']:.2f} rollouts {line['rollouts']}; {what} ({line['step_time_s']:.0f}s)")
+        return line
 
     def _finish(self, summary: dict[str, Any]) -> None:
         summary["elapsed_s"] = round(time.monotonic() - self._t0, 1)
@@ -286,6 +340,14 @@ def _statuses(counts: dict[str, int]) -> str:
     return " ".join(f"{short.get(k, k)}={v}" for k, v in sorted(counts.items(), key=lambda kv: kv[0] not in short))
 
 
+def _grad_step(s: dict[str, Any]) -> str:
+    """``yes`` / ``yes (+N)`` (N resample rounds) / ``no`` (every group tied: no policy gradient)."""
+    rounds = s.get("resample_rounds", 0)
+    if s.get("gradient_step", True):
+        return f"yes (+{rounds})" if rounds else "yes"
+    return "no"
+
+
 def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     """The end-of-run table (the SFT warm-start, then one row per GRPO step)."""
     from rich.console import Console
@@ -293,18 +355,24 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
 
     console = console or Console()
     table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
-    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "gen tok", "train tok", "s"):
+    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "mixed", "grad", "gen tok", "train tok", "s"):
         table.add_column(col, justify="left" if col == "statuses" else "right", no_wrap=col == "statuses")
     sft = summary.get("sft")
     if sft:
         table.add_row("sft", "", "", f"{sft.get('teacher_pass_rate') or 0:.2f}", str(sft.get("trajectories", "")),
-                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} SFT steps", "",
+                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} SFT steps", "", "sft", "",
                       str(int(sft.get("trained_tokens", 0))), "0" if sft.get("cached") else f"{sft.get('time_s', 0):.0f}")
     for s in summary.get("steps", []):
         table.add_row(str(s["step"]), f"{s['reward_mean']:.3f}", f"{s['reward_std']:.3f}", f"{s['pass_rate']:.2f}",
-                      str(s["rollouts"]), _statuses(s["statuses"]), str(s["generated_tokens"]),
-                      str(int(s.get("train/trained_tokens", 0))), f"{s['step_time_s']:.0f}")
+                      str(s["rollouts"]), _statuses(s["statuses"]), f"{s.get('mixed_groups', '?')}/{s['groups']}",
+                      _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
+                      f"{s['step_time_s']:.0f}")
     console.print(table)
+    idle = [s["step"] for s in summary.get("steps", []) if not s.get("gradient_step", True)]
+    if idle:
+        console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: every group was tied (same reward "
+                      "for all its rollouts) even after resampling, so no policy gradient; those steps' rewards are "
+                      "samples of an unchanged policy")
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
 
 

@@ -1,7 +1,8 @@
 """Trajectories and the token-exact segment builder.
 
 Owns: :class:`Trajectory`, :class:`TrajectoryGroup`, :func:`build_segments`,
-:func:`validate_segments` and :class:`SegmentValidationError`. Pure functions, no I/O.
+:func:`validate_segments`, :class:`SegmentValidationError` and :class:`NonFiniteLogprobError`.
+Pure functions, no I/O.
 
 ``build_segments`` turns the recorded calls of one rollout into training segments. A call whose
 prompt ids *extend* an open segment (the segment's ids are a prefix of the prompt) continues it:
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .types import TRAJECTORY_VERSION, BreakReason, CallStatus, ModelCall, RolloutStatus, Segment
 
 __all__ = [
+    "NonFiniteLogprobError",
     "SegmentValidationError",
     "Trajectory",
     "TrajectoryGroup",
@@ -41,6 +43,10 @@ THINK_MARKERS = ("<think>", "<thinking>", "<|thinking|>")
 
 class SegmentValidationError(ValueError):
     """A segment breaks the token-exact invariants (a bug in whoever produced it)."""
+
+
+class NonFiniteLogprobError(SegmentValidationError):
+    """A trainable call carries a NaN/inf behaviour logprob: its rollout cannot be trained."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,6 +128,14 @@ def _classify(
     return BreakReason.NEW_LINEAGE
 
 
+def _check_finite(call_index: int, logprobs: Sequence[float], where: str = "") -> None:
+    bad = next((i for i, lp in enumerate(logprobs) if not math.isfinite(lp)), None)
+    if bad is not None:
+        raise NonFiniteLogprobError(
+            f"{where}call {call_index}: output token {bad} has logprob {logprobs[bad]} (not finite); the back-end "
+            "returned unusable logprobs, so this rollout cannot be trained")
+
+
 def _has_think(text: str) -> bool:
     return any(m in text for m in THINK_MARKERS)
 
@@ -137,6 +151,9 @@ def build_segments(
 
     Returns ``(segments, skipped)`` where ``skipped`` maps the index of every call that trains no
     token to the reason (``not_exact``, ``error``, ``cancelled``, ``empty``, ``duplicate_retry``).
+    Raises :class:`NonFiniteLogprobError` when a trainable call carries a non-finite (NaN/inf)
+    behaviour logprob: the importance ratio of such a token is undefined, so the rollout cannot
+    be trained at all.
 
     ``reward`` is the rollout's terminal reward; a segment's reward is
     ``reward * gamma ** (calls after the segment's last trained call)``. ``detokenize`` (optional)
@@ -160,6 +177,7 @@ def build_segments(
         if not call.output_ids or len(call.output_logprobs) != len(call.output_ids):
             skipped[call.index] = "empty"
             continue
+        _check_finite(call.index, call.output_logprobs)
         prompt = call.prompt_ids
         key = (len(prompt), prompt[-1] if prompt else -1, hash(tuple(prompt[-64:])))
         twins = [c for c in seen_prompts.get(key, ()) if c.prompt_ids == prompt]
@@ -254,7 +272,8 @@ def validate_segments(calls: Iterable[ModelCall], segments: Sequence[Segment]) -
             if seg.input_ids[p : p + o] != call.output_ids:
                 raise SegmentValidationError(f"segment {si}: tokens after call {ci}'s prompt are not its output_ids")
             lp = seg.logprobs[p : p + o]
-            if any(not _same_float(a, b) for a, b in zip(lp, call.output_logprobs)):
+            _check_finite(ci, lp, f"segment {si}: ")
+            if lp != call.output_logprobs:
                 raise SegmentValidationError(f"segment {si}: logprobs of call {ci} do not align")
             expected_mask[p : p + o] = [1] * o
         if seg.loss_mask != expected_mask:
@@ -266,10 +285,6 @@ def validate_segments(calls: Iterable[ModelCall], segments: Sequence[Segment]) -
         for i, (m, lp) in enumerate(zip(seg.loss_mask, seg.logprobs)):
             if not m and lp != 0.0:
                 raise SegmentValidationError(f"segment {si}: context token {i} carries a logprob")
-
-
-def _same_float(a: float, b: float) -> bool:
-    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,8 +316,16 @@ class Trajectory(BaseModel):
         return self.status.trainable
 
     def build(self, *, gamma: float = 1.0, detokenize: Detokenize | None = None) -> Trajectory:
-        """Return a copy with segments rebuilt from the calls and validated."""
-        segments, skipped = build_segments(self.calls, reward=self.reward, gamma=gamma, detokenize=detokenize)
+        """Return a copy with segments rebuilt from the calls and validated.
+
+        A call with non-finite logprobs makes the copy an untrainable ``infra_error`` (a back-end
+        fault, not the policy's) with no segments and the reason in ``error``; the calls are kept.
+        """
+        try:
+            segments, skipped = build_segments(self.calls, reward=self.reward, gamma=gamma, detokenize=detokenize)
+        except NonFiniteLogprobError as e:
+            return self.model_copy(update={"segments": [], "status": RolloutStatus.INFRA_ERROR, "reward": 0.0,
+                                           "error": f"untrainable: {e}" + (f" (then: {self.error})" if self.error else "")})
         validate_segments(self.calls, segments)
         metrics = dict(self.metrics)
         metrics["skipped_calls"] = {str(k): v for k, v in skipped.items()}

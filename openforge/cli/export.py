@@ -3,7 +3,9 @@
 Owns the ``export`` command group. Trajectories come from a file (a run's ``trajectories.db``, a
 ``trajectory.json``, or a JSONL/Parquet export) or are produced on the spot by a teacher back-end
 run k times per task through a harness (``--teacher reference`` replays the tasks' reference
-solutions as a scripted policy through the real proxy).
+solutions as a scripted policy through the real proxy). ``--format tokens`` re-renders the
+trajectories of an inexact (``openai:``) teacher with ``--model``'s chat template; an export that
+writes no row says why and exits 1.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ def register(app: typer.Typer) -> None:
         min_reward: float = typer.Option(1.0, "--min-reward", help="Keep trajectories with at least this reward"),
         max_tasks: int = typer.Option(None, "--max-tasks", min=1),
         run_dir: Path = typer.Option(None, "--run-dir", help="Where teacher rollouts are recorded"),
+        model: str = typer.Option("smollm2-135m", "--model",
+                                  help="Policy whose chat template re-renders inexact teacher calls (--format tokens)"),
     ) -> None:
         """Export SFT data from recorded trajectories or fresh teacher rollouts."""
         from rich.console import Console
@@ -52,9 +56,21 @@ def register(app: typer.Typer) -> None:
             import asyncio
 
             trajs = asyncio.run(_teacher(env, split, subset, teacher, k, harness, max_tasks, run_dir))
-        res = export_sft(trajs, out, fmt=fmt, min_reward=min_reward)
+        renderer = None
+        if fmt == "tokens" and any(not c.exact for t in trajs for c in t.calls):
+            from ..proxy.backends.transformers import load_tokenizer
+            from ..train.sft import policy_renderer
+
+            renderer = policy_renderer(load_tokenizer(model))
+        res = export_sft(trajs, out, fmt=fmt, min_reward=min_reward, renderer=renderer)
+        note = f", {res['rendered']} re-rendered with {model}'s chat template" if res["rendered"] else ""
         console.print(f"wrote {res['rows']} {fmt} rows from {res['trajectories']} successful trajectories "
-                      f"(of {len(trajs)}) to {out}")
+                      f"(of {len(trajs)}){note} to {out}")
+        if not res["rows"]:
+            why = (f"no trajectory has reward >= {min_reward} and a trainable status" if not res["trajectories"]
+                   else "the successful trajectories hold no chat-API call / generated token to export")
+            console.print(f"[red]error:[/] no {fmt} row written: {why}")
+            raise typer.Exit(1)
 
 
 async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: int, harness: str,

@@ -1,9 +1,15 @@
 """The built-in CPU trainer: GRPO (and SFT) steps in plain PyTorch on the back-end's own model.
 
 Owns: :class:`CPUTrainerConfig`, :class:`CPUTrainer` (AdamW, gradient accumulation over
-length-sorted micro-batches of segments, grad clipping, checkpoint save/resume, weight
-publication to the serving back-end), :func:`token_logprobs` (memory-aware logprobs of the target
-tokens) and :func:`pack_microbatches`.
+length-sorted micro-batches of segments, grad clipping, the KL reference policy, checkpoint
+save/resume, weight publication to the serving back-end), :func:`token_logprobs` (memory-aware
+logprobs of the target tokens) and :func:`pack_microbatches`.
+
+KL reference. With ``kl_coef > 0`` the reference is the policy GRPO *starts from*: a frozen copy
+taken at the first GRPO step (so after the SFT warm-start and after a checkpoint resume), or set
+explicitly with :meth:`CPUTrainer.set_reference`. It is saved with every checkpoint
+(``reference.safetensors``) so a resumed run keeps the reference of the run it continues. Its
+logprobs are computed once per step, before the first epoch, never by swapping state dicts.
 
 Memory. The full-vocabulary ``log_softmax`` over ``[B, T, 49152]`` is the memory hog of a step
 (0.8 GB per copy for 8 × 512 tokens). :func:`token_logprobs` runs the decoder once, then computes
@@ -32,7 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .grpo import LossAgg, TrainSample, policy_loss
 
-__all__ = ["CPUTrainer", "CPUTrainerConfig", "pack_microbatches", "token_logprobs"]
+__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "pack_microbatches", "token_logprobs"]
+
+REFERENCE_FILE = "reference.safetensors"
 
 
 class CPUTrainerConfig(BaseModel):
@@ -47,10 +55,19 @@ class CPUTrainerConfig(BaseModel):
     temperature: float = Field(1.0, gt=0, description="must equal the sampling temperature of the rollouts")
     clip_low: float = Field(0.2, ge=0)
     clip_high: float = Field(0.28, ge=0)
-    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the initial weights (0 = no reference model)")
-    loss_agg: LossAgg = "rollout-mean"
+    clip_ratio_c: float | None = Field(3.0, gt=1, description="dual-clip bound for negative advantages "
+                                       "(veRL's clip_ratio_c; null: off)")
+    log_ratio_clamp: float = Field(20.0, gt=0, description="|log(new/old)| is clamped to this before exp")
+    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the policy GRPO starts from (0 = no reference model)")
+    loss_agg: LossAgg = Field("rollout-mean", description="rollout-mean | token-mean | seq-mean-token-mean | "
+                              "seq-mean-token-sum-norm (see openforge.train.grpo)")
+    loss_scale_tokens: int = Field(4096, ge=1, description="constant normaliser of seq-mean-token-sum-norm (Dr. GRPO)")
     norm_adv_by_std: bool = True
-    skip_zero_advantage: bool = Field(True, description="leave out rollouts whose advantage is 0 (no signal)")
+    skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
+    min_mixed_groups: int = Field(1, ge=0, description="dynamic sampling: groups with differing rewards a step "
+                                  "needs before it trains (0: off)")
+    max_resample_rounds: int = Field(2, ge=0, description="dynamic sampling: extra rounds of tasks drawn when a "
+                                     "step has fewer than min_mixed_groups mixed groups")
     ppo_epochs: int = Field(1, ge=1, description="optimizer steps per batch of rollouts")
     micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
     logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")
@@ -135,9 +152,7 @@ class CPUTrainer:
         self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, betas=self.config.betas,
                                            weight_decay=self.config.weight_decay)
         self.step_count = 0
-        self.ref_state: dict[str, Any] | None = None
-        if self.config.kl_coef > 0:
-            self.ref_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        self.ref_model: Any = None  # the KL reference, frozen; set at the first GRPO step
 
     def _select_trainable(self) -> set[int]:
         n = self.config.trainable_layers
@@ -180,19 +195,24 @@ class CPUTrainer:
         adv = torch.tensor([s.advantage for s in batch])
         return {"ids": ids, "attn": attn, "old": old, "w": w, "adv": adv}
 
-    def _ref_logprobs(self, t: dict[str, Any]) -> Any:
-        """Logprobs under the reference (initial) weights, computed by swapping them in briefly."""
+    # ---------------------------------------------------------------- KL reference
+    def set_reference(self) -> None:
+        """Freeze a copy of the current weights as the KL reference policy."""
+        import copy
+
+        ref = copy.deepcopy(self.model)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        self.ref_model = ref
+
+    def _ref_logprobs(self, tensors: list[dict[str, Any]]) -> list[Any]:
+        """Reference logprobs of every micro-batch, once per step."""
         import torch
 
-        assert self.ref_state is not None
-        current = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        try:
-            self.model.load_state_dict(self.ref_state)
-            with torch.no_grad():
-                return token_logprobs(self.model, t["ids"], t["attn"], temperature=self.config.temperature,
-                                      chunk=self.config.logprob_chunk)
-        finally:
-            self.model.load_state_dict(current)
+        with torch.no_grad():
+            return [token_logprobs(self.ref_model, t["ids"], t["attn"], temperature=self.config.temperature,
+                                   chunk=self.config.logprob_chunk) for t in tensors]
 
     # ---------------------------------------------------------------- steps
     def step(self, samples: Sequence[TrainSample], *, kind: LossKind = "grpo",
@@ -208,15 +228,19 @@ class CPUTrainer:
         cfg = self.config
         t0 = time.perf_counter()
         batches = pack_microbatches([s.num_tokens for s in samples], cfg.micro_batch_tokens)
+        tensors = [self._tensors([samples[i] for i in idx]) for idx in batches]
+        refs: list[Any] = [None] * len(batches)
+        if kind == "grpo" and cfg.kl_coef > 0:
+            if self.ref_model is None:
+                self.set_reference()  # the policy GRPO starts from
+            refs = self._ref_logprobs(tensors)
         epochs = cfg.ppo_epochs if kind == "grpo" else 1
         agg: dict[str, float] = {}
         gap_sum, gap_n, loss_sum = 0.0, 0, 0.0
         grad_norm = 0.0
         for epoch in range(epochs):
             self.optimizer.zero_grad(set_to_none=True)
-            for bi, idx in enumerate(batches):
-                t = self._tensors([samples[i] for i in idx])
-                ref = self._ref_logprobs(t) if (kind == "grpo" and self.ref_state is not None) else None
+            for bi, (idx, t, ref) in enumerate(zip(batches, tensors, refs)):
                 amp = (torch.autocast("cpu", dtype=torch.bfloat16) if cfg.autocast_bf16
                        else contextlib.nullcontext())
                 with amp:
@@ -225,7 +249,9 @@ class CPUTrainer:
                 mask = t["w"] > 0
                 if kind == "grpo":
                     loss, m = policy_loss(logp, t["old"], t["adv"], t["w"], clip_low=cfg.clip_low,
-                                          clip_high=cfg.clip_high, ref_logprobs=ref, kl_coef=cfg.kl_coef)
+                                          clip_high=cfg.clip_high, clip_ratio_c=cfg.clip_ratio_c,
+                                          log_ratio_clamp=cfg.log_ratio_clamp, ref_logprobs=ref,
+                                          kl_coef=cfg.kl_coef)
                     if epoch == 0:
                         gap_sum += float(((logp.detach() - t["old"]).abs() * mask).sum())
                         gap_n += int(mask.sum())
@@ -272,6 +298,10 @@ class CPUTrainer:
         path.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(path)
         torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step_count}, path / "trainer_state.pt")
+        if self.ref_model is not None:
+            from safetensors.torch import save_model
+
+            save_model(self.ref_model, str(path / REFERENCE_FILE))  # handles tied embeddings
         (path / "trainer.json").write_text(json.dumps({"step": self.step_count, **(extra or {})}, indent=2))
         return path
 
@@ -281,7 +311,7 @@ class CPUTrainer:
         from safetensors.torch import load_file
 
         path = Path(path)
-        files = sorted(path.glob("*.safetensors"))
+        files = sorted(f for f in path.glob("*.safetensors") if f.name != REFERENCE_FILE)
         if not files:
             from ..errors import ConfigError
 
@@ -297,6 +327,13 @@ class CPUTrainer:
             raise ConfigError(f"checkpoint {path} does not fit the model: missing {bad[:3]}, unexpected {unexpected[:3]}")
         if hasattr(self.model, "tie_weights"):
             self.model.tie_weights()
+        ref = path / REFERENCE_FILE
+        self.ref_model = None  # without a saved reference: the loaded weights, at the next GRPO step
+        if ref.is_file():
+            from safetensors.torch import load_model
+
+            self.set_reference()
+            load_model(self.ref_model, str(ref))
         st = path / "trainer_state.pt"
         if st.is_file():
             blob = torch.load(st, weights_only=False)

@@ -1,17 +1,28 @@
 """GRPO core: group-normalised advantages and the token-level clipped policy loss.
 
 Owns: :func:`group_advantages` (one scalar per rollout, normalised over the *valid* rollouts of a
-task group), :func:`build_samples` (trajectory groups → :class:`TrainSample` rows, one per segment,
-every segment of a rollout sharing that rollout's advantage, with per-token loss weights), and
+task group), :func:`is_tied` / :func:`count_mixed_groups` (which groups carry a learning signal),
+:func:`build_samples` (trajectory groups → :class:`TrainSample` rows, one per segment, every segment
+of a rollout sharing that rollout's advantage, with per-token loss weights), and
 :func:`policy_loss` (PPO-clip surrogate over ``loss_mask == 1`` tokens against the recorded
-behaviour logprobs, optional k3 KL to a reference policy).
+behaviour logprobs: log-ratio clamp, optional dual-clip, optional k3 KL to a reference policy).
 
-Loss aggregation. ``rollout-mean`` (the default) gives every rollout the same total weight
-``1 / n_rollouts``, spread evenly over its trained tokens, so a rollout the proxy had to split
-into many segments weighs no more than one that stayed in a single segment (Agent Lightning's
-``per_rollout_mean``). ``token-mean`` weighs every trained token of the batch equally (veRL's
-default). Both are expressed as per-token weights, so the trainer can accumulate gradients over
-any micro-batching of the segments and still get the exact same loss.
+Tied groups. A group whose rewards are all equal (population std below :data:`TIE_STD`) has no
+baseline to beat: every advantage is exactly 0 and, with ``skip_zero_advantage``, the group is left
+out. An exact ``== 0`` test is not enough: ``[0.7] * 8`` gives advantages of ~1e-10 through
+floating-point noise, which would keep the group and dilute every informative rollout's weight.
+
+Loss aggregation (``loss_agg``), as per-token weights so any micro-batching gives the same loss.
+A *row* is one segment (what veRL trains), a *rollout* may span several segments:
+
+- ``rollout-mean`` (CPU default): every rollout weighs ``1 / n_rollouts``, spread evenly over its
+  trained tokens, so a rollout split into many segments weighs no more than one that stayed whole
+  (Agent Lightning's ``per_rollout_mean``). No veRL mode matches it.
+- ``token-mean``: every trained token of the batch weighs the same (veRL ``token-mean``).
+- ``seq-mean-token-mean``: every *segment row* weighs ``1 / n_rows``, spread over its tokens (veRL
+  ``seq-mean-token-mean``); equal to ``rollout-mean`` when every rollout is one segment.
+- ``seq-mean-token-sum-norm``: Dr. GRPO, every token weighs ``1 / (n_rows * loss_scale_tokens)``,
+  a constant normaliser independent of the lengths (veRL ``seq-mean-token-sum-norm``).
 
 Pure python for the data side; torch is imported lazily inside :func:`policy_loss`.
 """
@@ -29,14 +40,36 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = [
+    "LOSS_AGG_MODES",
+    "TIE_STD",
     "LossAgg",
     "TrainSample",
     "build_samples",
+    "count_mixed_groups",
     "group_advantages",
+    "is_tied",
     "policy_loss",
 ]
 
-LossAgg = Literal["rollout-mean", "token-mean"]
+LossAgg = Literal["rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+LOSS_AGG_MODES: tuple[str, ...] = ("rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+TIE_STD = 1e-6
+"""A group whose reward std is below this is tied: no learning signal."""
+
+
+def is_tied(rewards: Sequence[float], *, tol: float = TIE_STD) -> bool:
+    """True when the group has no baseline to beat: fewer than two rewards or their std < ``tol``."""
+    n = len(rewards)
+    if n < 2:
+        return True
+    mean = sum(rewards) / n
+    return math.sqrt(sum((r - mean) ** 2 for r in rewards) / n) < tol
+
+
+def count_mixed_groups(groups: Iterable[TrajectoryGroup]) -> int:
+    """How many groups have rewards that differ among their valid rollouts (a policy gradient)."""
+    return sum(1 for g in groups if not is_tied(g.rewards))
 
 
 def group_advantages(rewards: Sequence[float], *, norm_std: bool = True, eps: float = 1e-6) -> list[float]:
@@ -44,11 +77,12 @@ def group_advantages(rewards: Sequence[float], *, norm_std: bool = True, eps: fl
 
     ``(r - mean) / (std + eps)`` with the unbiased (n-1) standard deviation, as veRL's
     ``compute_grpo_outcome_advantage``; ``norm_std=False`` gives Dr.GRPO's ``r - mean``.
-    A group of fewer than two rollouts has no baseline: its advantage is 0 (veRL would train a
-    singleton on its raw reward, which rewards luck, not improvement).
+    A tied group (:func:`is_tied`) — every reward equal up to float noise, or fewer than two
+    rollouts — has exactly 0 advantages (veRL would train a singleton on its raw reward, which
+    rewards luck, not improvement).
     """
     n = len(rewards)
-    if n < 2:
+    if is_tied(rewards):
         return [0.0] * n
     mean = sum(rewards) / n
     centered = [r - mean for r in rewards]
@@ -98,48 +132,61 @@ def build_samples(
     norm_std: bool = True,
     loss_agg: LossAgg = "rollout-mean",
     skip_zero_advantage: bool = True,
+    loss_scale_tokens: int = 4096,
 ) -> list[TrainSample]:
     """Turn task groups into training rows.
 
     Only valid rollouts (infra failures already discarded) enter the group statistics. Every
-    segment of a rollout carries the rollout's advantage. With ``skip_zero_advantage`` rollouts
-    whose advantage is exactly 0 (groups where every rollout scored the same) are left out: their
-    policy-gradient term is zero, so they would only cost compute.
+    segment of a rollout carries the rollout's advantage. With ``skip_zero_advantage`` tied groups
+    (:func:`is_tied`) are left out: their policy-gradient term is zero, so they would only cost
+    compute and dilute the weight of the informative rollouts. ``loss_scale_tokens`` is the
+    constant normaliser of ``seq-mean-token-sum-norm``.
     """
-    if loss_agg not in ("rollout-mean", "token-mean"):
-        raise ValueError(f"loss_agg must be 'rollout-mean' or 'token-mean', got {loss_agg!r}")
+    if loss_agg not in LOSS_AGG_MODES:
+        raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGG_MODES)}; got {loss_agg!r}")
     rows: list[tuple[Trajectory, float, list]] = []
     for group in groups:
         valid = group.valid
-        advs = group_advantages([t.reward for t in valid], norm_std=norm_std)
+        rewards = [t.reward for t in valid]
+        if skip_zero_advantage and is_tied(rewards):
+            continue
+        advs = group_advantages(rewards, norm_std=norm_std)
         for traj, adv in zip(valid, advs, strict=True):
-            if skip_zero_advantage and adv == 0.0:
-                continue
             segs = [s for s in _segments(traj) if s.num_trained_tokens > 0]
             if segs:
                 rows.append((traj, adv, segs))
-    n_rollouts = len(rows)
-    n_tokens = sum(s.num_trained_tokens for _, _, segs in rows for s in segs)
+    weight = _token_weight(rows, loss_agg, loss_scale_tokens)
     samples: list[TrainSample] = []
     for traj, adv, segs in rows:
-        if loss_agg == "rollout-mean":
-            per_token = 1.0 / (n_rollouts * sum(s.num_trained_tokens for s in segs))
-        else:
-            per_token = 1.0 / n_tokens
         for seg in segs:
+            w = weight(segs, seg)
             samples.append(
                 TrainSample(
                     input_ids=list(seg.input_ids),
                     loss_mask=list(seg.loss_mask),
                     old_logprobs=list(seg.logprobs),
                     advantage=adv,
-                    token_weights=[per_token if m else 0.0 for m in seg.loss_mask],
+                    token_weights=[w if m else 0.0 for m in seg.loss_mask],
                     rollout_id=traj.rollout_id,
                     task_id=traj.task_id,
                     reward=traj.reward,
                 )
             )
     return samples
+
+
+def _token_weight(rows: list[tuple[Trajectory, float, list]], loss_agg: str, scale: int) -> Any:
+    """``(segments of the rollout, segment) -> weight of each of the segment's trained tokens``."""
+    n_rollouts = len(rows)
+    n_rows = sum(len(segs) for _, _, segs in rows)
+    n_tokens = sum(s.num_trained_tokens for _, _, segs in rows for s in segs)
+    if loss_agg == "rollout-mean":
+        return lambda segs, seg: 1.0 / (n_rollouts * sum(s.num_trained_tokens for s in segs))
+    if loss_agg == "token-mean":
+        return lambda segs, seg: 1.0 / n_tokens
+    if loss_agg == "seq-mean-token-mean":
+        return lambda segs, seg: 1.0 / (n_rows * seg.num_trained_tokens)
+    return lambda segs, seg: 1.0 / (n_rows * scale)
 
 
 def policy_loss(
@@ -150,30 +197,43 @@ def policy_loss(
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
+    clip_ratio_c: float | None = 3.0,
+    log_ratio_clamp: float = 20.0,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped policy-gradient loss, weighted per token.
 
     All tensors are ``[B, T]`` over the *target* positions (``advantages`` may be ``[B]``).
-    ``token_weights`` is 0 off the loss mask. Per token:
-    ``max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))`` with ``r = exp(logp - old_logp)``,
-    plus ``kl_coef * (exp(ref - logp) - (ref - logp) - 1)`` (the k3 / "low_var_kl" estimator)
-    when a reference is given. Returns ``(sum(weights * per_token), metrics)``.
+    ``token_weights`` is 0 off the loss mask. Per token, with
+    ``r = exp(clamp(logp - old_logp, ±log_ratio_clamp))`` (the clamp keeps one wild token from
+    overflowing ``exp``, as veRL's ±20): ``max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high))``;
+    for ``A < 0`` that is further capped at ``-A * clip_ratio_c`` (dual-clip, veRL's
+    ``clip_ratio_c``; ``None`` turns it off); plus ``kl_coef * (exp(ref - logp) - (ref - logp) - 1)``
+    (the k3 / "low_var_kl" estimator) when a reference is given. Returns
+    ``(sum(weights * per_token), metrics)``.
     """
     import torch
 
+    if clip_ratio_c is not None and clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c must be > 1 (dual-clip lower bound), got {clip_ratio_c}")
     if advantages.dim() == 1:
         advantages = advantages[:, None].expand_as(logprobs)
     mask = token_weights > 0
     log_ratio = (logprobs - old_logprobs).masked_fill(~mask, 0.0)
+    log_ratio = torch.clamp(log_ratio, -log_ratio_clamp, log_ratio_clamp)
     ratio = torch.exp(log_ratio)
     pg1 = -advantages * ratio
     pg2 = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     per_token = torch.maximum(pg1, pg2)
+    dual = torch.zeros_like(mask)
+    if clip_ratio_c is not None:
+        pg3 = -advantages * clip_ratio_c
+        dual = (advantages < 0) & (pg3 < per_token) & mask
+        per_token = torch.where(advantages < 0, torch.minimum(per_token, pg3), per_token)
     kl_val = None
     if ref_logprobs is not None and kl_coef:
-        d = (ref_logprobs - logprobs).masked_fill(~mask, 0.0)
+        d = torch.clamp((ref_logprobs - logprobs).masked_fill(~mask, 0.0), -log_ratio_clamp, log_ratio_clamp)
         kl_val = torch.exp(d) - d - 1.0
         per_token = per_token + kl_coef * kl_val
     loss = (token_weights * per_token).sum()
@@ -182,6 +242,7 @@ def policy_loss(
         clipped = (pg2 > pg1) & mask
         metrics = {
             "pg_clipfrac": float(clipped.sum() / n),
+            "pg_clipfrac_lower": float(dual.sum() / n),
             "ratio_mean": float((ratio * mask).sum() / n),
             "approx_kl": float(((-log_ratio) * mask).sum() / n),  # E_old[log old - log new]
         }

@@ -10,9 +10,15 @@ harness and proxy, successful ones kept), :func:`chat_record` / :func:`token_rec
 Chat format, one row per successful trajectory: ``messages`` (the final call's conversation in
 OpenAI chat form, the last assistant turn included, tool calls with JSON-string arguments),
 ``tools`` (JSON text: tool schemas differ between rows, and a JSON column keeps every row loadable
-into one Arrow schema), ``task_id``, ``reward``, ``harness``. Token format, one row per segment of
-an *exact* trajectory: ``input_ids``, ``loss_mask`` (1 exactly on teacher-generated tokens),
-``task_id``, ``rollout_id`` — what the CPU trainer consumes directly.
+into one Arrow schema), ``task_id``, ``reward``, ``harness``. Token format: ``input_ids``,
+``loss_mask`` (1 exactly on teacher-generated tokens), ``task_id``, ``rollout_id`` — what the CPU
+trainer consumes directly. An *exact* trajectory gives one row per segment (the recorded ids).
+
+Inexact teachers. A pass-through teacher (``openai:URL``) returns text, not token ids: its calls
+are recorded ``exact: false`` and never form RL segments. For SFT :func:`rendered_record`
+re-renders the final conversation with the policy's chat template (tools included) — prompt turns
+with loss mask 0, each assistant turn (through its end-of-turn token) with mask 1 — so such
+teachers train the warm-start and export as ``tokens`` too.
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ __all__ = [
     "collect_teacher",
     "export_sft",
     "load_token_samples",
+    "policy_renderer",
     "reference_script",
+    "rendered_record",
     "sft_samples",
     "sft_train",
     "teacher_backend",
@@ -134,11 +142,77 @@ def chat_record(traj: Trajectory) -> dict[str, Any] | None:
             "rollout_id": traj.rollout_id, "reward": float(traj.reward), "harness": traj.harness or ""}
 
 
-def token_records(traj: Trajectory) -> list[dict[str, Any]]:
-    """One row per segment (exact calls only: segments never contain inexact calls)."""
+def token_records(traj: Trajectory, renderer: Any = None) -> list[dict[str, Any]]:
+    """Token-format rows of one trajectory.
+
+    Exact calls: one row per segment (the recorded ids). A trajectory whose calls are inexact
+    (pass-through teacher) and so has no segment: one row re-rendered by :func:`rendered_record`
+    with ``renderer`` (the policy's :class:`~openforge.proxy.render.Renderer`); none without one.
+    """
     segs = traj.segments if traj.segments or not traj.calls else traj.build().segments
-    return [{"input_ids": list(s.input_ids), "loss_mask": list(s.loss_mask), "task_id": traj.task_id,
+    rows = [{"input_ids": list(s.input_ids), "loss_mask": list(s.loss_mask), "task_id": traj.task_id,
              "rollout_id": traj.rollout_id, "reward": float(traj.reward)} for s in segs if s.num_trained_tokens]
+    if not rows and renderer is not None and any(not c.exact for c in traj.calls):
+        rec = rendered_record(traj, renderer)
+        if rec is not None:
+            rows.append(rec)
+    return rows
+
+
+def _template_message(m: dict[str, Any]) -> dict[str, Any]:
+    """A chat-record message as chat templates take it (tool-call arguments as objects)."""
+    out: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+    if m.get("tool_calls"):
+        out["tool_calls"] = []
+        for tc in m["tool_calls"]:
+            args = tc["function"]["arguments"]
+            try:
+                args = json.loads(args) if isinstance(args, str) else args
+            except ValueError:
+                pass  # not JSON: rendered as the string it is
+            out["tool_calls"].append({"id": tc.get("id", ""), "type": "function",
+                                      "function": {"name": tc["function"]["name"], "arguments": args}})
+    if m.get("tool_call_id"):
+        out["tool_call_id"] = m["tool_call_id"]
+    return out
+
+
+def rendered_record(traj: Trajectory, renderer: Any) -> dict[str, Any] | None:
+    """The trajectory's final conversation re-rendered with the policy's template, loss on assistant turns.
+
+    Each assistant turn is the text the template adds between the conversation before it (with the
+    generation prompt) and the conversation through it, cut after the end-of-turn token. Raises
+    :class:`ConfigError` when the template is not prefix-stable (a later render rewrites an earlier
+    turn), since the mask could then not be placed on the assistant's tokens.
+    """
+    rec = chat_record(traj)
+    if rec is None:
+        return None
+    msgs = [_template_message(m) for m in rec["messages"]]
+    tools = json.loads(rec["tools"]) or None
+    eos = renderer.eos_text
+    ids: list[int] = []
+    mask: list[int] = []
+    done = ""
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        prompt = renderer.text(msgs[:i], tools, gen=True)
+        full = renderer.text(msgs[: i + 1], tools, gen=False)
+        if not prompt.startswith(done) or not full.startswith(prompt):
+            raise ConfigError(f"rollout {traj.rollout_id}: the policy's chat template re-renders earlier turns "
+                              "differently, so an inexact teacher's turns cannot be masked for SFT")
+        turn = full[len(prompt):]
+        cut = turn.find(eos) + len(eos) if eos and eos in turn else len(turn)
+        for text, m_val in ((prompt[len(done):], 0), (turn[:cut], 1)):
+            piece = renderer.encode(text) if text else []
+            ids += piece
+            mask += [m_val] * len(piece)
+        done = prompt + turn[:cut]
+    if not any(mask):
+        return None
+    return {"input_ids": ids, "loss_mask": mask, "task_id": traj.task_id, "rollout_id": traj.rollout_id,
+            "reward": float(traj.reward)}
 
 
 def _write(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -158,21 +232,27 @@ def _write(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def export_sft(trajs: Iterable[Trajectory], path: str | Path, *, fmt: str = "chat",
-               min_reward: float = 1.0) -> dict[str, Any]:
-    """Write successful trajectories (reward ≥ ``min_reward``) as ``chat`` or ``tokens`` rows."""
+               min_reward: float = 1.0, renderer: Any = None) -> dict[str, Any]:
+    """Write successful trajectories (reward ≥ ``min_reward``) as ``chat`` or ``tokens`` rows.
+
+    ``renderer`` (the policy's) lets ``tokens`` rows come from inexact (pass-through teacher)
+    trajectories too; ``rendered`` in the result counts the trajectories exported that way."""
     if fmt not in ("chat", "tokens"):
         raise ConfigError(f"format must be 'chat' or 'tokens', got {fmt!r}")
     keep = [t for t in trajs if t.trainable and t.reward >= min_reward]
     rows: list[dict[str, Any]] = []
+    rendered = 0
     for t in keep:
         if fmt == "chat":
             r = chat_record(t)
             if r is not None:
                 rows.append(r)
         else:
-            rows.extend(token_records(t))
+            recs = token_records(t, renderer)
+            rendered += bool(recs) and not any(s.num_trained_tokens for s in t.segments)
+            rows.extend(recs)
     _write(rows, Path(path))
-    return {"path": str(path), "format": fmt, "trajectories": len(keep), "rows": len(rows)}
+    return {"path": str(path), "format": fmt, "trajectories": len(keep), "rows": len(rows), "rendered": rendered}
 
 
 def load_token_samples(path: str | Path) -> list[TrainSample]:
@@ -196,10 +276,11 @@ def load_token_samples(path: str | Path) -> list[TrainSample]:
 # ------------------------------------------------------------------------------------ training
 
 
-def sft_samples(trajs: Iterable[Trajectory]) -> list[TrainSample]:
+def sft_samples(trajs: Iterable[Trajectory], renderer: Any = None) -> list[TrainSample]:
+    """SFT rows of the trajectories (inexact ones re-rendered when ``renderer`` is given)."""
     out = []
     for t in trajs:
-        for r in token_records(t):
+        for r in token_records(t, renderer):
             out.append(TrainSample(input_ids=r["input_ids"], loss_mask=r["loss_mask"],
                                    old_logprobs=[0.0] * len(r["input_ids"]), advantage=0.0,
                                    token_weights=[float(m) for m in r["loss_mask"]], task_id=t.task_id,
@@ -241,6 +322,28 @@ def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: 
             break
     return {"steps": steps, "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "trained_tokens": tokens, "time_s": time.perf_counter() - t0}
+
+
+def policy_renderer(tokenizer: Any) -> Any:
+    """The policy's renderer: the chat template the proxy serves it with (tools included)."""
+    from ..proxy.render import Renderer
+
+    return Renderer(tokenizer)
+
+
+def _no_samples(good: Sequence[Trajectory], n_tasks: int, counts: dict[str, int], run_dir: Path) -> str:
+    """Why the teacher gave no SFT sample, in the teacher's terms."""
+    if not good:
+        return f"SFT warm-start: the teacher solved none of {n_tasks} tasks (statuses {counts}); see {run_dir}"
+    calls = [c for t in good for c in t.calls]
+    if not calls:
+        why = "they recorded no model call"
+    elif all(not c.exact for c in calls):
+        why = ("all their calls are inexact (a pass-through teacher) and none could be re-rendered as a chat "
+               "conversation with an assistant turn (no chat-API call recorded)")
+    else:
+        why = "none of their calls generated a token that could be trained"
+    return f"SFT warm-start: {len(good)} teacher rollout(s) succeeded but {why}; see {run_dir}"
 
 
 def _cache_root(forge: Forge) -> Path:
@@ -292,12 +395,12 @@ async def warm_start(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
         good, groups = await collect_teacher(forge, tasks, teacher=cfg.teacher, k=cfg.k)
         total = sum(len(g.trajectories) for g in groups) + len(groups.discarded)
         pass_rate = len(good) / total if total else 0.0
+        renderer = policy_renderer(forge.tokenizer)
         export_sft(good, forge.run_dir / "sft" / "teacher.jsonl", fmt="chat")
-        export_sft(good, forge.run_dir / "sft" / "teacher_tokens.jsonl", fmt="tokens")
-        samples = sft_samples(good)
+        export_sft(good, forge.run_dir / "sft" / "teacher_tokens.jsonl", fmt="tokens", renderer=renderer)
+        samples = sft_samples(good, renderer)
         if not samples:
-            raise ConfigError(f"SFT warm-start: the teacher solved none of {len(tasks)} tasks "
-                              f"(statuses {groups.counts()}); see {forge.run_dir}")
+            raise ConfigError(_no_samples(good, len(tasks), groups.counts(), forge.run_dir))
     t_collect = time.monotonic() - t0
     await forge.proxy.pause()
     try:

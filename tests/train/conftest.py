@@ -1,10 +1,10 @@
 """Fixtures for the training tests: a tiny randomly initialised llama (real transformers code) and,
-for slow tests, SmolLM2-135M loaded once per session."""
+for slow tests, SmolLM2-135M loaded once per session; SmolLM2's tokenizer."""
 
 from __future__ import annotations
 
 import pytest
-from testdeps import smollm2_model
+from testdeps import smollm2_model, smollm2_tokenizer
 
 
 @pytest.fixture
@@ -24,3 +24,9 @@ def tiny_llama():
 @pytest.fixture(scope="session")
 def smollm2():
     return smollm2_model()
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2's tokenizer (the proxy renders with it)."""
+    return smollm2_tokenizer()

@@ -1,0 +1,100 @@
+"""Dynamic sampling in the CPU GRPO loop: a step whose groups are all tied draws more tasks (bounded
+by ``max_resample_rounds``) until ``min_mixed_groups`` groups are mixed, then trains on them; a step
+that still has none says so ("no gradient step") instead of training nothing silently.
+
+The rollout layer is replaced by recorded groups (the tasks' rewards are scripted per draw); the
+trainer, the proxy pause/resume, the metrics file and the summary table are the real ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from openforge.config import RunConfig
+from openforge.forge import Forge, print_summary
+from openforge.rollout import GroupResults
+from openforge.task import Task
+from openforge.trajectory import Trajectory, TrajectoryGroup
+from openforge.types import ModelCall
+
+torch = pytest.importorskip("torch")
+
+
+class ScriptedRewards(Forge):
+    """A Forge whose rollouts return groups with the rewards scripted per draw (one list per task)."""
+
+    def __init__(self, cfg: RunConfig, draws: list[list[list[float]]]):
+        super().__init__(cfg, progress=False)
+        self.draws = draws
+        self.drawn: list[list[str]] = []
+
+    async def rollouts(self, tasks, group_size, *, proxy=None, min_group=2):
+        rewards = self.draws[len(self.drawn)]
+        self.drawn.append([t.id for t in tasks])
+        out = GroupResults()
+        for ti, (task, rs) in enumerate(zip(tasks, rewards, strict=True)):
+            trajs = [Trajectory(rollout_id=f"{len(self.drawn)}-{ti}-{i}", task_id=task.id, reward=r, calls=[
+                ModelCall(index=0, prompt_ids=[5, 6, 7], output_ids=[8 + i, 9, 10 + ti],
+                          output_logprobs=[-4.0, -4.1, -4.2])]).build() for i, r in enumerate(rs)]
+            out.append(TrajectoryGroup(task_id=task.id, trajectories=trajs))
+        return out
+
+
+@pytest.fixture
+def forge_factory(tiny_llama, tokenizer, tmp_path):
+    from openforge.proxy.backends.transformers import TransformersBackend
+    from openforge.proxy.server import ProxyServer
+    from openforge.train.cpu import CPUTrainer
+
+    def make(draws, **cpu):
+        cfg = RunConfig(run_dir=str(tmp_path), rollout={"tasks_per_step": 2, "group_size": 2},
+                        trainer={"steps": 1, "cpu": {"lr": 1e-3, "micro_batch_tokens": 64, **cpu}})
+        f = ScriptedRewards(cfg, draws)
+        f.run_dir.mkdir(parents=True, exist_ok=True)
+        f.model = tiny_llama
+        f.backend = TransformersBackend(tiny_llama, tokenizer)
+        f.proxy = ProxyServer(f.backend)
+        f.trainer = CPUTrainer(tiny_llama, cfg.trainer.cpu)
+        return f
+
+    return make
+
+
+TASKS = [Task(id=f"task-{i}", instruction="x") for i in range(5)]
+
+
+async def test_all_tied_first_draw_resamples_then_trains(forge_factory, tmp_path):
+    f = forge_factory([[[0.0, 0.0], [1.0, 1.0]],      # first draw: both groups tied (0/2, 2/2)
+                       [[0.0, 0.0], [1.0, 0.0]]],     # resample round 1: one mixed group
+                      min_mixed_groups=1, max_resample_rounds=2)
+    w0 = f.model.get_decoder().layers[-1].mlp.down_proj.weight.detach().clone()
+    line = await f._grpo_step(0, TASKS)
+    assert len(f.drawn) == 2 and f.drawn[1] != f.drawn[0]  # fresh tasks, not the same slots again
+    assert line["resample_rounds"] == 1 and line["gradient_step"] is True
+    assert line["groups"] == 4 and line["mixed_groups"] == 1 and line["rollouts"] == 8
+    assert line["train/trained_tokens"] == 6  # only the mixed group's two rollouts (3 tokens each)
+    assert not torch.equal(w0, f.model.get_decoder().layers[-1].mlp.down_proj.weight)  # it really trained
+    logged = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged[-1]["gradient_step"] is True and logged[-1]["resample_rounds"] == 1
+
+
+async def test_still_tied_after_the_rounds_says_no_gradient_step(forge_factory, tmp_path):
+    from rich.console import Console
+
+    f = forge_factory([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]]], max_resample_rounds=1)
+    w0 = {k: v.clone() for k, v in f.model.state_dict().items()}
+    line = await f._grpo_step(0, TASKS)
+    assert len(f.drawn) == 2  # bounded by max_resample_rounds
+    assert line["gradient_step"] is False and line["mixed_groups"] == 0 and line["train/trained_tokens"] == 0
+    assert all(torch.equal(v, f.model.state_dict()[k]) for k, v in w0.items())  # nothing trained
+    console = Console(record=True, width=200)
+    print_summary({"recipe": "r", "run_dir": str(tmp_path), "steps": [line]}, console=console)
+    text = console.export_text()
+    assert "no gradient step" in text and "0/4" in text
+
+
+async def test_mixed_first_draw_does_not_resample(forge_factory):
+    f = forge_factory([[[1.0, 0.0], [1.0, 1.0]]])
+    line = await f._grpo_step(0, TASKS)
+    assert len(f.drawn) == 1 and line["resample_rounds"] == 0 and line["gradient_step"] is True
