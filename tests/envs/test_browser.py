@@ -7,7 +7,7 @@ import asyncio
 import shutil
 
 import pytest
-from testdeps import missing
+from testdeps import missing, smollm2_tokenizer
 
 from openforge.environment import get_environment
 from openforge.envs.browser import BrowserEnvironment
@@ -99,18 +99,14 @@ async def test_browser_use_harness_opens_an_article(tmp_path):
 
     harness = BrowserUseHarness(max_steps=4)
     if not harness.is_installed():
-        pytest.skip(harness.describe()["detail"])
+        missing(harness.describe()["detail"])
     la = LocalLauncher(base_dir=tmp_path / "sbx")
     if la.isolation != "bwrap":
         pytest.skip("the scripted URL assumes bubblewrap's fixed in-sandbox ports")
-    try:
-        from openforge.proxy.backends.scripted import ScriptedBackend
-        from openforge.proxy.backends.transformers import load_tokenizer
-        from openforge.proxy.server import ProxyServer
+    from openforge.proxy.backends.scripted import ScriptedBackend
+    from openforge.proxy.server import ProxyServer
 
-        tok = load_tokenizer("smollm2-135m")
-    except Exception as e:
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    tok = smollm2_tokenizer()
     url = "http://127.0.0.1:18001/article/1"  # the proxy is the sandbox's first exposed port, the app the second
     nav = {"thinking": "Open it.", "evaluation_previous_goal": "Start", "memory": "", "next_goal": "Open the article",
            "action": [{"navigate": {"url": url, "new_tab": False}}]}

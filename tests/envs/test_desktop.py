@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from testdeps import missing
+from testdeps import missing, smollm2_tokenizer
 
 from openforge.environment import get_environment
 from openforge.envs.desktop import DesktopEnvironment
@@ -78,15 +78,11 @@ async def test_computer_use_harness_solves_a_desktop_task(tmp_path):
 
     harness = ComputerUseHarness()
     if not harness.is_installed():
-        pytest.skip(harness.describe()["detail"])
-    try:
-        from openforge.proxy.backends.scripted import ScriptedBackend
-        from openforge.proxy.backends.transformers import load_tokenizer
-        from openforge.proxy.server import ProxyServer
+        missing(harness.describe()["detail"])
+    from openforge.proxy.backends.scripted import ScriptedBackend
+    from openforge.proxy.server import ProxyServer
 
-        tok = load_tokenizer("smollm2-135m")
-    except Exception as e:
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    tok = smollm2_tokenizer()
     key = [{"tool": {"name": "computer", "arguments": {"action": "key", "text": k}}} for k in ("plus",) * 3 + ("Return",)]
     turns = [{"tool": {"name": "computer", "arguments": {"action": "screenshot"}}}, *key, {"text": "Done."}]
     la = LocalLauncher(base_dir=tmp_path / "sbx")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testdeps import smollm2_tokenizer
 
 from openforge.environment import Environment, VerifyResult
 from openforge.harness import Harness, HarnessResult, RolloutContext
@@ -109,12 +110,7 @@ class FixedServer:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    try:
-        from openforge.proxy.backends.transformers import load_tokenizer
-
-        return load_tokenizer("smollm2-135m")
-    except Exception as e:
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {e}")
+    return smollm2_tokenizer()
 
 
 @pytest.fixture
