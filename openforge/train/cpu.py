@@ -79,6 +79,17 @@ class CPUTrainerConfig(BaseModel):
     seed: int = 0
 
 
+def use_bf16_autocast(setting: bool | str) -> bool:
+    """Resolve an ``autocast_bf16`` setting: ``"auto"`` is on only where this CPU computes bf16
+    natively (AVX512-BF16 or AMX); elsewhere torch emulates it, many times slower than fp32."""
+    if setting != "auto":
+        return bool(setting)
+    import torch
+
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, p, lambda: False)() for p in probes)
+
+
 def pack_microbatches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     """Group indices into micro-batches whose padded size ``len(batch) * max(len)`` ≤ ``max_tokens``.
 

@@ -34,6 +34,7 @@ from ..errors import ConfigError
 from ..task import Task
 from ..trajectory import Trajectory
 from ..types import RolloutStatus
+from .cpu import use_bf16_autocast
 from .grpo import TrainSample
 
 if TYPE_CHECKING:
@@ -407,7 +408,7 @@ async def warm_start(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
         stats = await asyncio.to_thread(
             sft_train, forge.model, samples, lr=cfg.lr, epochs=cfg.epochs, batch_size=cfg.batch_size,
             max_steps=cfg.max_steps, seed=forge.cfg.seed, trainer_config=forge.cfg.trainer.cpu,
-            autocast_bf16=cfg.autocast_bf16, log=forge.console.log)
+            autocast_bf16=use_bf16_autocast(cfg.autocast_bf16), log=forge.console.log)
     finally:
         await forge.proxy.resume()
     info = {"key": key, "trajectories": len(good), "samples": len(samples), "teacher_pass_rate": pass_rate,

@@ -150,3 +150,16 @@ def test_trainable_layers_freezes_the_rest(tiny_llama):
     # a full trainer on the same module takes every parameter back
     CPUTrainer(tiny_llama).step([s], kind="sft")
     assert all(p.requires_grad for p in tiny_llama.parameters())
+
+
+def test_bf16_autocast_auto_only_where_the_cpu_has_native_bf16(monkeypatch):
+    """Emulated bf16 made one SFT step of the main job take >13 min on an AVX2-only CPU (fp32: ~2 min)."""
+    torch = pytest.importorskip("torch")
+    from openforge.train.cpu import use_bf16_autocast
+
+    assert use_bf16_autocast(True) is True and use_bf16_autocast(False) is False
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert use_bf16_autocast("auto") is False
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert use_bf16_autocast("auto") is True
