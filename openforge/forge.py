@@ -311,7 +311,10 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
 async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *, preset: str | None = None,
                overrides: list[str] | dict[str, Any] = (), progress: bool = True) -> dict[str, Any]:
     """Async :func:`run`."""
+    from .harnesses.prompt_fit import check_prompt_fits
+
     cfg = load_config(config, preset=preset, overrides=overrides)
+    await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 

@@ -69,11 +69,15 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
     from ..forge import arun, print_summary
     from ..recipes import load_recipe_config
 
+    from ..harnesses.prompt_fit import check_prompt_fits
+
     cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
     if dry_run:
         import yaml
 
+        size = check_prompt_fits(cfg)
         typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        typer.echo(f"# {cfg.harness.name}'s prompt: " + (f"~{size.tokens} tokens ({size.how})" if size else "not known"))
         if cfg.trainer.backend == "verl":
             import shlex
 
