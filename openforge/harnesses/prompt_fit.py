@@ -61,9 +61,9 @@ def _pinned_version(harness: str) -> str | None:
 
 
 def _load_tokenizer(model: str) -> Any:
-    from ..proxy.backends.transformers import load_tokenizer
+    from ..proxy.light_tokenizer import load_light_tokenizer
 
-    return load_tokenizer(model)
+    return load_light_tokenizer(model)
 
 
 def prompt_tokens(harness: str, model: str) -> PromptSize | None:
