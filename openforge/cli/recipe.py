@@ -91,9 +91,8 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
     from rich.console import Console
 
     from ..forge import arun, print_summary
-    from ..recipes import load_recipe_config
-
     from ..harnesses.prompt_fit import check_prompt_fits
+    from ..recipes import load_recipe_config
 
     cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
     if dry_run:
