@@ -100,3 +100,16 @@ def test_recipe_cli_dry_run_with_pi_and_a_refused_codex():
     assert "pi's prompt: ~1500 tokens" in r.output
     r = CliRunner().invoke(app, ["recipe", "claw-grpo", "harness.name=codex", "--dry-run"])
     assert r.exit_code != 0 and isinstance(r.exception, ConfigError) and "9200" in str(r.exception)
+
+
+def test_a_harness_that_is_not_installed_is_refused_before_the_run_starts(tmp_path):
+    import asyncio
+
+    from openforge.errors import HarnessNotInstalled
+    from openforge.forge import arun
+
+    cfg = load_recipe_config("claw-grpo", overrides=[
+        "harness.name=pi", f"harness.per_harness.pi.binary={tmp_path / 'no-pi'}", f"run_dir={tmp_path / 'run'}"])
+    with pytest.raises(HarnessNotInstalled, match="not an executable file"):
+        asyncio.run(arun(cfg, progress=False))
+    assert not (tmp_path / "run").exists()  # nothing started: no run directory, no model loaded
