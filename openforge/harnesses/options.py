@@ -2,7 +2,8 @@
 
 Owns: :func:`harness_options` (a harness class → its keyword options, read from the ``__init__``
 signatures along its MRO: a constructor that takes ``**kw`` is taken to hand them to its base class,
-as every built-in does) and :func:`option_problems` (every unknown or mistyped option of one harness,
+as every built-in does; when no base class's constructor takes them the harness is open, and its
+options are not checked) and :func:`option_problems` (every unknown or mistyped option of one harness,
 in the caller's dotted config keys, e.g. ``harness.options.max_turns: not an option of pi; options:
 binary, env, extra_args, wire_api``). Types are checked against the parameters' annotations with
 pydantic; an annotation pydantic cannot check is not checked.
@@ -33,8 +34,8 @@ def harness_options(cls: type) -> dict[str, inspect.Parameter] | None:
         init = _own_init(klass)
         if init is None:
             continue
-        if klass is object:
-            return out
+        if klass is object:  # reached only through a ``**kw`` no base takes: the harness keeps them itself
+            return None
         try:
             hints = typing.get_type_hints(init)
         except Exception:  # an annotation that does not resolve here: leave it unchecked

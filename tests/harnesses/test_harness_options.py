@@ -113,3 +113,25 @@ def test_a_harness_that_is_not_installed_is_refused_before_the_run_starts(tmp_pa
     with pytest.raises(HarnessNotInstalled, match="not an executable file"):
         asyncio.run(arun(cfg, progress=False))
     assert not (tmp_path / "run").exists()  # nothing started: no run directory, no model loaded
+
+
+def test_a_plugin_harness_that_keeps_its_own_kwargs_is_not_second_guessed(monkeypatch):
+    from openforge.harness import Harness
+    from openforge.harnesses.options import option_problems
+    from openforge.plugins import HARNESSES
+
+    class Closed(Harness):
+        def __init__(self, *, depth: int = 1):
+            self.depth = depth
+
+    class Open(Harness):
+        def __init__(self, **kw: object):
+            self.kw = kw
+
+    assert set(harness_options(Closed) or {}) == {"depth"} and harness_options(Open) is None
+    monkeypatch.setitem(HARNESSES._refs, "test-closed", Closed)  # registered for this test only
+    monkeypatch.setitem(HARNESSES._refs, "test-open", Open)
+    assert option_problems("test-closed", {"depth": "deep", "width": 2}, "harness.options") == [
+        "harness.options.depth: Input should be a valid integer, unable to parse string as an integer (got 'deep')",
+        "harness.options.width: not an option of test-closed; options: depth"]
+    assert option_problems("test-open", {"anything": 1}, "harness.options") == []
