@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
 from .errors import ConfigError
 from .train.cpu import CPUTrainerConfig
@@ -63,8 +64,43 @@ class EnvConfig(_Section):
 
 
 class HarnessConfig(_Section):
+    """Which harness and its constructor options.
+
+    ``per_harness`` holds option blocks for several harnesses (``{react: {max_turns: 4}, pi: {}}``);
+    the block of the chosen ``name`` is merged over ``options`` at validation, so ``options`` is what
+    the harness gets (``per_harness`` is not written to the resolved config). A key set in both
+    places to different values is an error, never a silent override. The options are checked
+    against the chosen harness's constructor by :func:`load_config`.
+    """
+
     name: str = "react"
     options: dict[str, Any] = Field(default_factory=dict)
+    per_harness: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, exclude=True, description="option blocks per harness name; the chosen one is merged "
+        "over options")
+
+    def block_key(self) -> str | None:
+        """The ``per_harness`` key of the chosen harness (names compare like the registry's)."""
+        norm = _harness_key(self.name)
+        return next((k for k in self.per_harness if _harness_key(k) == norm), None)
+
+    @model_validator(mode="after")
+    def _merge_block(self) -> HarnessConfig:
+        key = self.block_key()
+        if key is None:
+            return self
+        block = self.per_harness[key]
+        clashes = [f"options.{k}={self.options[k]!r} clashes with per_harness.{key}.{k}={v!r} (the harness's "
+                   f"block wins): set harness.per_harness.{key}.{k} instead"
+                   for k, v in block.items() if k in self.options and self.options[k] != v]
+        if clashes:
+            raise PydanticCustomError("harness_options", "; ".join(clashes))
+        self.options = {**self.options, **block}
+        return self
+
+
+def _harness_key(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
 
 
 class LauncherConfig(_Section):
@@ -231,6 +267,23 @@ def _format_errors(err: ValidationError) -> list[str]:
     return problems
 
 
+def _harness_problems(raw: Any) -> list[str]:
+    """The chosen harness's options (after the merge of its block) and every ``per_harness`` block,
+    each checked against its harness's constructor (see :mod:`openforge.harnesses.options`)."""
+    from .harnesses.options import option_problems
+
+    try:
+        h = HarnessConfig.model_validate(raw or {})
+    except ValidationError:
+        return []  # already reported by the RunConfig validation
+    chosen = h.block_key()
+    problems = option_problems(h.name, h.options, "harness.options", name_key="harness.name")
+    for key, block in h.per_harness.items():
+        if key != chosen:
+            problems += option_problems(key, block, f"harness.per_harness.{key}")
+    return problems
+
+
 def load_config(
     source: str | Path | dict[str, Any] | RunConfig | None = None,
     *,
@@ -278,6 +331,7 @@ def load_config(
     except ValidationError as e:
         problems += _format_errors(e)
         cfg = None
+    problems += _harness_problems(data.get("harness"))
     if problems or cfg is None:
         raise ConfigError(problems)
     return cfg

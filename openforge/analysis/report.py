@@ -35,7 +35,11 @@ _ALIASES = {
     "reward": ("reward_mean", "mean_reward", "reward", "reward/mean"),
     "reward_std": ("reward_std", "std_reward", "reward/std"),
     "pass_rate": ("pass_rate", "success_rate", "pass@1", "pass_at_1"),
+    "trained_tokens": ("trained_tokens", "train/trained_tokens"),
+    "loss": ("loss", "train/loss"),
 }
+#: A per-step flag saying whether the optimizer stepped (absent in older runs: then trained tokens decide).
+_GRADIENT_FLAGS = ("gradient_step", "train/gradient_step")
 _BEHAVIOUR_CURVES = [
     ("generic_shell_share", "generic shell"),
     ("self_verification_rate", "self-verification"),
@@ -55,16 +59,70 @@ def _get(row: dict[str, Any], key: str) -> float | None:
     return None
 
 
-def _curves(run: RunData) -> dict[str, str]:
+def _policy_rows(run: RunData) -> list[dict[str, Any]]:
+    """``metrics.jsonl`` lines of training steps (the SFT warm-start's line is not a step)."""
+    return [row for row in run.metrics if row.get("phase") != "sft"]
+
+
+def _sft_row(run: RunData) -> dict[str, Any] | None:
+    return next((row for row in run.metrics if row.get("phase") == "sft"), None)
+
+
+def _x(row: dict[str, Any], i: int) -> float:
+    step = _get(row, "step")
+    return step if step is not None else float(i)
+
+
+def _trained_nothing(row: dict[str, Any]) -> bool:
+    """A step without a gradient step: flagged so, skipped by the trainer, or 0 trained tokens."""
+    flag = next((row[k] for k in _GRADIENT_FLAGS if k in row), None)
+    if flag is not None:
+        return not flag
+    if row.get("train/skipped") or row.get("skipped"):
+        return True
+    tokens = _get(row, "trained_tokens")
+    return tokens is not None and tokens <= 0
+
+
+def _reward_range(rows: list[dict[str, Any]], run: RunData) -> tuple[float, float]:
+    """Where rewards can lie: [0, 1] unless the run's rewards go outside it (then their extremes)."""
+    seen = [r for row in rows if (r := _get(row, "reward")) is not None]
+    seen += [t.reward for t in run.policy_trajectories]
+    return min([0.0, *seen]), max([1.0, *seen])
+
+
+def _training_charts(rows: list[dict[str, Any]]) -> tuple[dict[str, str], list[float]]:
+    """Trained tokens and loss per step, and the steps that trained nothing (drawn in red at 0)."""
+    tokens, loss, idle = [], [], []
+    for i, row in enumerate(rows):
+        x, n, lv = _x(row, i), _get(row, "trained_tokens"), _get(row, "loss")
+        if _trained_nothing(row):
+            idle.append(x)
+        elif n is not None:
+            tokens.append((x, n))
+        if lv is not None and not _trained_nothing(row):
+            loss.append((x, lv))
+    top = max([n for _, n in tokens] + [1.0])
+    series = [Series("trained tokens", tokens, color="#2563eb"),
+              Series("trained nothing", [(x, 0.0) for x in idle], color="#dc2626")]
+    return {
+        "tokens": line_chart([s for s in series if s.points], title="Trained tokens per step",
+                             y_range=(0.0, top), chart_id="chart-trained"),
+        "loss": line_chart([Series("loss", loss, color="#9333ea")], title="Loss per step", chart_id="chart-loss"),
+    }, idle
+
+
+def _curves(run: RunData) -> dict[str, Any]:
+    rows = _policy_rows(run)
+    lo, hi = _reward_range(rows, run)
     reward, passr, band = [], [], []
-    for i, row in enumerate(run.metrics):
-        step = _get(row, "step")
-        x = step if step is not None else float(i)
+    for i, row in enumerate(rows):
+        x = _x(row, i)
         r, s, p = _get(row, "reward"), _get(row, "reward_std"), _get(row, "pass_rate")
         if r is not None:
             reward.append((x, r))
-            if s is not None:
-                band.append((x, r - s, r + s))
+            if s is not None:  # mean ± std, clipped to where rewards can lie
+                band.append((x, max(lo, r - s), min(hi, r + s)))
         if p is not None:
             passr.append((x, p))
     by_step = {s: summarize_behaviour(run.at_step(s)) for s in run.steps}
@@ -79,13 +137,15 @@ def _curves(run: RunData) -> dict[str, str]:
         for key, label in _BEHAVIOUR_CURVES
     ]
     per_step: list[tuple[float, dict[str, int]]] = []
-    for i, row in enumerate(run.metrics):
+    for i, row in enumerate(rows):
         st = row.get("statuses")
-        if isinstance(st, dict) and row.get("phase") != "sft":
-            step = _get(row, "step")
-            per_step.append((step if step is not None else float(i), {str(k): int(v) for k, v in st.items()}))
+        if isinstance(st, dict):
+            per_step.append((_x(row, i), {str(k): int(v) for k, v in st.items()}))
     if not per_step:
         per_step = [(float(s), dict(Counter(str(t.status) for t in run.at_step(s)))) for s in run.steps]
+    training, idle = _training_charts(rows)
+    has_training = any(_get(r, "trained_tokens") is not None or _get(r, "loss") is not None or _trained_nothing(r)
+                       for r in rows)
     return {
         "statuses": stacked_columns(per_step, title="Rollout statuses per step", chart_id="chart-statuses"),
         "reward": line_chart([Series("reward mean", reward, band=band)], title="Reward (mean ± std) per step",
@@ -94,6 +154,8 @@ def _curves(run: RunData) -> dict[str, str]:
                            y_range=(0.0, 1.0), chart_id="chart-pass"),
         "behaviour": line_chart([s for s in behaviour if s.points], title="Behaviour metrics per step",
                                 y_range=(0.0, 1.0), chart_id="chart-behaviour", width=1060),
+        **(training if has_training else {}),
+        "idle_steps": [int(x) if x == int(x) else x for x in idle],
     }
 
 
@@ -198,7 +260,7 @@ def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_traj
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         config_rows=cfg_rows, charts=_curves(run), status_bar=stacked_bar(dict(statuses)),
         statuses=sorted(statuses.items(), key=lambda kv: -kv[1]),
-        steps=len(run.metrics) or len(run.steps), rollouts=len(run.trajectories),
+        steps=len(_policy_rows(run)) or len(run.steps), sft=_sft_row(run), rollouts=len(run.trajectories),
         summary_rows=summary_rows, summary=flat,
         trajectories=views, shown=len(views), detokenized=detokenize is not None,
         teacher=len(run.trajectories) - len(run.policy_trajectories),

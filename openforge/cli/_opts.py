@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["make", "parse_options"]
+__all__ = ["either", "make", "parse_options"]
 
 
 def parse_options(items: Iterable[str], flag: str, *, typed: bool = True) -> dict[str, Any]:
@@ -41,3 +41,14 @@ def make(factory: Any, options: dict[str, Any], what: str) -> Any:
         return factory(**options)
     except TypeError as e:
         raise ConfigError(f"{what}: {e}") from None
+
+
+def either(value: Any, alias: Any, flag: str, alias_flag: str, *, required: bool = False) -> Any:
+    """The value of ``flag`` or of its hidden old spelling ``alias_flag`` (both given differently:
+    an error); ``required`` when one of them must be given."""
+    if value is not None and alias is not None and value != alias:
+        raise ConfigError(f"{flag} and {alias_flag} (its old spelling) disagree: {value!r} vs {alias!r}")
+    out = value if value is not None else alias
+    if required and out is None:
+        raise ConfigError(f"missing option {flag}")
+    return out

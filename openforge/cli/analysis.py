@@ -54,7 +54,8 @@ def _status_line(statuses: dict[str, int]) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
-        harness: str = typer.Option(..., "--harness", "-h", help="harness name (forge harness list)"),
+        harness: str = typer.Option(None, "--harness", "-H", help="harness name (forge harness list)  [required]"),
+        harness_old: str = typer.Option(None, "-h", hidden=True, help="old spelling of -H"),
         env: str = typer.Option(..., "--env", "-e", help="environment name, module:Class, or a task directory"),
         backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL | reference (replay the tasks' reference solutions)"),
         trials: int = typer.Option(3, "--trials", "-k", min=1, help="runs per task (k of pass@k / pass^k)"),
@@ -62,6 +63,7 @@ def register(app: typer.Typer) -> None:
         task: list[str] = typer.Option([], "--task", help="only these task ids (repeatable)"),
         concurrency: int = typer.Option(2, "--concurrency", "-j", min=1, help="rollouts at once"),
         budget_s: float = typer.Option(None, "--budget-s", help="wall-clock budget per rollout (default: the task's)"),
+        budget_old: float = typer.Option(None, "--budget", hidden=True, help="old spelling of --budget-s"),
         tokenizer: str = typer.Option(None, "--tokenizer", help="tokenizer for scripted/vllm/openai back-ends"),
         out: Path = typer.Option(None, "--out", "-o", help="output directory (default: runs/eval-<harness>-<UTC time>)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON instead of tables"),
@@ -74,8 +76,10 @@ def register(app: typer.Typer) -> None:
         import datetime as dt
 
         from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
-        from ._opts import parse_options
+        from ._opts import either, parse_options
 
+        harness = either(harness, harness_old, "--harness/-H", "-h", required=True)
+        budget_s = either(budget_s, budget_old, "--budget-s", "--budget")
         req = EvalRequest(harness=harness, env=env, backend=backend, trials=trials,
                           split=None if split == "all" else split, tasks=list(task), concurrency=concurrency,
                           budget_s=budget_s, tokenizer=tokenizer, launcher=launcher,

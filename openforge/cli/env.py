@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import typer
 
 group = typer.Typer(help="List environments and their tasks.", no_args_is_help=True)
@@ -12,23 +15,34 @@ def register(app: typer.Typer) -> None:
 
 
 @group.command("list")
-def list_() -> None:
+def list_(as_json: bool = typer.Option(False, "--json", help="print JSON for scripts")) -> None:
     """Environments with their task counts per split."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from ..environment import get_environment, list_environments
     from ..errors import ForgeError
 
-    table = Table("environment", "train", "eval", "total", "description")
+    rows: list[dict[str, Any]] = []
     for name in list_environments():
         try:
             env = get_environment(name)
-            splits = env.splits()
-            doc = (type(env).__doc__ or "").strip().split("\n")[0]
-            table.add_row(name, str(splits.get("train", 0)), str(splits.get("eval", 0)), str(sum(splits.values())), doc)
+            rows.append({"name": name, "splits": env.splits(),
+                         "description": (type(env).__doc__ or "").strip().split("\n")[0]})
         except (ForgeError, ImportError) as e:
-            table.add_row(name, "-", "-", "-", f"[red]unavailable: {e}[/]")
+            rows.append({"name": name, "splits": None, "error": str(e)})
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    table = Table("environment", "train", "eval", "total", "description")
+    for r in rows:
+        sp = r["splits"]
+        if sp is None:
+            table.add_row(r["name"], "-", "-", "-", f"[red]unavailable: {escape(r['error'])}[/]")
+        else:
+            table.add_row(r["name"], str(sp.get("train", 0)), str(sp.get("eval", 0)), str(sum(sp.values())),
+                          r["description"])
     Console().print(table)
 
 
@@ -36,6 +50,7 @@ def list_() -> None:
 def tasks(
     env: str = typer.Argument(..., help="Environment name (forge env list) or a folder of task directories"),
     split: str = typer.Option(None, "--split", "-s", help="train, eval (or easy for claw)"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON for scripts (full instructions)"),
 ) -> None:
     """Task ids, splits, categories and one-line instructions."""
     from rich.console import Console
@@ -45,6 +60,11 @@ def tasks(
 
     e = get_environment(env)
     rows = e.tasks(split)
+    if as_json:
+        typer.echo(json.dumps([{"id": t.id, "split": t.split, "category": t.category, "instruction": t.instruction,
+                                "timeout_s": t.timeout_s, "required_tools": list(t.required_tools)}
+                               for t in rows], indent=1))
+        return
     table = Table("task", "split", "category", "instruction", title=f"{e.name}: {len(rows)} tasks")
     for t in rows:
         line = " ".join(t.instruction.split())

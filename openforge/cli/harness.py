@@ -6,9 +6,32 @@ Owns the ``harness`` command group: ``forge harness list`` and ``forge harness i
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 __all__ = ["register"]
+
+
+def _names() -> list[str]:
+    from ..plugins import HARNESSES
+
+    return HARNESSES.names()
+
+
+def _describe(name: str) -> dict[str, Any]:
+    """``describe()`` of harness ``name`` plus its options (see :mod:`openforge.harnesses.options`)."""
+    from ..errors import ForgeError
+    from ..harnesses.options import harness_options
+    from ..plugins import HARNESSES
+
+    try:
+        info = {**HARNESSES.create(name).describe(), "name": name}
+        known = harness_options(HARNESSES.get(name))
+    except ForgeError as e:
+        return {"name": name, "error": str(e)}
+    info["options"] = None if known is None else sorted(known)
+    return info
 
 
 def register(app: typer.Typer) -> None:
@@ -16,25 +39,28 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="harness")
 
     @group.command("list")
-    def list_() -> None:
+    def list_(as_json: bool = typer.Option(False, "--json", help="print JSON for scripts (with each harness's "
+                                           "options)")) -> None:
         """Each harness, the wire API it speaks, and whether it is installed here."""
+        import json
+
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
-        from ..errors import ForgeError
-        from ..plugins import HARNESSES
-
+        rows = [_describe(name) for name in _names()]
+        if as_json:
+            typer.echo(json.dumps(rows, indent=1))
+            return
         table = Table(title="harnesses")
         for col in ("harness", "wire API", "installed", "where / how to install"):
             table.add_column(col)
-        for name in HARNESSES.names():
-            try:
-                info = HARNESSES.create(name).describe()
-            except ForgeError as e:
-                table.add_row(name, "?", "[red]error[/]", str(e))
+        for r in rows:
+            if "error" in r:
+                table.add_row(r["name"], "?", "[red]error[/]", escape(r["error"]))
                 continue
-            mark = "[green]yes[/]" if info["installed"] else "[yellow]no[/]"
-            table.add_row(name, info["wire_api"], mark, info["detail"] or info["install"])
+            mark = "[green]yes[/]" if r["installed"] else "[yellow]no[/]"
+            table.add_row(r["name"], r["wire_api"], mark, escape(r["detail"] or r["install"]))
         Console().print(table)
 
     @group.command("install")

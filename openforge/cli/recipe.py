@@ -7,6 +7,7 @@ config is validated completely before anything starts; the run ends with a summa
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import typer
@@ -25,22 +26,45 @@ HELP = """Run a shipped recipe, or list / show / copy recipes.
 """
 
 
-def _list() -> None:
+@dataclass
+class _RecipeInfo:
+    name: str
+    presets: list[str]
+    default_preset: str | None
+    path: str
+    description: str
+
+
+def _recipe_rows() -> list[_RecipeInfo]:
     import yaml
-    from rich.console import Console
-    from rich.table import Table
 
     from ..recipes import list_recipes
 
-    table = Table(title="recipes")
-    for col in ("recipe", "presets", "description"):
-        table.add_column(col)
+    rows = []
     for name, path in list_recipes().items():
         data = yaml.safe_load((path / "config.yaml").read_text()) or {}
-        presets = list(data.get("presets") or {})
-        default = data.get("default_preset")
-        shown = ", ".join(f"[bold]{p}[/]" if p == default else p for p in presets)
-        table.add_row(name, shown, " ".join(str(data.get("description", "")).split())[:160])
+        rows.append(_RecipeInfo(name, list(data.get("presets") or {}), data.get("default_preset"), str(path),
+                                " ".join(str(data.get("description", "")).split())))
+    return rows
+
+
+def _list(as_json: bool) -> None:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = _recipe_rows()
+    if as_json:
+        typer.echo(json.dumps([asdict(r) for r in rows], indent=1))
+        return
+    table = Table(title="recipes")
+    table.add_column("recipe", no_wrap=True)
+    table.add_column("presets")
+    table.add_column("description", overflow="fold")  # wrapped at words, never cut
+    for r in rows:
+        shown = ", ".join(f"[bold]{p}[/]" if p == r.default_preset else p for p in r.presets)
+        table.add_row(r.name, shown, r.description)
     Console().print(table)
 
 
@@ -67,13 +91,16 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
     from rich.console import Console
 
     from ..forge import arun, print_summary
+    from ..harnesses.prompt_fit import check_prompt_fits
     from ..recipes import load_recipe_config
 
     cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
     if dry_run:
         import yaml
 
+        size = check_prompt_fits(cfg)
         typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+        typer.echo(f"# {cfg.harness.name}'s prompt: " + (f"~{size.tokens} tokens ({size.how})" if size else "not known"))
         if cfg.trainer.backend == "verl":
             import shlex
 
@@ -102,10 +129,11 @@ def register(app: typer.Typer) -> None:
         preset: str = typer.Option(None, "--preset", "-p", help="Preset of the recipe (default: its default_preset)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (and veRL command); run nothing"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress"),
+        as_json: bool = typer.Option(False, "--json", help="forge recipe list: print JSON for scripts"),
     ) -> None:
         args = list(ctx.args)
         if name == "list":
-            _list()
+            _list(as_json)
         elif name == "show":
             if not args:
                 raise typer.BadParameter("forge recipe show NAME [key=value ...]")

@@ -20,10 +20,12 @@ def rollout(
     harness: str = typer.Option("react", "--harness", "-H", help="Harness name (forge harness list)"),
     env: str = typer.Option("claw", "--env", "-e", help="Environment name or a folder of task directories"),
     task: str = typer.Option(..., "--task", "-t", help="Task id (forge env tasks ENV)"),
-    backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL"),
+    backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | "
+                                "openai:URL | reference (replay the task's reference solution)"),
     launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
     out: Path = typer.Option(Path("rollout-out"), "--out", "-o", help="Directory for trajectory.json and store.db"),
-    budget: float = typer.Option(None, "--budget", help="Wall-clock budget in seconds (default: the task's)"),
+    budget_s: float = typer.Option(None, "--budget-s", help="Wall-clock budget in seconds (default: the task's)"),
+    budget_old: float = typer.Option(None, "--budget", hidden=True, help="old spelling of --budget-s"),
     launcher_opt: list[str] = typer.Option([], "--launcher-opt", help="KEY=VALUE option of the launcher (repeatable)"),
     harness_opt: list[str] = typer.Option([], "--harness-opt",
                                           help="KEY=VALUE option of the harness, e.g. max_turns=4 (repeatable)"),
@@ -35,8 +37,11 @@ def rollout(
     """Run one rollout through the real proxy and harness, verify it and write the trajectory."""
     import asyncio
 
-    from ._opts import parse_options
+    from ._opts import either, parse_options
 
+    budget = either(budget_s, budget_old, "--budget-s", "--budget")
+    if backend == "reference":  # the same spelling as forge eval's
+        backend, reference = "scripted:-", True
     opts = parse_options(launcher_opt, "--launcher-opt", typed=False)
     hopts = parse_options(harness_opt, "--harness-opt")
     out.mkdir(parents=True, exist_ok=True)

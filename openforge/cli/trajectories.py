@@ -1,9 +1,17 @@
-"""``forge trajectories show|export``: look at and export recorded trajectories."""
+"""``forge trajectories show|export``: look at and export recorded trajectories.
+
+A source is a ``trajectory.json``, a ``.jsonl``/``.parquet`` export, a store (``.db``) or a directory
+holding one of them (a run directory's ``trajectories.db``, ``forge rollout``'s ``store.db`` and
+``trajectory.json``, ``forge eval``'s ``trajectories.jsonl``). ``show`` without a rollout id lists the
+rollouts of a source holding several instead of printing them all.
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,14 +24,35 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="trajectories")
 
 
-def _load(source: Path, rollout_id: str | None, on_bad: Callable[[StoreError], None] | None = None):
-    from ..store import TrajectoryStore, load_trajectories
+#: What a directory is searched for, in order.
+DIR_SOURCES = ("trajectories.db", "store.db", "trajectory.json", "trajectories.jsonl")
+
+
+def _resolve(source: Path) -> Path:
+    """``source`` itself, or the trajectory file inside a run / rollout / eval directory."""
+    from ..errors import StoreError
 
     if not source.exists():
-        raise StoreError(f"{source}: no such file")
+        raise StoreError(f"{source}: no such file or directory")
+    if not source.is_dir():
+        return source
+    for name in DIR_SOURCES:
+        if (source / name).is_file():
+            return source / name
+    raise StoreError(f"{source}: a directory without trajectories (looked for {', '.join(DIR_SOURCES)})")
+
+
+def _is_store(source: Path) -> bool:
     with source.open("rb") as f:
-        is_store = f.read(16) == b"SQLite format 3\x00"
-    if is_store and rollout_id:
+        return f.read(16) == b"SQLite format 3\x00"
+
+
+def _load(source: Path, rollout_id: str | None, on_bad: Callable[[StoreError], None] | None = None):
+    from ..errors import StoreError
+    from ..store import TrajectoryStore, load_trajectories
+
+    source = _resolve(source)
+    if _is_store(source) and rollout_id:
         with TrajectoryStore(source) as store:
             traj = store.get_trajectory(rollout_id)
             if traj is None:
@@ -46,19 +75,66 @@ def _load(source: Path, rollout_id: str | None, on_bad: Callable[[StoreError], N
     return trajs
 
 
+def _rollout_rows(source: Path) -> list[dict]:
+    """One row per rollout of ``source`` (a store lists unfinished rollouts too)."""
+    from ..store import TrajectoryStore, load_trajectories
+
+    path = _resolve(source)
+    if _is_store(path):
+        with TrajectoryStore(path) as store:
+            return store.rollouts()
+    return [{"rollout_id": t.rollout_id, "task_id": t.task_id, "harness": t.harness, "environment": t.environment,
+             "status": str(t.status), "reward": t.reward, "num_calls": len(t.calls)} for t in load_trajectories(path)]
+
+
+def _list_rollouts(source: Path, rows: list[dict], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{_resolve(source)}: {len(rows)} rollouts", title_justify="left")
+    for col in ("rollout", "task", "harness", "status", "reward", "calls"):
+        table.add_column(col, justify="right" if col in ("reward", "calls") else "left", overflow="fold")
+    for r in rows:
+        reward = r.get("reward")
+        table.add_row(r["rollout_id"], str(r.get("task_id") or ""), str(r.get("harness") or ""),
+                      str(r.get("status") or "unfinished"), "" if reward is None else f"{reward:g}",
+                      str(r.get("num_calls", "")))
+    console.print(table)
+    typer.echo(f"show one: forge trajectories show {source} ROLLOUT_ID")
+
+
 @group.command("show")
 def show(
-    source: Path = typer.Argument(..., help="trajectory.json, a .jsonl/.parquet export, or a store (.db)"),
-    rollout_id: str = typer.Argument(None, help="Rollout id (required for a store holding several)"),
+    source: Path = typer.Argument(..., help="trajectory.json, a .jsonl/.parquet export, a store (.db), or a run, "
+                                  "rollout or eval directory"),
+    rollout_id: str = typer.Argument(None, help="Rollout id (without it, a source holding several is listed)"),
     max_tokens: int = typer.Option(300, help="Show at most this many trailing tokens per segment"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON (the list of rollouts, or the trajectory)"),
 ) -> None:
     """Show calls and segments; trained (mask 1) tokens are highlighted, context tokens dimmed."""
     from rich.console import Console
+
+    console = Console()
+    if rollout_id is None:
+        rows = _rollout_rows(source)
+        if len(rows) != 1:
+            if as_json:
+                typer.echo(json.dumps(rows, indent=1))
+            else:
+                _list_rollouts(source, rows, console)
+            return
+        rollout_id = rows[0]["rollout_id"]
+    trajs = _load(source, rollout_id)
+    if as_json:
+        typer.echo(trajs[0].to_json(indent=1))
+        return
+    _print_trajectories(trajs, console, max_tokens)
+
+
+def _print_trajectories(trajs: list, console: Any, max_tokens: int) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console = Console()
-    for traj in _load(source, rollout_id):
+    for traj in trajs:
         head = Table.grid(padding=(0, 2))
         for k, v in [("rollout", traj.rollout_id), ("task", traj.task_id), ("harness", traj.harness),
                      ("environment", traj.environment), ("status", str(traj.status)), ("reward", f"{traj.reward:g}")]:

@@ -151,6 +151,11 @@ class ReactHarness(PythonLoopHarness):
         super().__init__(python=python, **kw)
         self.max_turns, self.max_tokens, self.max_output = max_turns, max_tokens, max_output
 
+    @classmethod
+    def prompt_spec(cls) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The system messages and tools of every call (for the context check before a run)."""
+        return [{"role": "system", "content": SYSTEM_PROMPT}], TOOLS
+
     def check_installed(self) -> None:
         import importlib.util
 

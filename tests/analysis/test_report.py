@@ -202,3 +202,43 @@ def test_eval_directory_report_has_tasks_not_curves(tmp_path: Path) -> None:
     html = build_report(load_run(tmp_path))
     assert 'id="curves"' not in html and 'id="chart-statuses"' not in html
     assert 'id="tasks"' in html and "pass@3" in html and "<th>trial</th>" in html
+
+
+def _run_with_sft_and_idle_step(root: Path) -> Path:
+    """A CPU run's metrics.jsonl: the SFT warm-start line, a step that trained, one that did not."""
+    import json
+
+    root.mkdir(parents=True)
+    (root / "config.yaml").write_text("model:\n  name: smollm2-135m\nharness:\n  name: react\n")
+    rows = [{"step": 0, "phase": "sft", "trained_tokens": 5120, "loss_last": 0.9, "cached": False},
+            {"step": 1, "reward_mean": 0.1, "reward_std": 0.3, "pass_rate": 0.1, "statuses": {"success": 1},
+             "train/loss": 0.25, "train/trained_tokens": 154.0},
+            {"step": 2, "reward_mean": 0.0, "reward_std": 0.0, "pass_rate": 0.0, "statuses": {"policy_failure": 4},
+             "train/skipped": 1.0, "train/trained_tokens": 0.0},
+            {"step": 3, "reward_mean": 0.9, "reward_std": 0.3, "pass_rate": 0.9, "statuses": {"success": 4},
+             "train/loss": 0.1, "trained_tokens": 349, "gradient_step": True}]
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def test_sft_line_is_not_a_training_step_and_idle_steps_are_shown(tmp_path: Path) -> None:
+    html = build_report(load_run(_run_with_sft_and_idle_step(tmp_path / "run")))
+    card = re.search(r'<div class="v">(\d+)</div><div class="l">training steps</div>', html)
+    assert card is not None and card.group(1) == "3"  # not 4: the SFT line is its own card
+    assert re.search(r'id="sft-card"><div class="v">5120</div>', html)
+    # trained tokens per step (and a red point at 0 for the step that trained nothing), loss per step
+    assert [m for m in re.findall(r'data-series="trained tokens" data-x="([\d.]+)" data-y="([\d.]+)"', html)] == [
+        ("1.0", "154.0"), ("3.0", "349.0")]
+    assert re.findall(r'data-series="trained nothing" data-x="([\d.]+)" data-y="([\d.]+)"', html) == [("2.0", "0.0")]
+    assert re.findall(r'class="pt" data-series="loss" data-x="([\d.]+)"', html) == ["1.0", "3.0"]
+    assert 'id="idle-steps"' in html and "at step 2:" in html
+
+
+def test_reward_band_stays_inside_the_reward_range(tmp_path: Path) -> None:
+    from openforge.analysis.report import _curves
+
+    html = _curves(load_run(_run_with_sft_and_idle_step(tmp_path / "run")))["reward"]
+    # the band's lowest point is y=0 (mean 0.1 - std 0.3 clipped), its highest y=1 (0.9 + 0.3 clipped):
+    # with a [0, 1] y axis the chart's tick labels stay 0 … 1
+    ticks = re.findall(r'class="tick" x="\d+" y="[\d.]+" text-anchor="end">([-\d.]+)<', html)
+    assert ticks[0] == "0" and ticks[-1] == "1", ticks

@@ -75,3 +75,40 @@ def test_cli_error_is_clean(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 2
     assert "not JSON" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_show_a_run_directory_uses_its_store_and_lists_rollouts(tmp_path):
+    """A run directory is read through its store; without an id a store of several rollouts is listed
+    (one row each), not dumped as token ids."""
+    import json
+
+    with TrajectoryStore(tmp_path / "trajectories.db") as s:
+        s.put_trajectory(_traj("ra"))
+        s.put_trajectory(_traj("rb", 0.0, "policy_failure"))
+    res = runner.invoke(app, ["trajectories", "show", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert "2 rollouts" in res.output and "policy_failure" in res.output
+    assert "segment 0" not in res.output and "41 42" not in res.output  # no token dump
+    assert f"forge trajectories show {tmp_path} ROLLOUT_ID" in res.output
+    rows = json.loads(runner.invoke(app, ["trajectories", "show", str(tmp_path), "--json"]).output)
+    assert [(r["rollout_id"], r["status"], r["reward"]) for r in rows] == [
+        ("ra", "success", 1.0), ("rb", "policy_failure", 0.0)]
+    res = runner.invoke(app, ["trajectories", "show", str(tmp_path), "rb"])
+    assert res.exit_code == 0 and "segment 0" in res.output and "policy_failure" in res.output
+
+
+def test_show_a_rollout_directory_with_one_rollout_shows_it(tmp_path):
+    with TrajectoryStore(tmp_path / "store.db") as s:
+        s.put_trajectory(_traj("only"))
+    res = runner.invoke(app, ["trajectories", "show", str(tmp_path)])
+    assert res.exit_code == 0 and "only" in res.output and "segment 0" in res.output
+
+
+def test_show_a_directory_without_trajectories_is_a_clean_error(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "openforge.cli.main", "trajectories", "show", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "a directory without trajectories (looked for trajectories.db, store.db" in p.stderr

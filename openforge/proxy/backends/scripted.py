@@ -127,9 +127,9 @@ class ScriptedBackend(Backend):
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from .transformers import load_tokenizer
+            from ..light_tokenizer import load_light_tokenizer  # no transformers/torch import: ~4 s less
 
-            self._tokenizer = load_tokenizer("smollm2-135m")
+            self._tokenizer = load_light_tokenizer("smollm2-135m")
         return self._tokenizer
 
     def _render(self) -> Any:
