@@ -185,6 +185,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
                 raise ProxyError(f"invalid request: {type(e).__name__}: {e}", 400) from None
             retry = request.headers.get("x-stainless-retry-count", "0")
             kw: dict[str, Any] = {"body": body, "retry_count": int(retry) if retry.isdigit() else 0,
+                                  "idempotency_key": request.headers.get("idempotency-key"),
                                   "disconnect": lambda: _wait_disconnect(request)}
             if req.stream:
                 sink = TokenSink()
@@ -231,7 +232,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             req = _MSG.parse(data, None, count_only=True)
             r = engine.renderer
             try:
-                n = len(r.encode(r.text(req.messages, req.tools)))
+                n = len(r.encode_rendered(r.text(req.messages, req.tools)))
             except Exception as e:
                 raise ProxyError(f"the conversation cannot be rendered: {type(e).__name__}: {e}", 400) from None
             return _Json({"input_tokens": n})

@@ -42,7 +42,7 @@ class ProxyServer:
     def __init__(self, backend: Backend, *, store: Any = None, host: str | None = "127.0.0.1", port: int = 0,
                  uds: str | os.PathLike[str] | None = None, admin_token: str | None = None,
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
-                 public_url: str | None = None, replay_window_s: float = 10.0,
+                 public_url: str | None = None,
                  max_body_bytes: int = 64 * 1024 * 1024):
         if host is None and uds is None:
             raise ConfigError("ProxyServer needs a host (TCP) or a uds path")
@@ -55,8 +55,7 @@ class ProxyServer:
             sampling = SamplingParams(**sampling)
         self.renderer = renderer or Renderer(backend.tokenizer)
         self.recorder = Recorder(store, detokenize=self.renderer.decode)
-        self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling,
-                             replay_window_s=replay_window_s)
+        self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling)
         self._public_url = public_url
         self.app = build_app(self.engine, admin_token=self.admin_token, public_url=lambda: self.url,
                              max_body=max_body_bytes)
