@@ -11,7 +11,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ProxyError
-from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, stop_strings, text_of
+from .canonical import (
+    CanonicalRequest,
+    CanonicalResult,
+    new_id,
+    parse_arguments,
+    require,
+    stop_strings,
+    text_of,
+)
 from .sse import sse_data
 from .stream import remainder
 from .wire_fields import check_fields

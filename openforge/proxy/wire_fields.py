@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ProxyError
 
-__all__ = ["FIELDS", "HONOURED", "OVERRIDDEN", "REFUSED", "FieldCheck", "WireField", "check_fields"]
+__all__ = ["FIELDS", "HONOURED", "OVERRIDDEN", "REFUSED", "FieldCheck", "WireField", "check_fields", "markdown_table"]
 
 log = logging.getLogger("openforge.proxy")
 HONOURED, OVERRIDDEN, REFUSED = "honoured", "overridden", "refused"
@@ -42,6 +42,7 @@ class WireField:
     # refused fields: values that ask for nothing the proxy cannot do (``n: 1``, ``logit_bias: {}``)
     harmless: Callable[[Any], bool] | None = None
     details: dict[str, Any] | None = None  # extra error details (Anthropic ``error.details``)
+    accepts: str = ""  # the harmless values, in words (for the docs table)
 
 
 def _h(note: str) -> WireField:
@@ -52,8 +53,11 @@ def _o(note: str) -> WireField:
     return WireField(OVERRIDDEN, note)
 
 
-def _r(note: str, harmless: Callable[[Any], bool] | None = None, details: dict[str, Any] | None = None) -> WireField:
-    return WireField(REFUSED, note, harmless, details)
+def _r(note: str, harmless: Callable[[Any], bool] | None = None, details: dict[str, Any] | None = None,
+       accepts: str = "") -> WireField:
+    if harmless is _falsy:
+        accepts = accepts or "empty / false"
+    return WireField(REFUSED, note, harmless, details, accepts)
 
 
 def _falsy(v: Any) -> bool:
@@ -82,7 +86,7 @@ CHAT: dict[str, WireField] = {
                "that completes it"),
     "stream_options": _h("`include_usage` adds the usage chunk"),
     "logprobs": _h("the recorded behaviour logprobs of the generated tokens"),
-    "top_logprobs": _r("alternatives are not computed", harmless=lambda v: v == 0),
+    "top_logprobs": _r("alternatives are not computed", harmless=lambda v: v == 0, accepts="0"),
     "user": _h(_NO_EFFECT),
     "safety_identifier": _h(_NO_EFFECT),
     "store": _h(_NO_EFFECT + " (every call is recorded anyway)"),
@@ -100,9 +104,9 @@ CHAT: dict[str, WireField] = {
     "response_format": _o("not enforced by constrained decoding (the `openai:` pass-through sends it upstream)"),
     "service_tier": _o(_ONE_TIER),
     "moderation": _o("no moderation is applied"),
-    "n": _r("the proxy records one sample per call; send n separate requests", harmless=lambda v: v == 1),
+    "n": _r("the proxy records one sample per call; send n separate requests", harmless=lambda v: v == 1, accepts="1"),
     "logit_bias": _r("the trainer cannot model it", harmless=_falsy),
-    "modalities": _r("only text output", harmless=lambda v: v == ["text"]),
+    "modalities": _r("only text output", harmless=lambda v: v == ["text"], accepts='["text"]'),
     "audio": _r("audio output is not supported"),
     "prediction": _r("predicted outputs are not supported"),
     "functions": _r("legacy 'functions' are not supported; send 'tools'"),
@@ -135,7 +139,7 @@ RESPONSES: dict[str, WireField] = {
     "context_management": _o("no server-side compaction: the harness compacts"),
     "service_tier": _o(_ONE_TIER),
     "moderation": _o("no moderation is applied"),
-    "top_logprobs": _r("alternatives are not computed", harmless=lambda v: v == 0),
+    "top_logprobs": _r("alternatives are not computed", harmless=lambda v: v == 0, accepts="0"),
     "background": _r("background responses are not supported", harmless=_falsy),
     "background_options": _r("background responses are not supported", harmless=_falsy),
     "conversation": _r("stored conversations are not supported; send the input items", harmless=_falsy),
@@ -213,3 +217,17 @@ def check_fields(api: str, body: dict[str, Any]) -> FieldCheck:
         if f.treatment == OVERRIDDEN:
             out.overridden[k] = v
     return out
+
+
+def markdown_table(api: str) -> str:
+    """The docs/wire-fields.md table of ``api`` (kept equal to it by the tests)."""
+    rows = ["| field | treatment | what the proxy does |", "|---|---|---|"]
+    for name in sorted(FIELDS[api]):
+        f = FIELDS[api][name]
+        note = f.note
+        if f.accepts:
+            note = f"accepted only as {f.accepts}; otherwise a 400: {note}"
+        if f.details:
+            note += "; `error.details.error_code: \"" + str(f.details.get("error_code")) + "\"`"
+        rows.append(f"| `{name}` | {f.treatment} | {note} |")
+    return "\n".join(rows)
