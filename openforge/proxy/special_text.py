@@ -36,6 +36,8 @@ class SpecialTextGuard:
         self.codes[MARK] = MARK + chr(_BASE) + MARK
         self.back = {v: k for k, v in self.codes.items()}
         self._find = re.compile("|".join(re.escape(t) for t in [*tokens, MARK]))
+        # few strings: substring tests (C-speed scans) decide faster than the regex that text needs no escaping
+        self._probe = tuple([*tokens, MARK]) if len(tokens) <= 64 else None
         self._split = re.compile("(" + "|".join(re.escape(t) for t in tokens) + ")") if tokens else None
         self._unescape = re.compile(MARK + "." + MARK, re.S)
         self._plain = _plain_encoder(tokenizer)
@@ -45,6 +47,9 @@ class SpecialTextGuard:
         """``obj`` (messages, tools: nested dicts/lists/strings) with special-token text escaped; the
         same object when nothing needed escaping."""
         if isinstance(obj, str):
+            probe = self._probe
+            if probe is not None and not any(t in obj for t in probe):
+                return obj
             return self._find.sub(self._code, obj) if self._find.search(obj) else obj
         if isinstance(obj, dict):
             out = {k: self.escape(v) for k, v in obj.items()}
