@@ -40,7 +40,7 @@ class SpecialTextGuard:
         self._probe = tuple([*tokens, MARK]) if len(tokens) <= 64 else None
         self._split = re.compile("(" + "|".join(re.escape(t) for t in tokens) + ")") if tokens else None
         self._unescape = re.compile(MARK + "." + MARK, re.S)
-        self._plain = _plain_encoder(tokenizer)
+        self._plain = _plain_encoder(tokenizer, tokens)
 
     # -- before the template ------------------------------------------------------------------------
     def escape(self, obj: Any) -> Any:
@@ -77,13 +77,15 @@ class SpecialTextGuard:
         return out
 
 
-def _plain_encoder(tokenizer: Any) -> Callable[[str], list[int]]:
-    """Encodes text with every special token read as plain text."""
+def _plain_encoder(tokenizer: Any, added: list[str]) -> Callable[[str], list[int]]:
+    """Encodes text with every added token (special or not) read as plain text."""
     fast = getattr(tokenizer, "_tokenizer", None)
     if type(fast).__module__.startswith("tokenizers") and hasattr(fast, "to_str"):
-        from tokenizers import Tokenizer
+        from tokenizers import AddedToken, Tokenizer
 
         copy = Tokenizer.from_str(fast.to_str())  # its own copy: the switch is not shared with other encodes
+        # non-special added tokens are marked special in the copy (same ids), so the switch covers them too
+        copy.add_special_tokens([AddedToken(t, special=True) for t in added])
         copy.encode_special_tokens = True
         return lambda s: copy.encode(s, add_special_tokens=False).ids
     return lambda s: list(tokenizer.encode(s, add_special_tokens=False, split_special_tokens=True))

@@ -237,3 +237,21 @@ def test_content_with_the_escape_character_renders_the_same_ids(tokenizer):
     assert r.encode_rendered(r.text(msgs[:2], None)) == r.encode(plain)
     assert r.decode(r.encode_rendered(r.text(msgs, None))) == r.tokenizer.apply_chat_template(
         msgs, chat_template=r.template, add_generation_prompt=True, tokenize=False)
+
+
+def test_non_special_added_tokens_in_content_stay_text_too(tokenizer):
+    """An added token that is not special (Qwen-style ``<tool_call>``) is matched by the tokenizer
+    even with special tokens switched off; in content it must stay text as well."""
+    import copy
+
+    from openforge.proxy.render import Renderer
+
+    tok = copy.deepcopy(tokenizer)
+    tok.add_tokens(["<tool_call>"])  # non-special
+    call_id = tok.convert_tokens_to_ids("<tool_call>")
+    r = Renderer(tok)
+    msgs = [{"role": "user", "content": "what is <tool_call> for?"}]
+    ids = r.encode_rendered(r.text(msgs, None))
+    assert call_id not in ids and "what is <tool_call> for?" in r.decode(ids)
+    out = r.format_output("", None, [("bash", {"command": "ls"})])  # the template's / policy's own markup
+    assert call_id in r.encode(out)
