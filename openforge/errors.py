@@ -20,6 +20,8 @@ these exceptions are for callers' mistakes and for infrastructure the framework 
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "BackendError",
     "BackendTimeout",
@@ -88,9 +90,11 @@ class SandboxError(ForgeError):
 
 
 class ProxyError(ForgeError):
-    def __init__(self, message: str, status: int = 400, *, param: str | None = None, kind: str = "invalid_request_error"):
+    def __init__(self, message: str, status: int = 400, *, param: str | None = None, kind: str = "invalid_request_error",
+                 details: dict[str, Any] | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
         self.param = param
         self.kind = kind
+        self.details = details  # machine-readable extras of the API's error shape (Anthropic ``error.details``)

@@ -199,7 +199,9 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
             retry = header_uint(request.headers, "x-stainless-retry-count")
             body, data = await _read_json(request, limits)
             req = parse(adapter, data, st)
-            kw: dict[str, Any] = {"body": body, "retry_count": retry, "disconnect": lambda: _wait_disconnect(request)}
+            kw: dict[str, Any] = {"body": body, "retry_count": retry,
+                                  "idempotency_key": request.headers.get("idempotency-key"),
+                                  "disconnect": lambda: _wait_disconnect(request)}
             if req.stream:
                 sink = TokenSink()
                 task = asyncio.ensure_future(engine.serve(st, req, sink=sink, **kw))
@@ -244,7 +246,7 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
         req = parse(_MSG, data, None, count_only=True)
         r = engine.renderer
         try:
-            n = len(r.encode(r.text(req.messages, req.tools)))
+            n = len(r.encode_rendered(r.text(req.messages, req.tools)))
         except Exception as e:
             raise ProxyError(f"the conversation cannot be rendered: {type(e).__name__}: {e}", 400) from None
         return _Json({"input_tokens": n})

@@ -27,6 +27,7 @@ __all__ = [
     "new_id",
     "parse_arguments",
     "require",
+    "stop_strings",
 ]
 
 IMAGE_PLACEHOLDER = "[image]"
@@ -77,6 +78,16 @@ def require(cond: bool, message: str, param: str | None = None) -> None:
         raise ProxyError(message, 400, param=param)
 
 
+def stop_strings(value: Any, param: str, *, most: int) -> list[str]:
+    """The stop strings of ``stop`` / ``stop_sequences``: a string or a list of non-empty strings."""
+    if value is None:
+        return []
+    items = [value] if isinstance(value, str) else value
+    require(isinstance(items, list) and len(items) <= most and all(isinstance(s, str) and s for s in items),
+            f"'{param}' must be a non-empty string or a list of at most {most} non-empty strings", param)
+    return list(items)
+
+
 @dataclass
 class CanonicalRequest:
     api: str
@@ -89,6 +100,7 @@ class CanonicalRequest:
     temperature: float | None = None
     top_p: float | None = None
     response_format: Any = None
+    stop: list[str] = field(default_factory=list)  # stop strings (Chat ``stop``, Messages ``stop_sequences``)
     # adapter-specific bookkeeping (custom/namespace tool maps, include_usage, previous_response_id ...)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -113,6 +125,7 @@ class CanonicalResult:
     reasoning: str | None = None
     tool_calls: list[ToolCallOut] = field(default_factory=list)
     finish_reason: str = "stop"  # stop | length | tool_calls
+    stop_sequence: str | None = None  # the request's stop string that ended the output
     prompt_tokens: int = 0
     completion_tokens: int = 0
     call_index: int = -1
@@ -138,6 +151,7 @@ class CanonicalResult:
             "reasoning": self.reasoning,
             "tool_calls": [t.__dict__ for t in self.tool_calls],
             "finish_reason": self.finish_reason,
+            **({"stop_sequence": self.stop_sequence} if self.stop_sequence is not None else {}),
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }

@@ -1,9 +1,14 @@
 """The serving pipeline behind every wire route: gate → retry replay → render/splice → generate →
-parse → record (durable) → result.
+stop strings → parse → record (durable) → result.
 
 Owns: :class:`Engine` (pause/resume gate, in-flight accounting, sampling enforcement, retry replay,
 cancellation on client disconnect, back-end error/timeout mapping, starting a streaming request's
 :class:`~openforge.proxy.stream.TokenSink`) and :class:`ClientGone`.
+
+**Replay.** An answer is given again (and not recorded twice) only to a request that says it is a
+retry — ``x-stainless-retry-count`` > 0, or an ``Idempotency-Key`` already answered in this rollout —
+or that duplicates a request still in flight. An identical body without a marker is a new call: a
+harness that asks again gets a new sample.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from .backends.base import Backend, GenContext, Generation, SamplingParams
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
 from .recorder import Recorder, RolloutState
 from .render import Head, Renderer
+from .stops import StopCut, cut_at_stop
 from .stream import TokenSink
+from .wire_fields import FieldCheck
 
 __all__ = ["ClientGone", "Engine"]
 
@@ -38,13 +45,11 @@ class ClientGone(Exception):
 
 class Engine:
     def __init__(self, backend: Backend, recorder: Recorder, *, renderer: Renderer | None = None,
-                 sampling: SamplingParams | None = None, replay_window_s: float = 10.0,
-                 tokenize_passthrough: bool = True):
+                 sampling: SamplingParams | None = None, tokenize_passthrough: bool = True):
         self.backend = backend
         self.recorder = recorder
         self.renderer = renderer or Renderer(backend.tokenizer)
         self.sampling = sampling or SamplingParams()
-        self.replay_window_s = replay_window_s
         self.tokenize_passthrough = tokenize_passthrough
         self._params: dict[int, SamplingParams] = {}  # by max_tokens
         self._params_of = self.sampling
@@ -88,7 +93,7 @@ class Engine:
         return p
 
     async def serve(self, st: RolloutState, req: CanonicalRequest, *, body: bytes, retry_count: int = 0,
-                    disconnect: Callable[[], Awaitable[Any]] | None = None,
+                    idempotency_key: str | None = None, disconnect: Callable[[], Awaitable[Any]] | None = None,
                     sink: TokenSink | None = None) -> CanonicalResult:
         """Serve one call. With ``sink`` (a streaming request), ``sink.start`` is called once the
         prompt is rendered and generation begins (for a pass-through back-end: once its upstream
@@ -96,11 +101,14 @@ class Engine:
         returned result (recorded durably first) stays authoritative. A retry replay, or a back-end
         that does not stream, never starts the sink: the caller then sends the whole answer at once."""
         key = hashlib.sha256(body).hexdigest()
-        replay = self._replay(st, key, retry_count)
-        if replay is not None:
-            return replay
+        if idempotency_key:  # one logical request of the SDK: its retries carry the same key
+            key += ":" + hashlib.sha256(idempotency_key.encode()).hexdigest()
+        retry = retry_count > 0 or (bool(idempotency_key) and key in st.replay)
+        hit = st.replay.get(key) if retry else None
+        if hit is not None:
+            return _as_replay(hit[1])
         pending = st.inflight.get(key)
-        if pending is not None and (retry_count > 0 or not pending.done()):
+        if pending is not None and (retry or not pending.done()):
             return _as_replay(await asyncio.shield(pending))
         await self._gate.wait()
         if not st.accepting:  # finish has begun: refused before it is served, never a 200 the trainer misses
@@ -147,15 +155,6 @@ class Engine:
             if self._inflight == 0:
                 self._idle.set()
 
-    def _replay(self, st: RolloutState, key: str, retry_count: int) -> CanonicalResult | None:
-        hit = st.replay.get(key)
-        if hit is None:
-            return None
-        ts, result = hit
-        if retry_count > 0 or time.monotonic() - ts <= self.replay_window_s:
-            return _as_replay(result)
-        return None
-
     async def _serve(self, st: RolloutState, req: CanonicalRequest, body: bytes,
                      sink: TokenSink | None = None) -> CanonicalResult:
         params = self.params_for(req)
@@ -183,7 +182,9 @@ class Engine:
         call = ModelCall(index=index, api=req.api, request=_request_record(req, body), model=req.model,
                          started_at=started, exact=self.backend.exact and not self.backend.passthrough,
                          sampling={"enforced": params.model_dump(exclude_none=True),
-                                   "requested": req.requested_sampling()})
+                                   "requested": req.requested_sampling(),
+                                   **_field_record(req),
+                                   **({"stop": req.stop} if req.stop else {})})
         try:
             if self.backend.passthrough:
                 result, call = await self._passthrough(st, req, params, ctx, call, sink)
@@ -191,11 +192,14 @@ class Engine:
                 assert rendered is not None
                 call.prompt_ids = rendered.ids
                 call.system_prefix_len = rendered.system_prefix_len
-                if sink is not None:
+                if sink is not None and not req.stop:  # with stop strings the answer goes out whole, once cut
                     ctx.on_tokens, ctx.loop = sink.push, asyncio.get_running_loop()
                     sink.start(len(rendered.ids), prefix, call_index=index)
                 gen = await self._generate(rendered.ids, params, ctx)
-                result = self._result(gen, len(rendered.ids), prefix)
+                cut = cut_at_stop(gen, req.stop, self.renderer.decode, self.renderer.eos_id) if req.stop else None
+                if cut is not None:
+                    gen = cut.generation
+                result = self._result(gen, len(rendered.ids), prefix, cut)
                 if req.extra.get("logprobs"):
                     dec = self.renderer.decode
                     result.token_logprobs = [(dec([t]), lp) for t, lp in zip(gen.output_ids, gen.logprobs)]
@@ -240,13 +244,17 @@ class Engine:
             raise BackendError(f"back-end returned {len(gen.logprobs)} logprobs for {len(gen.output_ids)} tokens")
         return gen
 
-    def _result(self, gen: Generation, n_prompt: int, prefix: str = "") -> CanonicalResult:
-        parsed = self.renderer.parse(gen.output_ids, prefix)
+    def _result(self, gen: Generation, n_prompt: int, prefix: str = "", cut: StopCut | None = None) -> CanonicalResult:
+        if cut is not None:  # the text before the stop string; the stop string itself is not returned
+            parsed = self.renderer.parser.parse(prefix + cut.text)
+        else:
+            parsed = self.renderer.parse(gen.output_ids, prefix)
         finish = gen.finish_reason if gen.finish_reason in ("stop", "length") else "stop"
         if parsed.tool_calls and finish == "stop":
             finish = "tool_calls"
         return CanonicalResult(text=parsed.text, reasoning=parsed.reasoning, tool_calls=parsed.tool_calls,
-                               finish_reason=finish, prompt_tokens=n_prompt, completion_tokens=len(gen.output_ids))
+                               finish_reason=finish, prompt_tokens=n_prompt, completion_tokens=len(gen.output_ids),
+                               stop_sequence=cut.stop if cut is not None else None)
 
     async def _passthrough(self, st: RolloutState, req: CanonicalRequest, params: SamplingParams, ctx: GenContext,
                            call: ModelCall, sink: TokenSink | None = None) -> tuple[CanonicalResult, ModelCall]:
@@ -298,6 +306,11 @@ def _as_replay(result: CanonicalResult) -> CanonicalResult:
     from dataclasses import replace
 
     return replace(result, replayed=True)
+
+
+def _field_record(req: CanonicalRequest) -> dict[str, Any]:
+    fields = req.extra.get("fields")
+    return fields.record() if isinstance(fields, FieldCheck) else {"overridden": {}}
 
 
 def _request_record(req: CanonicalRequest, body: bytes) -> dict[str, Any]:

@@ -14,6 +14,10 @@ ignored because harnesses rewrite them), the prompt is that call's exact ``promp
 by the tokens of only the newly rendered text. The policy's own tokens are never re-tokenized, so a
 multi-turn rollout becomes one segment. Otherwise the request is rendered in full and
 ``build_segments`` classifies the break.
+
+**Special-token text** in content (``<|im_end|>`` in a tool result) is tokenized as plain text: the
+template renders escaped content (:class:`~openforge.proxy.special_text.SpecialTextGuard`) and
+:meth:`Renderer.encode_rendered` encodes it; only the template's own special tokens become special ids.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from importlib import resources
 from typing import Any
 
 from .canonical import ToolCallOut, new_id
+from .special_text import SpecialTextGuard
 
 __all__ = ["PARSERS", "Head", "HermesParser", "Parsed", "Rendered", "Renderer", "hermes_template"]
 
@@ -139,15 +144,23 @@ class Renderer:
         self.eos_text: str = tokenizer.eos_token or ""
         self.eos_id: int | None = tokenizer.eos_token_id
         self._prefix_cache: dict[str, int] = {}
+        self.guard = SpecialTextGuard(tokenizer)
         fast = getattr(tokenizer, "_tokenizer", None)
         self._fast = fast if type(fast).__module__.startswith("tokenizers") and hasattr(fast, "encode") else None
 
     # -- text/ids ------------------------------------------------------------------------------
     def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, gen: bool = True) -> str:
+        """The rendered conversation, special-token text in content escaped: encode it with
+        :meth:`encode_rendered`."""
+        g = self.guard
         return self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, chat_template=self.template,
+            g.escape(messages), tools=g.escape(tools) or None, chat_template=self.template,
             add_generation_prompt=gen, tokenize=False,
         )
+
+    def encode_rendered(self, text: str) -> list[int]:
+        """The ids of :meth:`text` output: content's special-token text stays plain text."""
+        return self.guard.encode(text, self.encode)
 
     def encode(self, text: str) -> list[int]:
         fast = self._fast
@@ -185,8 +198,8 @@ class Renderer:
             with_tools, without = self.text(probe, tools, gen=False), self.text(probe, None, gen=False)
             if not with_tools.endswith(without):
                 return 0
-            return len(self.encode(with_tools[: len(with_tools) - len(without)]))
-        return len(self.encode(self.text(lead, tools, gen=False)))
+            return len(self.encode_rendered(with_tools[: len(with_tools) - len(without)]))
+        return len(self.encode_rendered(self.text(lead, tools, gen=False)))
 
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                heads: list[Head] | None = None) -> Rendered:
@@ -194,7 +207,7 @@ class Renderer:
             ids = self.splice(head, messages, tools)
             if ids is not None:
                 return Rendered(ids, head.system_prefix_len, spliced=True)
-        ids = self.encode(self.text(messages, tools))
+        ids = self.encode_rendered(self.text(messages, tools))
         return Rendered(ids, self.system_prefix_len(messages, tools))
 
     def splice(self, head: Head, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int] | None:
@@ -211,7 +224,7 @@ class Renderer:
         if i < 0 or prefix[i + len(self.eos_text):].strip():
             return None
         tail = prefix[i + len(self.eos_text):] if head.ended_with_eos else prefix[i:]
-        return head.ids + self.encode(tail + full[len(prefix):])
+        return head.ids + self.encode_rendered(tail + full[len(prefix):])
 
     # -- output ----------------------------------------------------------------------------------
     def parse(self, output_ids: list[int], prefix: str = "") -> Parsed:

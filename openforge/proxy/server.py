@@ -75,7 +75,7 @@ class ProxyServer:
                  uds: str | os.PathLike[str] | None = None, agent_uds: str | os.PathLike[str] | None = None,
                  admin_token: str | None = None,
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
-                 public_url: str | None = None, replay_window_s: float = 10.0,
+                 public_url: str | None = None,
                  max_body_bytes: int = 64 * 1024 * 1024, max_json_depth: int = 64,
                  header_timeout_s: float = 10.0, body_timeout_s: float = 60.0, max_header_bytes: int = 64 * 1024,
                  finish_wait_s: float = 10.0):
@@ -92,8 +92,7 @@ class ProxyServer:
             sampling = SamplingParams(**sampling)
         self.renderer = renderer or Renderer(backend.tokenizer)
         self.recorder = Recorder(store, detokenize=self.renderer.decode, finish_wait_s=finish_wait_s)
-        self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling,
-                             replay_window_s=replay_window_s)
+        self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling)
         self._public_url = public_url
         self.app = build_app(self.engine, admin_token=self.admin_token, public_url=lambda: self.url,
                              limits=Limits(max_body=max_body_bytes, max_depth=max_json_depth))

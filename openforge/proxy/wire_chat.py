@@ -11,21 +11,20 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ProxyError
-from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, text_of
+from .canonical import (
+    CanonicalRequest,
+    CanonicalResult,
+    new_id,
+    parse_arguments,
+    require,
+    stop_strings,
+    text_of,
+)
 from .sse import sse_data
 from .stream import remainder
+from .wire_fields import check_fields
 
 __all__ = ["ChatAdapter", "ChatStream", "openai_error"]
-
-# Fields that would change what is generated in ways the proxy cannot honour: refused with a 400.
-_UNSUPPORTED = {
-    "audio": "audio output is not supported",
-    "prediction": "predicted outputs are not supported",
-    "functions": "legacy 'functions' are not supported; send 'tools'",
-    "function_call": "legacy 'function_call' is not supported; send 'tool_choice'",
-    "web_search_options": "built-in web search is not supported",
-}
-
 
 def openai_error(e: ProxyError) -> dict[str, Any]:
     return {"error": {"message": e.message, "type": e.kind, "param": e.param, "code": None}}
@@ -92,14 +91,7 @@ class ChatAdapter:
     api = "chat"
 
     def parse(self, body: dict[str, Any], st: Any = None) -> CanonicalRequest:
-        for k, why in _UNSUPPORTED.items():
-            if body.get(k) is not None:
-                raise ProxyError(f"unsupported field '{k}': {why}", 400, param=k)
-        n = body.get("n")
-        require(n is None or n == 1, "'n' > 1 is not supported: the proxy records one sample per call; "
-                "send n separate requests", "n")
-        require(not body.get("logit_bias"), "unsupported field 'logit_bias': the trainer cannot model it",
-                "logit_bias")
+        fields = check_fields("chat", body)
         model = body.get("model")
         require(isinstance(model, str), "'model' must be a string", "model")
         mt = body.get("max_completion_tokens", body.get("max_tokens"))
@@ -119,8 +111,8 @@ class ChatAdapter:
             api="chat", model=model, messages=_convert_messages(body.get("messages")), tools=tools,
             tool_choice=body.get("tool_choice"), max_tokens=mt, stream=bool(stream),
             temperature=body.get("temperature"), top_p=body.get("top_p"),
-            response_format=body.get("response_format"),
-            extra={"include_usage": bool(so.get("include_usage")), "raw": body, "logprobs": body.get("logprobs") is True},
+            response_format=body.get("response_format"), stop=stop_strings(body.get("stop"), "stop", most=4),
+            extra={"fields": fields, "include_usage": bool(so.get("include_usage")), "raw": body, "logprobs": body.get("logprobs") is True},
         )
 
     @staticmethod

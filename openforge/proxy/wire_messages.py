@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import ProxyError
-from .canonical import CanonicalRequest, CanonicalResult, new_id, require, text_of
+from .canonical import CanonicalRequest, CanonicalResult, new_id, require, stop_strings, text_of
 from .sse import sse
 from .stream import remainder
+from .wire_fields import check_fields
 
 __all__ = ["MessagesAdapter", "MessagesStream", "anthropic_error", "strip_billing_header"]
 
@@ -25,7 +26,6 @@ BILLING_PREFIX = "x-anthropic-billing-header:"
 _KINDS = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
           404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
           503: "overloaded_error", 529: "overloaded_error"}
-_UNSUPPORTED = {"mcp_servers": "remote MCP servers are not supported", "container": "containers are not supported"}
 _BUILTIN_SCHEMAS = {
     "bash": {"type": "object", "properties": {"command": {"type": "string"}, "restart": {"type": "boolean"}}},
     "computer": {"type": "object", "properties": {
@@ -41,7 +41,10 @@ _BUILTIN_SCHEMAS = {
 def anthropic_error(e: ProxyError) -> dict[str, Any]:
     kind = e.kind if e.kind in _KINDS.values() else _KINDS.get(e.status, "api_error" if e.status >= 500 else
                                                                 "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": e.message}}
+    err: dict[str, Any] = {"type": kind, "message": e.message}
+    if e.details:
+        err["details"] = e.details
+    return {"type": "error", "error": err}
 
 
 def strip_billing_header(text: str) -> str:
@@ -151,9 +154,7 @@ class MessagesAdapter:
     api = "messages"
 
     def parse(self, body: dict[str, Any], st: Any = None, *, count_only: bool = False) -> CanonicalRequest:
-        for k, why in _UNSUPPORTED.items():
-            if body.get(k):
-                raise ProxyError(f"unsupported field '{k}': {why}", 400, param=k)
+        fields = check_fields("messages", body)
         model = body.get("model")
         require(isinstance(model, str), "model: Field required (a string)", "model")
         mt = body.get("max_tokens")
@@ -172,11 +173,14 @@ class MessagesAdapter:
         return CanonicalRequest(
             api="messages", model=model, messages=_messages(body.get("messages"), _system_text(body.get("system"))),
             tools=tools, tool_choice=tc, max_tokens=mt, stream=bool(stream), temperature=body.get("temperature"),
-            top_p=body.get("top_p"), extra={"raw": body},
+            top_p=body.get("top_p"), stop=stop_strings(body.get("stop_sequences"), "stop_sequences", most=1000),
+            extra={"raw": body, "fields": fields},
         )
 
     @staticmethod
     def _stop(r: CanonicalResult) -> str:
+        if r.stop_sequence is not None:
+            return "stop_sequence"
         return {"tool_calls": "tool_use", "length": "max_tokens"}.get(r.finish_reason, "end_turn")
 
     @staticmethod
@@ -198,7 +202,7 @@ class MessagesAdapter:
 
     def respond(self, req: CanonicalRequest, r: CanonicalResult, st: Any = None) -> dict[str, Any]:
         return {"id": new_id("msg_"), "type": "message", "role": "assistant", "model": req.model,
-                "content": self._blocks(r), "stop_reason": self._stop(r), "stop_sequence": None,
+                "content": self._blocks(r), "stop_reason": self._stop(r), "stop_sequence": r.stop_sequence,
                 "usage": self._usage(r)}
 
     def streamer(self, req: CanonicalRequest, st: Any = None, prompt_tokens: int = 0) -> MessagesStream:
@@ -291,7 +295,7 @@ class MessagesStream:
             out.append(_ev("content_block_delta", index=i, delta={
                 "type": "input_json_delta", "partial_json": json.dumps(b["input"], ensure_ascii=False)}))
             out.append(_ev("content_block_stop", index=i))
-        out.append(_ev("message_delta", delta={"stop_reason": self.adapter._stop(r), "stop_sequence": None},
+        out.append(_ev("message_delta", delta={"stop_reason": self.adapter._stop(r), "stop_sequence": r.stop_sequence},
                        usage={"output_tokens": r.completion_tokens}))
         out.append(_ev("message_stop"))
         return b"".join(out)

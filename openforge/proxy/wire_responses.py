@@ -19,11 +19,10 @@ from ..errors import ProxyError
 from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, text_of
 from .sse import sse
 from .stream import remainder
+from .wire_fields import check_fields
 
 __all__ = ["ResponsesAdapter", "ResponsesStream"]
 
-_UNSUPPORTED = {"background": "background responses are not supported",
-                "conversation": "stored conversations are not supported; send the input items"}
 _ASSISTANT_ITEMS = {"function_call", "custom_tool_call", "reasoning"}
 
 
@@ -129,9 +128,7 @@ class ResponsesAdapter:
     api = "responses"
 
     def parse(self, body: dict[str, Any], st: Any = None) -> CanonicalRequest:
-        for k, why in _UNSUPPORTED.items():
-            if body.get(k):
-                raise ProxyError(f"unsupported field '{k}': {why}", 400, param=k)
+        fields = check_fields("responses", body)
         model = body.get("model")
         require(isinstance(model, str), "'model' must be a string", "model")
         mt = body.get("max_output_tokens")
@@ -163,7 +160,7 @@ class ResponsesAdapter:
             api="responses", model=model, messages=messages, tools=tools, tool_choice=body.get("tool_choice"),
             max_tokens=mt, stream=bool(stream), temperature=body.get("temperature"), top_p=body.get("top_p"),
             response_format=(body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None,
-            extra={"custom": custom, "namespace": namespace, "previous_response_id": prev, "raw": body,
+            extra={"fields": fields, "custom": custom, "namespace": namespace, "previous_response_id": prev, "raw": body,
                    "has_instructions": bool(instr)},
         )
 

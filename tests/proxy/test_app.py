@@ -126,17 +126,21 @@ async def test_multi_turn_chat_is_one_segment_without_retokenized_assistant_toke
 
 
 async def test_retry_replays_and_records_once(tokenizer):
-    proxy, c = make(tokenizer)
+    proxy, c = make(tokenizer, turns=[{"text": "one"}, {"text": "two"}, {"text": "three"}, {"text": "four"}])
     h = proxy.create_rollout("t")
     url, hdr = f"/r/{h.rollout_id}/v1/chat/completions", {"x-api-key": h.api_key}
     async with c:
         a = (await c.post(url, json=chat(), headers=hdr)).json()
         b = (await c.post(url, json=chat(), headers={**hdr, "x-stainless-retry-count": "1"})).json()
-        d = (await c.post(url, json=chat(), headers=hdr)).json()  # same body within the window
+        d = (await c.post(url, json=chat(), headers=hdr)).json()  # the same body, no retry marker: a new sample
         e = (await c.post(url, json=chat(stream=True), headers=hdr))
-    assert a["choices"][0]["message"] == b["choices"][0]["message"] == d["choices"][0]["message"]
-    assert "two" in e.text  # a different body is a new call
-    assert [x.index for x in proxy.get_trajectory(h.rollout_id).calls] == [0, 1]
+        k = {**hdr, "idempotency-key": "req-1"}
+        f = (await c.post(url, json=chat(), headers=k)).json()
+        g = (await c.post(url, json=chat(), headers=k)).json()  # the same idempotency key: a retry
+    assert a["choices"][0]["message"] == b["choices"][0]["message"]
+    assert [x["choices"][0]["message"]["content"] for x in (a, d, f, g)] == ["one", "two", "four", "four"]
+    assert "three" in e.text
+    assert [x.index for x in proxy.get_trajectory(h.rollout_id).calls] == [0, 1, 2, 3]
 
 
 async def test_backend_error_is_retryable_5xx_and_infra_failure(tokenizer):

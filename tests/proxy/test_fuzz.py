@@ -76,7 +76,7 @@ async def test_malformed_and_huge_bodies(fuzz_env):
         assert r.status_code == 413
         r = await c.post(f"/r/{h.rollout_id}/v1/chat/completions", headers=hdr, json={
             "model": "m", "messages": [{"role": "user", "content": "hi"}], "brand_new_field": {"x": 1}, "store": False})
-        assert r.status_code == 200  # unknown fields are ignored (harnesses add new ones all the time)
+        assert r.status_code == 200  # unknown fields are served as if absent (harnesses add new ones all the time)
         r = await c.post(f"/r/{h.rollout_id}/v1/messages", headers=hdr, json={
             "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "mystery"}]}]})
         assert r.status_code == 400 and "mystery" in r.json()["error"]["message"]

@@ -73,6 +73,8 @@ class OpenAIBackend(Backend):
                 body["tool_choice"] = request.tool_choice
         if request.temperature is not None:
             body["temperature"] = request.temperature
+        if request.stop:  # the upstream applies it (its text is what gets recorded)
+            body["stop"] = request.stop[:4]
         if request.response_format is not None and request.api == "chat":
             body["response_format"] = request.response_format
         return body
