@@ -70,9 +70,11 @@ class SandboxError(ForgeError):
 
 
 class ProxyError(ForgeError):
-    def __init__(self, message: str, status: int = 400, *, param: str | None = None, kind: str = "invalid_request_error"):
+    def __init__(self, message: str, status: int = 400, *, param: str | None = None, kind: str = "invalid_request_error",
+                 code: str | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
         self.param = param
         self.kind = kind
+        self.code = code  # OpenAI's machine-readable error code (e.g. context_length_exceeded)

@@ -29,6 +29,7 @@ from .backends.base import Backend, SamplingParams
 from .engine import Engine
 from .recorder import Recorder, RolloutHandle
 from .render import Renderer
+from .tokenpool import TokenPool, default_workers
 
 __all__ = ["ProxyServer"]
 
@@ -37,13 +38,15 @@ _LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 class ProxyServer:
     """The openforge proxy. ``port=0`` picks a free port; ``uds=PATH`` adds a Unix-socket listener
-    (for sandboxes without network); ``host=None`` with ``uds`` serves the socket only."""
+    (for sandboxes without network); ``host=None`` with ``uds`` serves the socket only.
+    ``token_workers``: processes that render and tokenize large prompts (default
+    ``$OPENFORGE_TOKEN_WORKERS`` or 2; 0: in a thread of this process, as before the pool)."""
 
     def __init__(self, backend: Backend, *, store: Any = None, host: str | None = "127.0.0.1", port: int = 0,
                  uds: str | os.PathLike[str] | None = None, admin_token: str | None = None,
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
                  public_url: str | None = None, replay_window_s: float = 10.0,
-                 max_body_bytes: int = 64 * 1024 * 1024):
+                 max_body_bytes: int = 64 * 1024 * 1024, token_workers: int | None = None):
         if host is None and uds is None:
             raise ConfigError("ProxyServer needs a host (TCP) or a uds path")
         if host is not None and host not in _LOOPBACK and not admin_token:
@@ -55,8 +58,10 @@ class ProxyServer:
             sampling = SamplingParams(**sampling)
         self.renderer = renderer or Renderer(backend.tokenizer)
         self.recorder = Recorder(store, detokenize=self.renderer.decode)
+        workers = default_workers() if token_workers is None else token_workers
         self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling,
-                             replay_window_s=replay_window_s)
+                             replay_window_s=replay_window_s,
+                             pool=TokenPool(self.renderer, workers) if workers > 0 else None)
         self._public_url = public_url
         self.app = build_app(self.engine, admin_token=self.admin_token, public_url=lambda: self.url,
                              max_body=max_body_bytes)
@@ -119,6 +124,7 @@ class ProxyServer:
                 except (asyncio.TimeoutError, Exception):
                     self._task.cancel()
             self._server = None
+        await self.engine.aclose()  # the token workers go with the server
         if self.uds and Path(self.uds).exists():
             try:
                 Path(self.uds).unlink()
