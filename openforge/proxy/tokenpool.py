@@ -42,6 +42,8 @@ __all__ = ["RemoteError", "TokenPool", "WorkerCrashed", "default_workers"]
 
 log = logging.getLogger("openforge.proxy")
 _HEADER = struct.Struct("!Q")
+NICE = 5  # workers' scheduling niceness, relative to the proxy
+_SLICE = 1 << 16  # ids converted per event-loop step
 _LIVE: weakref.WeakSet[TokenPool] = weakref.WeakSet()
 
 
@@ -101,8 +103,16 @@ class _Worker:
             return "still running"
         return f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
 
+    def terminate(self) -> None:
+        """SIGKILL the process (its socket stays open for the call reading it)."""
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+
     def kill(self) -> None:
-        """Kill and reap the process (idempotent)."""
+        """Kill and reap the process and close the socket (idempotent)."""
         try:
             self.sock.close()
         except OSError:
@@ -138,6 +148,7 @@ class TokenPool:
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._jobs: set[asyncio.Future] = set()
+        self._epoch = 0  # bumped by close(): jobs from before it fail instead of starting workers
         _LIVE.add(self)
 
     @property
@@ -165,9 +176,11 @@ class TokenPool:
                      heads: list[Head], *, limit: int | None = None) -> Rendered:
         """:meth:`Renderer.render` in a worker. Raises :class:`PromptTooLong`, :class:`RemoteError` or
         :class:`WorkerCrashed`. A cancelled caller leaves the job to finish (the worker stays in step)."""
+        # Only heads that the request could continue travel (their messages, without their ids).
+        cands = [i for i, h in enumerate(heads) if len(h.messages) < len(messages)]
         stripped = [(Head(messages=h.messages, tools_key=h.tools_key, ids=[], ended_with_eos=h.ended_with_eos,
-                          system_prefix_len=h.system_prefix_len), len(h.ids)) for h in heads]
-        job = asyncio.ensure_future(self._job(("render", messages, tools, stripped, limit)))
+                          system_prefix_len=h.system_prefix_len), len(h.ids)) for h in (heads[i] for i in cands)]
+        job = asyncio.ensure_future(self._job(("render", messages, tools, stripped, limit), self._epoch))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
         reply = await asyncio.shield(job)
@@ -176,12 +189,12 @@ class TokenPool:
             raise PromptTooLong(reply[1], reply[2])
         if kind == "err":
             raise RemoteError(reply[1], reply[2])
-        ids = array("i")
-        ids.frombytes(reply[1])
-        return Renderer.join(Rendered(ids.tolist(), reply[2], spliced=reply[3], head=reply[4]), heads)
+        ids = await _to_list(reply[1])
+        head = cands[reply[4]] if reply[4] >= 0 else -1
+        return Renderer.join(Rendered(ids, reply[2], spliced=reply[3], head=head), heads)
 
-    async def _job(self, msg: Any) -> Any:
-        w = await self._acquire()
+    async def _job(self, msg: Any, epoch: int) -> Any:
+        w = await self._acquire(epoch)
         try:
             reply = await w.call(msg)
         except BaseException:
@@ -191,19 +204,21 @@ class TokenPool:
         self._changed.set()
         return reply
 
-    async def _acquire(self) -> _Worker:
+    async def _acquire(self, epoch: int) -> _Worker:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # used from another event loop (e.g. a later asyncio.run): fresh event
             self._loop, self._changed = loop, asyncio.Event()
         while True:
+            if epoch != self._epoch:
+                raise WorkerCrashed("the token pool was closed (the proxy is stopping)")
             if self._idle:
                 return self._idle.pop()
             if len(self._all) + self._starting < self.size:
-                return await self._spawn()
+                return await self._spawn(epoch)
             self._changed.clear()
             await self._changed.wait()
 
-    async def _spawn(self) -> _Worker:
+    async def _spawn(self, epoch: int) -> _Worker:
         if not self.usable:
             raise WorkerCrashed(f"the renderer cannot be sent to a worker: {self._broken}")
         self._starting += 1
@@ -211,6 +226,8 @@ class TokenPool:
             w = _start_worker()
             try:
                 await w.call((list(sys.path), self._blob))  # the handshake: the worker loads the renderer and answers "ready"
+                if epoch != self._epoch:
+                    raise WorkerCrashed("the token pool was closed (the proxy is stopping)")
             except BaseException:
                 w.kill()
                 raise
@@ -229,12 +246,20 @@ class TokenPool:
         self._changed.set()
 
     def close(self) -> None:
-        """Kill and reap every worker now; calls in flight fail with :class:`WorkerCrashed`. The pool
-        stays usable: a later call starts fresh workers."""
-        for job in list(self._jobs):
-            job.cancel()
+        """Kill every worker now (idle ones are reaped at once, busy ones by their call, which fails with
+        :class:`WorkerCrashed`, as do calls still waiting for a worker). The pool stays usable: a later
+        call starts fresh workers."""
+        self._epoch += 1
+        idle = set(self._idle)
         for w in list(self._all):
-            self._discard(w)
+            if w in idle:
+                self._discard(w)
+            else:  # its call is reading the socket: it sees EOF, fails, and discards (reaps) the worker
+                w.terminate()
+        try:
+            self._changed.set()  # wake calls waiting for a worker: they fail
+        except RuntimeError:  # at interpreter exit: their event loop is gone
+            pass
 
     async def aclose(self) -> None:
         self.close()
@@ -243,6 +268,19 @@ class TokenPool:
                 await job
             except BaseException:
                 pass
+
+
+async def _to_list(data: bytes) -> list[int]:
+    """Ids from a worker's int32 array, converted a slice at a time so that other calls run between."""
+    ids = array("i")
+    ids.frombytes(data)
+    if len(ids) <= _SLICE:
+        return ids.tolist()
+    out: list[int] = []
+    for i in range(0, len(ids), _SLICE):
+        out += ids[i:i + _SLICE].tolist()
+        await asyncio.sleep(0)
+    return out
 
 
 def _start_worker() -> _Worker:
@@ -318,6 +356,7 @@ def _serve(renderer: Renderer, msg: tuple) -> tuple:
 
 def worker_main(fd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the proxy's to handle; it closes us
+    os.nice(NICE)  # a large prompt's work yields the CPU to the serving process's small calls
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     sock = socket.socket(fileno=fd)
     init = _recv(sock)
