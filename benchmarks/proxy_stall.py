@@ -3,8 +3,9 @@
 The proxy runs in its own process as ``openai:`` pass-through to a fake upstream that answers at once
 (every prompt is still rendered and tokenized, to be recorded; pass-through has no context limit, so
 nothing is refused): the cost measured is the proxy's own. Rollout B sends small chat completions
-back to back on one keep-alive connection; meanwhile rollout A sends one prompt of ``--sizes`` MiB
-(this repository's own source, repeated). Reported per size: B's p50 and worst latency over the calls
+on one keep-alive connection; meanwhile rollout A sends one prompt of ``--sizes`` MiB
+(this repository's own source, repeated), and B paces its calls (``--interval-ms``, default one per
+50 ms: far more than an agent makes). Reported per size: B's p50 and worst latency over the calls
 that overlapped A's, and A's own latency — for the old path (``token_workers=0``: large prompts render
 in a thread of the serving process, which holds its GIL while tokenizing) and the token pool
 (``token_workers=2``), measured in the same run, plus B's idle p50 both ways. The first large prompt
@@ -139,25 +140,27 @@ async def idle(b: Conn, n: int) -> float:
     return statistics.median([await call(b, body(f"Say hello ({i}).")) for i in range(n)])
 
 
-async def during(a: Conn, b: Conn, payload: bytes) -> tuple[float, float, float, int]:
-    """A's one large call, and B's calls back to back meanwhile: (B p50, B worst, A latency, B calls)."""
+async def during(a: Conn, b: Conn, payload: bytes, interval: float) -> tuple[float, float, float, int]:
+    """A's one large call, and B's calls meanwhile, one per ``interval`` s (or back to back when a call
+    takes longer): (B p50, B worst, A latency, B calls)."""
     big = asyncio.ensure_future(call(a, payload))
     lat: list[float] = []
     i = 0
     while not big.done():
         lat.append(await call(b, body(f"Meanwhile ({i}).")))
+        await asyncio.sleep(max(0.0, interval - lat[-1]))
         i += 1
     return statistics.median(lat), max(lat), big.result(), len(lat)
 
 
-async def measure(port: int, sizes: list[float], n_idle: int) -> dict:
+async def measure(port: int, sizes: list[float], n_idle: int, interval: float) -> dict:
     """B's idle p50, then A's first large prompt (with the pool: its workers start during it), then one
     of each size."""
     a, b = rollout(port), rollout(port)
     res = {"idle_p50": await idle(b, n_idle)}
     for i, mib in enumerate([sizes[0], *sizes]):
         payload = body(source_text(int(mib * (1 << 20))))
-        res[f"{mib:g} MiB" + (", first" if i == 0 else "")] = await during(a, b, payload)
+        res[f"{mib:g} MiB" + (", first" if i == 0 else "")] = await during(a, b, payload, interval)
     a.close()
     b.close()
     return res
@@ -194,6 +197,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="8,16", help="A's prompt sizes in MiB, comma-separated")
     ap.add_argument("--idle", type=int, default=300, help="B's calls for the idle p50")
+    ap.add_argument("--interval-ms", type=float, default=50.0,
+                    help="B's pace while A's call runs (0: back to back; the proxy then records tens of thousands "
+                         "of calls in memory, and gen-2 GC pauses of that heap dominate B's worst case)")
     ap.add_argument("--sweep", action="store_true", help="also time in-process vs pool rendering by size")
     ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
@@ -212,7 +218,7 @@ def main() -> None:
             port = free_port()
             proxy = start(["--serve", str(port), "--upstream", str(up), "--workers", str(workers)], port)
             try:
-                results[name] = asyncio.run(measure(port, sizes, args.idle))
+                results[name] = asyncio.run(measure(port, sizes, args.idle, args.interval_ms / 1000))
             finally:
                 stop(proxy)
     finally:
@@ -225,7 +231,8 @@ def main() -> None:
 
 def report(results: dict, args) -> None:
     print(f"\n{os.cpu_count()} CPUs shared by the client, the fake upstream, the proxy and its workers; `openai:` "
-          f"pass-through (every prompt rendered + tokenized to be recorded); B: small calls back to back")
+          f"pass-through (every prompt rendered + tokenized to be recorded); B: small calls, one every "
+          f"{args.interval_ms:g} ms while A's call runs (back to back for the idle p50)")
     print(f"{'path':<24} {'A sends':<16} {'B p50 ms':>9} {'B worst ms':>11} {'A ms':>9} {'B calls':>8}")
     for name, res in results.items():
         print(f"{name:<24} {'nothing (idle)':<16} {1000 * res['idle_p50']:>9.2f}")
