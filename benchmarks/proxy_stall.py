@@ -121,7 +121,7 @@ def body(content: str) -> bytes:
 
 
 def source_text(n: int) -> str:
-    files = sorted((ROOT / "openforge").rglob("*.py")) + [ROOT / "README.md"]
+    files = [*sorted((ROOT / "openforge").rglob("*.py")), ROOT / "README.md"]
     text = "".join(p.read_text() for p in files)
     return (text * (n // len(text) + 1))[:n]
 

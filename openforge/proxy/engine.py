@@ -21,8 +21,8 @@ from ..errors import BackendError, BackendTimeout, ProxyError
 from ..types import CallStatus, ModelCall
 from .backends.base import Backend, GenContext, Generation, SamplingParams
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
-from .recorder import Recorder, RolloutState
 from .context_limit import PromptTooLong, context_overflow
+from .recorder import Recorder, RolloutState
 from .render import Head, Rendered, Renderer
 from .stream import TokenSink
 from .tokenpool import RemoteError, TokenPool, WorkerCrashed
