@@ -91,10 +91,11 @@ class SandboxError(ForgeError):
 
 class ProxyError(ForgeError):
     def __init__(self, message: str, status: int = 400, *, param: str | None = None, kind: str = "invalid_request_error",
-                 details: dict[str, Any] | None = None):
+                 details: dict[str, Any] | None = None, code: str | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
         self.param = param
         self.kind = kind
         self.details = details  # machine-readable extras of the API's error shape (Anthropic ``error.details``)
+        self.code = code  # OpenAI's machine-readable error code (e.g. context_length_exceeded)

@@ -2,7 +2,9 @@
 stop strings → parse → record (durable) → result.
 
 Owns: :class:`Engine` (pause/resume gate, in-flight accounting, sampling enforcement, retry replay,
-cancellation on client disconnect, back-end error/timeout mapping, starting a streaming request's
+cancellation on client disconnect, back-end error/timeout mapping, where a prompt is rendered — inline
+when small, in the :class:`~openforge.proxy.tokenpool.TokenPool` when large — the context-overflow
+decision (:meth:`Engine.check_context`), starting a streaming request's
 :class:`~openforge.proxy.stream.TokenSink`) and :class:`ClientGone`.
 
 **Replay.** An answer is given again (and not recorded twice) only to a request that says it is a
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,16 +26,23 @@ from ..errors import BackendError, BackendTimeout, ProxyError
 from ..types import CallStatus, ModelCall
 from .backends.base import Backend, GenContext, Generation, SamplingParams
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
+from .context_limit import PromptTooLong, context_overflow
 from .recorder import Recorder, RolloutState
-from .render import Head, Renderer
+from .render import Head, Rendered, Renderer
 from .stops import StopCut, cut_at_stop
 from .stream import TokenSink
+from .tokenpool import RemoteError, TokenPool, WorkerCrashed
 from .wire_fields import FieldCheck
 
 __all__ = ["ClientGone", "Engine"]
 
+log = logging.getLogger("openforge.proxy")
 MAX_REPLAY = 256  # answers kept per rollout for retry replay
-RENDER_IN_THREAD_CHARS = 32_000  # conversations larger than this render in a worker thread
+# Requests at least this large (body bytes, or characters of content when a stored conversation makes it
+# larger) render in the token pool (in a thread when the pool is off); smaller ones inline, where they
+# cost less than a trip to a worker (benchmarks/proxy_stall.py --sweep measures both).
+POOL_MIN_BYTES = 32_000
+RENDER_IN_THREAD_CHARS = POOL_MIN_BYTES  # the name before the pool existed
 
 
 def _size(req: CanonicalRequest) -> int:
@@ -45,10 +55,15 @@ class ClientGone(Exception):
 
 class Engine:
     def __init__(self, backend: Backend, recorder: Recorder, *, renderer: Renderer | None = None,
-                 sampling: SamplingParams | None = None, tokenize_passthrough: bool = True):
+                 sampling: SamplingParams | None = None, tokenize_passthrough: bool = True,
+                 pool: TokenPool | None = None, pool_min_bytes: int = POOL_MIN_BYTES):
         self.backend = backend
         self.recorder = recorder
         self.renderer = renderer or Renderer(backend.tokenizer)
+        self.pool = pool  # None: large prompts render in a thread of this process (holding its GIL)
+        if backend.max_context:
+            _ = self.renderer.max_token_bytes  # derived now, not during the first call
+        self.pool_min_bytes = pool_min_bytes
         self.sampling = sampling or SamplingParams()
         self.tokenize_passthrough = tokenize_passthrough
         self._params: dict[int, SamplingParams] = {}  # by max_tokens
@@ -161,21 +176,13 @@ class Engine:
         rendered, prefix = None, ""
         if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
             forced = forced_tool(req.tool_choice, req.tools)
-            try:
-                if _size(req) > RENDER_IN_THREAD_CHARS:  # long contexts: keep the event loop responsive
-                    rendered = await asyncio.to_thread(self.renderer.render, req.messages, req.tools, list(st.heads))
-                else:
-                    rendered = self.renderer.render(req.messages, req.tools, st.heads)
-            except Exception as e:
-                raise ProxyError(f"the conversation cannot be rendered with the chat template: "
-                                 f"{type(e).__name__}: {e}", 400) from None
+            rendered = await self.render(st, req, limit=self.backend.max_context, size=len(body))
             if forced is not None and self.backend.honors_prefill:
                 prefix = self.renderer.parser.forced_prefix(forced)
                 rendered.ids = rendered.ids + self.renderer.encode(prefix)
-            limit = self.backend.max_context
-            if limit and len(rendered.ids) >= limit:
-                raise ProxyError(f"This model's maximum context length is {limit} tokens, but the prompt has "
-                                 f"{len(rendered.ids)} tokens (context_length_exceeded).", 400, param="messages")
+            self.check_context(req, len(rendered.ids))
+        elif self.tokenize_passthrough:  # before the call: a streamed answer's opening events carry the count
+            rendered = await self.render(st, req, size=len(body))
         index = st.take_index()
         ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools)
         started, t0 = time.time(), time.perf_counter()
@@ -187,7 +194,7 @@ class Engine:
                                    **({"stop": req.stop} if req.stop else {})})
         try:
             if self.backend.passthrough:
-                result, call = await self._passthrough(st, req, params, ctx, call, sink)
+                result, call = await self._passthrough(st, req, params, ctx, call, sink, rendered)
             else:
                 assert rendered is not None
                 call.prompt_ids = rendered.ids
@@ -235,6 +242,43 @@ class Engine:
             ))
         return result
 
+    async def render(self, st: RolloutState, req: CanonicalRequest, *, limit: int | None = None,
+                     size: int = 0) -> Rendered:
+        """``req``'s prompt ids (spliced onto ``st``'s heads when it continues one): inline when small, in
+        the token pool when large (``size``: the request body's bytes), so that a large prompt holds
+        neither the event loop nor the GIL. A prompt whose bytes alone prove it has ``limit`` tokens or
+        more is refused untokenized."""
+        heads = list(st.heads)
+        try:
+            if max(size, _size(req)) < self.pool_min_bytes:
+                return self.renderer.render(req.messages, req.tools, heads, limit=limit)
+            if self.pool is not None and self.pool.usable:
+                return await self.pool.render(req.messages, req.tools, heads, limit=limit)
+            return await asyncio.to_thread(self.renderer.render, req.messages, req.tools, heads, limit=limit)
+        except PromptTooLong as e:
+            self.check_context(req, e.min_tokens, n_bytes=e.n_bytes)
+            raise AssertionError("unreachable: the byte bound proved an overflow") from None
+        except WorkerCrashed as e:
+            log.warning("%s", e)
+            raise ProxyError(f"the proxy's tokenizer worker failed while rendering this prompt ({e}); "
+                             "retry the request", 503, kind="api_error") from None
+        except Exception as e:
+            name = e.type_name if isinstance(e, RemoteError) else type(e).__name__
+            raise ProxyError(f"the conversation cannot be rendered with the chat template: {name}: {e}", 400) from None
+
+    def check_context(self, req: CanonicalRequest, n_tokens: int, *, n_bytes: int | None = None) -> None:
+        """The one context-overflow decision: a prompt of ``n_tokens`` (``n_bytes`` given: at least that
+        many, proved from its bytes without tokenizing) that leaves no room in the back-end's context
+        is refused with the called API's overflow error, before a call exists."""
+        limit = self.backend.max_context
+        if limit and n_tokens >= limit:
+            raise context_overflow(req.api, limit, n_tokens, n_bytes=n_bytes)
+
+    async def aclose(self) -> None:
+        """Stop the token pool's workers (the engine can serve again: they restart on need)."""
+        if self.pool is not None:
+            await self.pool.aclose()
+
     async def _generate(self, ids: list[int], params: SamplingParams, ctx: GenContext) -> Generation:
         try:
             gen = await asyncio.wait_for(self.backend.generate(ids, params, ctx), params.timeout_s)
@@ -257,15 +301,12 @@ class Engine:
                                stop_sequence=cut.stop if cut is not None else None)
 
     async def _passthrough(self, st: RolloutState, req: CanonicalRequest, params: SamplingParams, ctx: GenContext,
-                           call: ModelCall, sink: TokenSink | None = None) -> tuple[CanonicalResult, ModelCall]:
+                           call: ModelCall, sink: TokenSink | None = None,
+                           rendered: Rendered | None = None) -> tuple[CanonicalResult, ModelCall]:
         r = self.renderer
-        if self.tokenize_passthrough:  # before the call: a streamed answer's opening events carry the count
+        if rendered is not None:
             # Spliced onto the previous call's ids when the history continues it, as for token back-ends:
             # a long rollout tokenizes each message once, not the whole conversation on every call.
-            if _size(req) > RENDER_IN_THREAD_CHARS:  # long contexts: keep the event loop responsive
-                rendered = await asyncio.to_thread(r.render, req.messages, req.tools, list(st.heads))
-            else:
-                rendered = r.render(req.messages, req.tools, st.heads)
             call.prompt_ids, call.system_prefix_len = rendered.ids, rendered.system_prefix_len
         if sink is not None:  # the back-end starts the response once its upstream answers, then relays deltas
             n_prompt = len(call.prompt_ids)

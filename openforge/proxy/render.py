@@ -30,6 +30,7 @@ from importlib import resources
 from typing import Any
 
 from .canonical import ToolCallOut, new_id
+from .context_limit import PromptTooLong, max_token_bytes, min_tokens
 from .special_text import SpecialTextGuard
 
 __all__ = ["PARSERS", "Head", "HermesParser", "Parsed", "Rendered", "Renderer", "hermes_template"]
@@ -108,6 +109,7 @@ class Rendered:
     ids: list[int]
     system_prefix_len: int
     spliced: bool = False
+    head: int = -1  # render_new: the index of the head spliced onto (its ids not yet prepended)
 
 
 @dataclass
@@ -145,8 +147,16 @@ class Renderer:
         self.eos_id: int | None = tokenizer.eos_token_id
         self._prefix_cache: dict[str, int] = {}
         self.guard = SpecialTextGuard(tokenizer)
+        self._max_bytes: int | None = 0  # 0: not derived yet
         fast = getattr(tokenizer, "_tokenizer", None)
         self._fast = fast if type(fast).__module__.startswith("tokenizers") and hasattr(fast, "encode") else None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a token worker process receives: the tokenizer, template and parser, without caches or
+        instance-level replacements of methods (wrappers set on this one object, e.g. by a test)."""
+        state = {k: v for k, v in self.__dict__.items() if not (callable(v) and hasattr(type(self), k))}
+        state["_prefix_cache"] = {}
+        return state
 
     # -- text/ids ------------------------------------------------------------------------------
     def text(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, gen: bool = True) -> str:
@@ -201,16 +211,59 @@ class Renderer:
             return len(self.encode_rendered(with_tools[: len(with_tools) - len(without)]))
         return len(self.encode_rendered(self.text(lead, tools, gen=False)))
 
+    @property
+    def max_token_bytes(self) -> int | None:
+        """The most input bytes one token covers (None: no sound byte bound for this tokenizer)."""
+        if self._max_bytes == 0:
+            self._max_bytes = max_token_bytes(self.tokenizer)
+        return self._max_bytes
+
     def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               heads: list[Head] | None = None) -> Rendered:
-        for head in reversed(heads or ()):
-            ids = self.splice(head, messages, tools)
-            if ids is not None:
-                return Rendered(ids, head.system_prefix_len, spliced=True)
-        ids = self.encode_rendered(self.text(messages, tools))
-        return Rendered(ids, self.system_prefix_len(messages, tools))
+               heads: list[Head] | None = None, *, limit: int | None = None) -> Rendered:
+        """The prompt ids of ``messages``: spliced onto the latest head it continues, else rendered in full.
+        With ``limit``, raises :class:`PromptTooLong` when the prompt's bytes alone prove it has
+        ``limit`` tokens or more (before tokenizing it)."""
+        heads = list(heads or ())
+        return self.join(self.render_new(messages, tools, [(h, len(h.ids)) for h in heads], limit=limit), heads)
+
+    @staticmethod
+    def join(rendered: Rendered, heads: list[Head]) -> Rendered:
+        """Prepend the ids of the head :meth:`render_new` spliced onto (``heads`` as given to it)."""
+        if rendered.head >= 0:
+            rendered.ids = heads[rendered.head].ids + rendered.ids
+        return rendered
+
+    def render_new(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   heads: list[tuple[Head, int]], *, limit: int | None = None) -> Rendered:
+        """:meth:`render` without the spliced head's own ids: ``heads`` are ``(head, its number of ids)``
+        (``head.ids`` is not read, so a worker process need not receive it); a spliced result holds only
+        the new ids and the index of its head (:meth:`join` completes it)."""
+        for i in range(len(heads) - 1, -1, -1):
+            head, n_head = heads[i]
+            text = self._splice_text(head, messages, tools)
+            if text is not None:
+                self._bound(text, n_head, limit)
+                return Rendered(self.encode_rendered(text), head.system_prefix_len, spliced=True, head=i)
+        text = self.text(messages, tools)
+        self._bound(text, 0, limit)
+        return Rendered(self.encode_rendered(text), self.system_prefix_len(messages, tools))
+
+    def _bound(self, text: str, n_before: int, limit: int | None) -> None:
+        m = self.max_token_bytes if limit else None
+        if m is None or limit is None or n_before + min_tokens(4 * len(text), m) < limit:
+            return  # cannot prove an overflow even at 4 bytes per character: skip counting the bytes
+        n_bytes = len(text.encode("utf-8"))
+        least = n_before + min_tokens(n_bytes, m)
+        if least >= limit:
+            raise PromptTooLong(least, n_bytes)
 
     def splice(self, head: Head, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int] | None:
+        text = self._splice_text(head, messages, tools)
+        return None if text is None else head.ids + self.encode_rendered(text)
+
+    def _splice_text(self, head: Head, messages: list[dict[str, Any]],
+                     tools: list[dict[str, Any]] | None) -> str | None:
+        """The text to encode after ``head``'s ids when ``messages`` continue its conversation, else None."""
         k = len(head.messages)
         if len(messages) <= k or self.tools_key(tools) != head.tools_key:
             return None
@@ -224,7 +277,7 @@ class Renderer:
         if i < 0 or prefix[i + len(self.eos_text):].strip():
             return None
         tail = prefix[i + len(self.eos_text):] if head.ended_with_eos else prefix[i:]
-        return head.ids + self.encode_rendered(tail + full[len(prefix):])
+        return tail + full[len(prefix):]
 
     # -- output ----------------------------------------------------------------------------------
     def parse(self, output_ids: list[int], prefix: str = "") -> Parsed:

@@ -34,6 +34,7 @@ from .engine import Engine
 from .intake import Limits
 from .recorder import Recorder, RolloutHandle
 from .render import Renderer
+from .tokenpool import TokenPool, default_workers
 
 __all__ = ["ProxyServer"]
 
@@ -69,7 +70,9 @@ class ProxyServer:
 
     Hostile-client bounds: a body of at most ``max_body_bytes`` (also after decompression), JSON nested
     at most ``max_json_depth`` levels, request line + headers of at most ``max_header_bytes`` received
-    within ``header_timeout_s``, the body within ``body_timeout_s`` (else 413 / 400 / 431 / 408)."""
+    within ``header_timeout_s``, the body within ``body_timeout_s`` (else 413 / 400 / 431 / 408).
+    ``token_workers``: processes that render and tokenize large prompts (default
+    ``$OPENFORGE_TOKEN_WORKERS`` or 2; 0: in a thread of this process, as before the pool)."""
 
     def __init__(self, backend: Backend, *, store: Any = None, host: str | None = "127.0.0.1", port: int = 0,
                  uds: str | os.PathLike[str] | None = None, agent_uds: str | os.PathLike[str] | None = None,
@@ -78,7 +81,7 @@ class ProxyServer:
                  public_url: str | None = None,
                  max_body_bytes: int = 64 * 1024 * 1024, max_json_depth: int = 64,
                  header_timeout_s: float = 10.0, body_timeout_s: float = 60.0, max_header_bytes: int = 64 * 1024,
-                 finish_wait_s: float = 10.0):
+                 finish_wait_s: float = 10.0, token_workers: int | None = None):
         if host is None and uds is None:
             raise ConfigError("ProxyServer needs a host (TCP) or a uds path")
         if host is not None and host not in _LOOPBACK and not admin_token:
@@ -92,7 +95,9 @@ class ProxyServer:
             sampling = SamplingParams(**sampling)
         self.renderer = renderer or Renderer(backend.tokenizer)
         self.recorder = Recorder(store, detokenize=self.renderer.decode, finish_wait_s=finish_wait_s)
-        self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling)
+        workers = default_workers() if token_workers is None else token_workers
+        self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling,
+                             pool=TokenPool(self.renderer, workers) if workers > 0 else None)
         self._public_url = public_url
         self.app = build_app(self.engine, admin_token=self.admin_token, public_url=lambda: self.url,
                              limits=Limits(max_body=max_body_bytes, max_depth=max_json_depth))
@@ -171,6 +176,7 @@ class ProxyServer:
                 await asyncio.wait_for(task, 10)
             except (asyncio.TimeoutError, Exception):
                 task.cancel()
+        await self.engine.aclose()  # the token workers go with the server
         for path in (self.uds, self.agent_uds):
             if path and Path(path).exists():
                 try:

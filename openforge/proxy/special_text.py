@@ -40,7 +40,15 @@ class SpecialTextGuard:
         self._probe = tuple([*tokens, MARK]) if len(tokens) <= 64 else None
         self._split = re.compile("(" + "|".join(re.escape(t) for t in tokens) + ")") if tokens else None
         self._unescape = re.compile(MARK + "." + MARK, re.S)
+        self._tokenizer, self._tokens = tokenizer, tokens
         self._plain = _plain_encoder(tokenizer, tokens)
+
+    def __getstate__(self) -> dict[str, Any]:  # a token worker process gets it with the renderer
+        return {k: v for k, v in self.__dict__.items() if k != "_plain"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._plain = _plain_encoder(self._tokenizer, self._tokens)
 
     # -- before the template ------------------------------------------------------------------------
     def escape(self, obj: Any) -> Any:

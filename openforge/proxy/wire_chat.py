@@ -27,7 +27,7 @@ from .wire_fields import check_fields
 __all__ = ["ChatAdapter", "ChatStream", "openai_error"]
 
 def openai_error(e: ProxyError) -> dict[str, Any]:
-    return {"error": {"message": e.message, "type": e.kind, "param": e.param, "code": None}}
+    return {"error": {"message": e.message, "type": e.kind, "param": e.param, "code": e.code}}
 
 
 def convert_tools(tools: Any, param: str = "tools") -> list[dict[str, Any]]:

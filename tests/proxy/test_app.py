@@ -430,5 +430,7 @@ async def test_prompt_longer_than_the_context_is_a_400(tokenizer):
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as c:
         r = await c.post(f"/r/{h.rollout_id}/v1/messages", headers={"x-api-key": h.api_key}, json={
             "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "word " * 200}]})
-    assert r.status_code == 400 and "maximum context length is 64" in r.json()["error"]["message"]
+    err = r.json()["error"]  # Anthropic's own overflow error: a 400 invalid_request_error, "prompt is too long"
+    assert r.status_code == 400 and err["type"] == "invalid_request_error"
+    assert err["message"].startswith("prompt is too long: ") and "tokens > 64 maximum" in err["message"]
     assert proxy.get_trajectory(h.rollout_id).calls == []
