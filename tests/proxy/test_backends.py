@@ -265,7 +265,7 @@ async def test_batched_greedy_equals_serial(smollm2):
 
     model, tok = smollm2
     r = Renderer(tok)
-    prompts = [r.encode(r.text([{"role": "user", "content": q}], None)) for q in ("Hi", "Name three colors, please.")]
+    prompts = [r.encode_rendered(r.text([{"role": "user", "content": q}], None)) for q in ("Hi", "Name three colors, please.")]
     p = SamplingParams(temperature=0, max_tokens=8, stop_token_ids=[r.eos_id])
     serial = [await TransformersBackend(model, tok, max_batch=1).generate(x, p) for x in prompts]
     b = TransformersBackend(model, tok, max_batch=8)

@@ -226,7 +226,7 @@ async def test_long_conversation_is_tokenized_off_the_event_loop(teacher):
     assert r.choices[0].message.content == "".join(WORDS)
     call = proxy.get_trajectory(h.rollout_id).calls[0]
     rr = proxy.engine.renderer
-    assert call.prompt_ids == rr.encode(rr.text([{"role": "user", "content": big}], []))
+    assert call.prompt_ids == rr.encode_rendered(rr.text([{"role": "user", "content": big}], []))
 
 
 async def test_multi_turn_passthrough_tokenizes_only_the_new_messages(teacher):

@@ -58,18 +58,18 @@ def test_system_prefix_len(tokenizer):
     r = Renderer(tokenizer)
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "u"}]
     n = r.system_prefix_len(msgs, TOOLS)
-    ids = r.encode(r.text(msgs, TOOLS))
+    ids = r.encode_rendered(r.text(msgs, TOOLS))
     assert 0 < n < len(ids)
     assert r.decode(ids[:n]).endswith("<|im_end|>\n")
     assert r.system_prefix_len([{"role": "user", "content": "u"}], None) == 0
     k = r.system_prefix_len([{"role": "user", "content": "u"}], TOOLS)
-    assert r.decode(r.encode(r.text([{"role": "user", "content": "u"}], TOOLS))[:k]).endswith("</tool_call><|im_end|>\n")
+    assert r.decode(r.encode_rendered(r.text([{"role": "user", "content": "u"}], TOOLS))[:k]).endswith("</tool_call><|im_end|>\n")
 
 
 def test_splice_reuses_exact_tokens_and_ignores_tool_call_ids(tokenizer):
     r = Renderer(tokenizer)
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "u"}]
-    prompt = r.encode(r.text(msgs, TOOLS))
+    prompt = r.encode_rendered(r.text(msgs, TOOLS))
     gen_text = r.format_output("", None, [("bash", {"command": "ls"})])
     # Tokenize the generation in an unusual way (char by char for the JSON) to prove it is not re-tokenized.
     out = r.encode("<tool_call>\n") + [i for ch in gen_text[len("<tool_call>\n"):-len(r.eos_text)] for i in r.encode(ch)]

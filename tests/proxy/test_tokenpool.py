@@ -111,7 +111,7 @@ def test_pool_splices_exactly_as_in_process(pool, conv, turn, edit):
     text, reasoning, call, follow = turn
     out = r.encode(r.format_output(text, reasoning, [("bash", call)] if call is not None else []))
     assistant = _assistant(text, reasoning, call)
-    head = Head(messages=[*msgs, assistant], tools_key=r.tools_key(tools), ids=r.encode(r.text(msgs, tools)) + out,
+    head = Head(messages=[*msgs, assistant], tools_key=r.tools_key(tools), ids=r.encode_rendered(r.text(msgs, tools)) + out,
                 ended_with_eos=out[-1] == r.eos_id, system_prefix_len=r.system_prefix_len(msgs, tools))
     other = Head(messages=[{"role": "user", "content": "another lineage"}], tools_key=r.tools_key(tools),
                  ids=[1, 2, 3], ended_with_eos=True, system_prefix_len=0)
@@ -147,9 +147,9 @@ async def test_large_prompt_is_tokenized_in_a_worker_not_in_the_server(tokenizer
             del r.encode
         assert proxy.engine.pool.started == 1
         c0, c1 = proxy.get_trajectory(h.rollout_id).calls
-        assert c0.prompt_ids == r.encode(r.text(msgs[:1], None))
+        assert c0.prompt_ids == r.encode_rendered(r.text(msgs[:1], None))
         assert c1.prompt_ids[:len(c0.prompt_ids) + len(c0.output_ids)] == c0.prompt_ids + c0.output_ids  # spliced
-        assert c1.prompt_ids == r.encode(r.text(msgs, None))
+        assert c1.prompt_ids == r.encode_rendered(r.text(msgs, None))
 
 
 async def _kill_when_busy(pool: TokenPool) -> int:
@@ -185,7 +185,7 @@ async def test_a_crashed_worker_fails_one_call_with_a_retryable_503_and_is_repla
         assert r.choices[0].message.content == "ok" and pool.started == 3
         assert pool.pids and victim not in pool.pids and second not in pool.pids
         calls = proxy.get_trajectory(h.rollout_id).calls
-        assert len(calls) == 1 and calls[0].prompt_ids == proxy.renderer.encode(proxy.renderer.text(msgs, None))
+        assert len(calls) == 1 and calls[0].prompt_ids == proxy.renderer.encode_rendered(proxy.renderer.text(msgs, None))
 
 
 async def test_workers_stop_with_the_proxy(tokenizer):
