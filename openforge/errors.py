@@ -99,3 +99,12 @@ class ProxyError(ForgeError):
         self.kind = kind
         self.details = details  # machine-readable extras of the API's error shape (Anthropic ``error.details``)
         self.code = code  # OpenAI's machine-readable error code (e.g. context_length_exceeded)
+
+
+class ContextOverflow(ProxyError):
+    """A prompt that does not fit the policy's context (a 400 in the called API's terms). The proxy
+    records it as a ``context_overflow`` call: the policy's own doing, trained as a failure."""
+
+    def __init__(self, message: str, *, n_tokens: int, limit: int, **kw: Any):
+        super().__init__(message, 400, **kw)
+        self.n_tokens, self.limit = n_tokens, limit

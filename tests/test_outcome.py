@@ -136,3 +136,20 @@ class GivesUp(Harness):
 async def test_a_harness_classifies_its_own_exit_codes(rig, env):
     traj = await _rollout(rig, env, {"turns": []}, harness=GivesUp())
     assert traj.status != S.HARNESS_ERROR and traj.metadata["harness_exit_code"] == 7, (traj.status, traj.error)
+
+
+async def test_a_context_overflow_is_a_recorded_call_and_the_policys_failure(rig, env):
+    """The policy's conversation outgrows its context: the proxy answers the API's overflow 400 (the
+    react harness then exits 3) — and records the refused call, so the rollout is a trained failure,
+    not a discarded harness_error."""
+    from openforge.proxy.backends.scripted import ScriptedBackend
+
+    class SmallContext(ScriptedBackend):
+        max_context = 1024
+
+    talk = {"shell": "python3 -c \"print('word ' * 300)\""}
+    traj = await _rollout(rig, env, {"turns": [talk, talk, talk, talk]}, backend_cls=SmallContext)
+    assert traj.calls[-1].status == CallStatus.CONTEXT_OVERFLOW and len(traj.calls[-1].prompt_ids) >= 1024, traj.calls[-1]
+    assert traj.metadata["harness_exit_code"] != 0  # the harness saw the 400 and gave up
+    assert traj.status == S.POLICY_FAILURE and traj.trainable and traj.reward == 0.0, (traj.status, traj.error)
+    assert traj.segments and all(ci < traj.calls[-1].index for s in traj.segments for ci in s.call_indices)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ProxyError
+from ..errors import ContextOverflow
 
 __all__ = ["PromptTooLong", "context_overflow", "max_token_bytes", "min_tokens"]
 
@@ -41,16 +41,17 @@ def min_tokens(n_bytes: int, max_bytes: int) -> int:
     return -(-n_bytes // max_bytes)
 
 
-def context_overflow(api: str, limit: int, n_tokens: int, *, n_bytes: int | None = None) -> ProxyError:
+def context_overflow(api: str, limit: int, n_tokens: int, *, n_bytes: int | None = None) -> ContextOverflow:
     """The error for a prompt of ``n_tokens`` (``n_bytes`` given: at least that many, counted from its
     bytes without tokenizing) that does not fit a context of ``limit`` tokens, in ``api``'s terms."""
     how = f" (at least: counted from its {n_bytes} bytes without tokenizing)" if n_bytes is not None else ""
     if api == "messages":  # Anthropic's wording; Claude Code parses "N tokens > M maximum" to compact
-        return ProxyError(f"prompt is too long: {n_tokens} tokens > {limit} maximum{how}", 400,
-                          kind="invalid_request_error")
-    return ProxyError(f"This model's maximum context length is {limit} tokens. However, your messages resulted in "
-                      f"{n_tokens} tokens{how}. Please reduce the length of the messages.", 400,
-                      param="input" if api == "responses" else "messages", code="context_length_exceeded")
+        return ContextOverflow(f"prompt is too long: {n_tokens} tokens > {limit} maximum{how}",
+                               n_tokens=n_tokens, limit=limit, kind="invalid_request_error")
+    return ContextOverflow(f"This model's maximum context length is {limit} tokens. However, your messages resulted "
+                           f"in {n_tokens} tokens{how}. Please reduce the length of the messages.",
+                           n_tokens=n_tokens, limit=limit, param="input" if api == "responses" else "messages",
+                           code="context_length_exceeded")
 
 
 def max_token_bytes(tokenizer: Any) -> int | None:

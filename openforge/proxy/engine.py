@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import BackendError, BackendTimeout, ProxyError
+from ..errors import BackendError, BackendTimeout, ContextOverflow, ProxyError
 from ..types import CallStatus, ModelCall
 from .backends.base import Backend, GenContext, Generation, SamplingParams
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
@@ -176,11 +176,15 @@ class Engine:
         rendered, prefix = None, ""
         if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
             forced = forced_tool(req.tool_choice, req.tools)
-            rendered = await self.render(st, req, limit=self.backend.max_context, size=len(body))
-            if forced is not None and self.backend.honors_prefill:
-                prefix = self.renderer.parser.forced_prefix(forced)
-                rendered.ids = rendered.ids + self.renderer.encode(prefix)
-            self.check_context(req, len(rendered.ids))
+            try:
+                rendered = await self.render(st, req, limit=self.backend.max_context, size=len(body))
+                if forced is not None and self.backend.honors_prefill:
+                    prefix = self.renderer.parser.forced_prefix(forced)
+                    rendered.ids = rendered.ids + self.renderer.encode(prefix)
+                self.check_context(req, len(rendered.ids))
+            except ContextOverflow as e:  # the policy's conversation outgrew its context: its doing, recorded
+                await self._record_overflow(st, req, body, e, rendered)
+                raise
         elif self.tokenize_passthrough:  # before the call: a streamed answer's opening events carry the count
             rendered = await self.render(st, req, size=len(body))
         index = st.take_index()
@@ -265,6 +269,15 @@ class Engine:
         except Exception as e:
             name = e.type_name if isinstance(e, RemoteError) else type(e).__name__
             raise ProxyError(f"the conversation cannot be rendered with the chat template: {name}: {e}", 400) from None
+
+    async def _record_overflow(self, st: RolloutState, req: CanonicalRequest, body: bytes, e: ContextOverflow,
+                               rendered: Rendered | None) -> None:
+        """A refused overflow is still a call of the rollout (status ``context_overflow``, its prompt ids
+        when they were counted): the outcome rule makes the rollout a ``policy_failure``, trained as 0."""
+        call = ModelCall(index=st.take_index(), api=req.api, request=_request_record(req, body), model=req.model,
+                         started_at=time.time(), exact=False, status=CallStatus.CONTEXT_OVERFLOW, error=e.message,
+                         prompt_ids=rendered.ids if rendered is not None else [])
+        await asyncio.shield(self.recorder.record(st, call))
 
     def check_context(self, req: CanonicalRequest, n_tokens: int, *, n_bytes: int | None = None) -> None:
         """The one context-overflow decision: a prompt of ``n_tokens`` (``n_bytes`` given: at least that

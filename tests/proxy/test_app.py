@@ -433,4 +433,5 @@ async def test_prompt_longer_than_the_context_is_a_400(tokenizer):
     err = r.json()["error"]  # Anthropic's own overflow error: a 400 invalid_request_error, "prompt is too long"
     assert r.status_code == 400 and err["type"] == "invalid_request_error"
     assert err["message"].startswith("prompt is too long: ") and "tokens > 64 maximum" in err["message"]
-    assert proxy.get_trajectory(h.rollout_id).calls == []
+    [call] = proxy.get_trajectory(h.rollout_id).calls  # recorded: the policy's conversation outgrew its context
+    assert call.status == "context_overflow" and call.error == err["message"] and not call.output_ids

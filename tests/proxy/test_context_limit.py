@@ -14,6 +14,7 @@ from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.context_limit import max_token_bytes, min_tokens
 from openforge.proxy.render import Renderer
 from openforge.proxy.server import ProxyServer
+from openforge.types import CallStatus
 
 PIECES = ["<|im_start|>", "<|im_end|>", "<tool_call>", "\n", " ", "  ", "\n" + " " * 80, "#" * 80, "=" * 65,
           "héllo", "日本語", "user", '{"a": 1}', "\t", "🙂", "x", "\x00", "\ufffd"]
@@ -105,7 +106,7 @@ async def test_openai_overflow_is_context_length_exceeded_without_tokenizing(sma
     with pytest.raises(openai.BadRequestError) as e:  # the Responses API: the same error, its own param
         await c.responses.create(model="m", input=BIG)
     assert e.value.code == "context_length_exceeded" and e.value.param == "input"
-    assert proxy.get_trajectory(h.rollout_id).calls == []
+    _recorded_as_overflows(proxy, h, untokenized=[True, False, True])
 
 
 async def test_anthropic_overflow_is_prompt_too_long_without_tokenizing(small_proxy):
@@ -125,4 +126,12 @@ async def test_anthropic_overflow_is_prompt_too_long_without_tokenizing(small_pr
         assert err["message"].startswith("prompt is too long: ") and " tokens > 256 maximum" in err["message"]
     least = int(bodies[0]["message"].split(": ")[1].split()[0])
     assert least == min_tokens(len(proxy.renderer.text([{"role": "user", "content": BIG}], None).encode()), 81)
-    assert proxy.get_trajectory(h.rollout_id).calls == []
+    _recorded_as_overflows(proxy, h, untokenized=[True, False])
+
+
+def _recorded_as_overflows(proxy, h, *, untokenized: list[bool]) -> None:
+    """Each refusal is a recorded ``context_overflow`` call (the policy's doing: the outcome rule makes
+    the rollout a trained failure), with its prompt ids only where they were counted."""
+    calls = proxy.get_trajectory(h.rollout_id).calls
+    assert [c.status for c in calls] == [CallStatus.CONTEXT_OVERFLOW] * len(untokenized)
+    assert [not c.prompt_ids for c in calls] == untokenized and not any(c.output_ids for c in calls)
