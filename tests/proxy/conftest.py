@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 from testdeps import smollm2_model, smollm2_tokenizer
+from testservers import serve_app
+
+__all__ = ["TOOLS", "assert_early", "serve_app"]
 
 
 @pytest.fixture(scope="session")
@@ -33,28 +36,3 @@ TOOLS = [{"type": "function", "function": {"name": "bash", "description": "Run a
                                                           "required": ["command"]}}}]
 
 
-class serve_app:
-    """Run an ASGI app with uvicorn on a free loopback port inside the current event loop."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __aenter__(self) -> str:
-        import asyncio
-        import socket
-
-        import uvicorn
-
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(512)
-        sock.setblocking(False)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False))
-        self.task = asyncio.ensure_future(self.server.serve(sockets=[sock]))
-        while not self.server.started:
-            await asyncio.sleep(0.01)
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    async def __aexit__(self, *exc):
-        self.server.should_exit = True
-        await self.task

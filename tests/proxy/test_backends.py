@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+from testservers import tool_then_answer_upstream
 
 from openforge.errors import BackendError, ConfigError
 from openforge.proxy.backends import parse_backend_spec
@@ -172,22 +173,7 @@ async def test_vllm_backend_errors_are_backend_errors(tokenizer):
 
 
 def openai_upstream(seen: list):
-    async def chat(request: Request):
-        body = await request.json()
-        seen.append(body)
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            msg = {"role": "assistant", "content": "Finished."}
-            finish = "stop"
-        else:
-            msg = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_up1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "pwd"}'}}]}
-            finish = "tool_calls"
-        return JSONResponse({"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                             "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-                             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
-
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    return tool_then_answer_upstream(seen)
 
 
 async def test_openai_passthrough_is_recorded_inexact(tokenizer):

@@ -8,10 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
+from testservers import serve_app, tool_then_answer_upstream
 
 from openforge.train.sft import export_sft, policy_renderer, sft_samples
 
@@ -19,49 +16,9 @@ TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
 
 
-def teacher_app() -> Starlette:
+def teacher_app():
     """A teacher API: a tool call first, then a final answer once the tool result is in."""
-
-    async def chat(request: Request):
-        body = await request.json()
-        if body["messages"][-1]["role"] == "tool":
-            msg, finish = {"role": "assistant", "content": "Finished."}, "stop"
-        else:
-            msg = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_up1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "pwd"}'}}]}
-            finish = "tool_calls"
-        return JSONResponse({"id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-                             "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
-                             "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
-
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-
-
-class serve_app:
-    """The ASGI app on a free loopback port, in this event loop."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __aenter__(self) -> str:
-        import asyncio
-        import socket
-
-        import uvicorn
-
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        sock.setblocking(False)
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False))
-        self.task = asyncio.ensure_future(self.server.serve(sockets=[sock]))
-        while not self.server.started:
-            await asyncio.sleep(0.01)
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
-
-    async def __aexit__(self, *exc):
-        self.server.should_exit = True
-        await self.task
+    return tool_then_answer_upstream()
 
 
 @pytest.fixture
