@@ -75,8 +75,9 @@ async def test_openai_responses_streams_tokens_as_generated(tokenizer):
                 if ev.type == "response.output_text.delta":
                     parts.append(ev.delta)
                     arrivals.append(time.monotonic())
-                elif ev.type == "response.reasoning_summary_text.delta":
-                    reasoning.append(ev.delta)
+                elif ev.type == "response.reasoning_summary_text.delta":  # streamed before the text: it counts
+                    reasoning.append(ev.delta)                            # as the answer arriving early
+                    arrivals.append(time.monotonic())
             final = await s.get_final_response()
         t_end = time.monotonic()
     _early(arrivals, t0, t_end)
