@@ -3,9 +3,7 @@ loop is throttled to the task's CPU share. Each test fails when its limit is not
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 import pytest
 from testdeps import missing
@@ -48,7 +46,7 @@ async def test_fork_bomb_stops_at_the_process_limit(launcher):
         assert started < 24, (started, sbx.limits, r.stderr[-500:])
 
 
-BUSY = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 2.5: pass\n"
+BUSY = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < 2.5: pass\nprint(time.process_time())\n"
 
 
 async def test_busy_loop_is_throttled_to_the_cpu_share(launcher):
@@ -60,15 +58,6 @@ async def test_busy_loop_is_throttled_to_the_cpu_share(launcher):
         assert r.returncode == 0, r.stderr
         stat = dict(line.split() for line in (cpu_dir / "cpu.stat").read_text().splitlines())
         throttled = int(stat.get("nr_throttled", 0))
-        used_s = _cpu_usage_s(cpu_dir, stat)
+        used_s = float(r.stdout.split()[-1])  # the loop's own CPU time
         assert throttled > 0, stat  # the kernel held the loop back: the quota is enforced
         assert used_s < 0.6, used_s  # ~0.25 s of CPU in 2.5 s at a 0.1 share (unthrottled: ~2.5 s)
-
-
-def _cpu_usage_s(cpu_dir: Path, stat: dict[str, str]) -> float:
-    if "usage_usec" in stat:  # cgroup v2
-        return int(stat["usage_usec"]) / 1e6
-    acct = Path(str(cpu_dir).replace("/cpu/", "/cpuacct/", 1)) / "cpuacct.usage"
-    if acct.exists():
-        return int(acct.read_text()) / 1e9
-    return 0.0 if os.environ.get("CI") != "true" else float("nan")
