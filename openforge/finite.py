@@ -12,7 +12,16 @@ from typing import Any
 
 from .trajectory import Trajectory
 
-__all__ = ["first_nonfinite", "nonfinite_in", "nonfinite_in_trajectory"]
+__all__ = ["first_nonfinite", "is_finite_number", "is_number", "nonfinite_in", "nonfinite_in_trajectory"]
+
+
+def is_number(v: Any) -> bool:
+    """An int or float, not a bool (JSON's numbers as Python reads them)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_finite_number(v: Any) -> bool:
+    return is_number(v) and math.isfinite(v)
 
 
 def nonfinite_in_trajectory(traj: Trajectory) -> str | None:

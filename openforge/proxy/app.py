@@ -28,6 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import ProxyError
+from ..finite import is_number
 from ..types import RolloutStatus
 from .engine import ClientGone, Engine
 from .intake import BodyDisconnect, Limits, decode_body, header_map, header_uint, parse_json, read_body
@@ -308,14 +309,14 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
     async def finish(request: _Lean) -> Response:
         data = await admin_json(request)
         reward, status, rewards, error = (data.get(k) for k in ("reward", "status", "rewards", "error"))
-        _field(reward is None or _is_number(reward), "reward", "a number")
+        _field(reward is None or is_number(reward), "reward", "a number")
         statuses = [s.value for s in RolloutStatus]
         _field(status is None or (isinstance(status, str) and status in statuses), "status", f"one of {statuses}")
-        _field(rewards is None or (isinstance(rewards, dict) and all(map(_is_number, rewards.values()))),
+        _field(rewards is None or (isinstance(rewards, dict) and all(map(is_number, rewards.values()))),
                "rewards", "an object of numbers")
         _field(error is None or isinstance(error, str), "error", "a string")
         wait_s = data.get("wait_s")
-        _field(wait_s is None or (_is_number(wait_s) and 0 <= wait_s <= 3600), "wait_s",
+        _field(wait_s is None or (is_number(wait_s) and 0 <= wait_s <= 3600), "wait_s",
                "a number of seconds between 0 and 3600")
         traj = await recorder.afinish(request.path_params["rollout_id"], wait_s=wait_s, reward=reward, status=status,
                                       rewards=rewards, error=error)
@@ -359,10 +360,6 @@ def build_app(engine: Engine, *, admin_token: str, public_url: Callable[[], str]
     hot = {"v1/chat/completions": chat, "v1/responses": responses, "v1/messages": messages}
     router = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _http_error})
     return _ProxyApp(router, hot)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _field(ok: bool, name: str, what: str) -> None:

@@ -16,7 +16,6 @@ restarted on the same store (:meth:`Recorder.open_rollouts` lists them).
 from __future__ import annotations
 
 import asyncio
-import math
 import secrets
 import time
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ProxyError
+from ..finite import is_finite_number
 from ..outcome import OutcomeFacts, classify_outcome
 from ..trajectory import Trajectory
 from ..types import CallStatus, ModelCall, RolloutStatus
@@ -269,15 +269,11 @@ class Recorder:
         return st.finished
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _check_rewards(reward: float | None, rewards: dict[str, float] | None) -> None:
     """A reward is a finite number: NaN/Infinity would be trained on (or break the store)."""
-    if reward is not None and not _finite(reward):
+    if reward is not None and not is_finite_number(reward):
         raise ProxyError(f"'reward' must be a finite number, got {reward!r}", 400, param="reward")
-    bad = {k: v for k, v in (rewards or {}).items() if not _finite(v)}
+    bad = {k: v for k, v in (rewards or {}).items() if not is_finite_number(v)}
     if bad:
         raise ProxyError(f"'rewards' must hold finite numbers, got {bad}", 400, param="rewards")
 
