@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         import asyncio
         import datetime as dt
 
-        from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
+        from ..evaluation import EvalRequest, run_eval, write_eval_dir
         from ._opts import either, parse_options
 
         harness = either(harness, harness_old, "--harness/-H", "-h", required=True)

@@ -1,8 +1,9 @@
 """``forge eval``: run every task of an environment split k times and score the runs.
 
-Owns: :class:`EvalRequest`, :func:`run_eval` (wires back-end → proxy → launcher → harness →
-environment through the orchestrator, :func:`openforge.rollout.run_groups`) and
-:func:`write_eval_dir` (the output directory ``forge compare`` / ``forge report`` read).
+Owns: :class:`EvalRequest`, :func:`run_eval` (a :class:`~openforge.session.Session` — back-end,
+proxy, launcher, harness, environment — running the groups) and :func:`write_eval_dir` (the output
+directory ``forge compare`` / ``forge report`` read). Scoring is analysis
+(:func:`openforge.analysis.passk.summarize_eval`); running the rollouts is not, so it lives here.
 
 Every trial is kept — policy failures *and* infrastructure failures — because pass@k needs the
 valid trials and the failure taxonomy needs the rest. Infra failures are retried by the
@@ -14,20 +15,28 @@ without the environment.
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ConfigError
-from ..task import Task
-from ..trajectory import Trajectory
-from .passk import EvalSummary, summarize_eval
+from .analysis.passk import EvalSummary, summarize_eval
+from .rollout import GroupResults
+from .session import (
+    ProxySettings,
+    RolloutSettings,
+    Session,
+    harness_factory,
+    load_environment,
+    load_launcher,
+    make_backend,
+    select_tasks,
+)
+from .trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from .store import TrajectoryStore
 
 __all__ = ["EvalRequest", "run_eval", "write_eval_dir"]
 
@@ -51,20 +60,7 @@ class EvalRequest(BaseModel):
     max_retries: int = Field(1, ge=0)
 
 
-def _select_tasks(env: Any, req: EvalRequest) -> list[Task]:
-    tasks = list(env.tasks(req.split) if req.split else env.tasks())
-    if req.tasks:
-        by_id = {t.id: t for t in env.tasks()}
-        missing = [t for t in req.tasks if t not in by_id]
-        if missing:
-            raise ConfigError(f"environment {req.env!r} has no task(s) {', '.join(missing)}")
-        tasks = [by_id[t] for t in req.tasks]
-    if not tasks:
-        raise ConfigError(f"environment {req.env!r} has no tasks in split {req.split!r} (splits: {env.splits()})")
-    return tasks
-
-
-def _final_attempts(results: Any) -> list[Trajectory]:
+def _final_attempts(results: GroupResults) -> list[Trajectory]:
     """One trajectory per (task, slot): the last attempt (earlier ones were retried infra failures)."""
     best: dict[tuple[Any, Any], Trajectory] = {}
     loose: list[Trajectory] = []
@@ -85,49 +81,19 @@ def _annotate(traj: Trajectory, trial: int) -> Trajectory:
     return traj.model_copy(update={"metadata": md})
 
 
-async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True) -> tuple[EvalSummary, list[Trajectory]]:
+async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None,
+                   progress: bool = True) -> tuple[EvalSummary, list[Trajectory]]:
     """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories."""
-    from ..environment import get_environment
-    from ..plugins import get_harness, get_launcher
-    from ..proxy.backends import parse_backend_spec
-    from ..proxy.server import ProxyServer
-    from ..rollout import run_groups
-
-    env = get_environment(req.env)
-    tasks = _select_tasks(env, req)
-    harness_cls = get_harness(req.harness)
-    try:
-        harness_cls(**req.harness_options)  # fail early, before any model loads, on a bad option
-    except TypeError as e:
-        raise ConfigError(f"harness {req.harness!r}: {e}") from None
-    harness = functools.partial(harness_cls, **req.harness_options)
-    if req.backend == "reference":  # the tasks' reference solutions, replayed: evaluates the SFT teacher
-        from ..train.sft import teacher_backend
-
-        tok: Any = None
-        if req.tokenizer:
-            from ..proxy.backends.transformers import load_tokenizer
-
-            tok = load_tokenizer(req.tokenizer)
-        backend = teacher_backend("reference", env=env, tasks=tasks, tokenizer=tok)
-    else:
-        backend = parse_backend_spec(req.backend, tokenizer=req.tokenizer)
-    launcher = get_launcher(req.launcher)()
-    sock_dir = tempfile.mkdtemp(prefix="forge-eval-")
-    try:
-        # TCP on loopback for harnesses that share the host network, plus a Unix socket that the
-        # local launcher forwards into sandboxes whose network namespace has only loopback.
-        async with ProxyServer(backend, store=store, agent_uds=os.path.join(sock_dir, "proxy.sock")) as server:
-            results = await run_groups(
-                tasks, req.trials, req.concurrency, harness=harness, environment=env, launcher=launcher,
-                proxy=server, store=store, max_retries=req.max_retries, min_group=1,
-                budget_s=req.budget_s, progress=progress,
-            )
-    finally:
-        close = getattr(launcher, "aclose", None)
-        if close is not None:
-            await close()
-        shutil.rmtree(sock_dir, ignore_errors=True)
+    env = load_environment(req.env)
+    tasks = select_tasks(env, split=req.split, task_ids=req.tasks)
+    harness = harness_factory(req.harness, req.harness_options)  # a bad option fails before any model loads
+    # reference: the tasks' reference solutions, replayed (evaluates the SFT teacher)
+    backend = make_backend(req.backend, environment=env, tasks=tasks, tokenizer=req.tokenizer)
+    session = Session(backend, environment=env, launcher=load_launcher(req.launcher), harness=harness, store=store,
+                      close_backend=True, proxy=ProxySettings(), rollouts=RolloutSettings(concurrency=req.concurrency, budget_s=req.budget_s,
+                                                                      progress=progress))
+    async with session:
+        results = await session.groups(tasks, req.trials, max_retries=req.max_retries, min_group=1)
     by_id = {t.id: t for t in tasks}
     trajs = []
     counters: dict[str, int] = {}
