@@ -33,14 +33,24 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from ..config import CPUTrainerConfig
 from .grpo import TrainSample, policy_loss
 
-__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "pack_microbatches", "token_logprobs"]
+__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer", "pack_microbatches", "token_logprobs"]
 
 REFERENCE_FILE = "reference.safetensors"
+
+
+class WeightServer(Protocol):
+    """What :meth:`CPUTrainer.publish` needs from a serving back-end (e.g.
+    :class:`~openforge.proxy.backends.transformers.TransformersBackend`): the module it serves, and a
+    way to load new weights into it between generation batches."""
+
+    model: Any
+
+    async def swap_weights(self, state_dict: dict[str, Any]) -> None: ...
 
 
 def use_bf16_autocast(setting: bool | str) -> bool:
@@ -259,9 +269,9 @@ class CPUTrainer:
         return out
 
     # ---------------------------------------------------------------- weights
-    async def publish(self, backend: Any) -> None:
+    async def publish(self, backend: WeightServer) -> None:
         """Make the back-end serve the new weights (no-op when it serves this very module)."""
-        if getattr(backend, "model", None) is self.model:
+        if backend.model is self.model:
             return
         await backend.swap_weights({k: v.detach() for k, v in self.model.state_dict().items()})
 
