@@ -43,7 +43,8 @@ __all__ = [
 # Training entry points, imported on first use so `import openforge` stays light.
 _LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config", "load_config": "config",
          "Environment": "environment", "VerifyResult": "environment", "get_environment": "environment",
-         "run_rollout": "rollout", "run_groups": "rollout"}
+         "run_rollout": "rollout", "run_groups": "rollout", "RolloutRequest": "rollout", "GroupRequest": "rollout",
+         "Session": "session"}
 __all__ += list(_LAZY)
 
 

@@ -383,6 +383,10 @@ class _WorkerEpisodes:
     def __init__(self, session: Session):
         self.session = session
 
+    @property
+    def proxy(self) -> ProxyServer:
+        return self.session.proxy
+
     async def __call__(self, task: Task, rollout_id: str) -> Trajectory:
         try:
             return await self.session.rollout(task, rollout_id=rollout_id, metadata={"verl_session": rollout_id})
