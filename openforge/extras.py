@@ -2,8 +2,8 @@
 
 Owns: :func:`extra_for` and :func:`install_hint`. The extras are read from the distribution's own
 metadata (``Requires-Dist: browser-use>=0.13; extra == "browser"``, generated from pyproject's
-``[project.optional-dependencies]``), or, for an openforge run from a source checkout that is not
-installed, from that checkout's ``pyproject.toml``. Nothing here is hard-coded per plugin: a new
+``[project.optional-dependencies]``) and, for an openforge imported from a source checkout (editable
+or not installed), first from that checkout's ``pyproject.toml``. Nothing here is hard-coded per plugin: a new
 extra in pyproject is found without touching this module.
 """
 
@@ -48,12 +48,11 @@ def _pyproject_extras(dist: str) -> list[tuple[str, str]]:
 
 def _requirements(dist: str) -> list[tuple[str, str]]:
     """``(requirement name, extra)`` for every requirement of ``dist`` that an extra brings in."""
+    reqs = _pyproject_extras(dist)  # a source checkout's pyproject is newer than any installed metadata
     try:
-        reqs = [(r, m.group(1)) for r in metadata.requires(dist) or [] if (m := _EXTRA.search(r))]
+        reqs += [(r, m.group(1)) for r in metadata.requires(dist) or [] if (m := _EXTRA.search(r))]
     except metadata.PackageNotFoundError:
-        reqs = []
-    if not reqs:
-        reqs = _pyproject_extras(dist)
+        pass
     out = []
     for req, extra in reqs:
         m = _NAME.match(req)

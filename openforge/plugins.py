@@ -127,6 +127,13 @@ class Registry:
         self._put(key, obj, "registered", None)
         return obj
 
+    def unregister(self, name: str) -> None:
+        """Forget what ``name`` was registered as (a test's registration, say); built-ins come back
+        only with a new :class:`Registry`."""
+        key = _norm(name)
+        for d in (self._refs, self._origin, self._dist, self._loaded):
+            d.pop(key, None)
+
     def _put(self, key: str, obj: Any, origin: str, dist: str | None) -> None:
         self._refs[key] = obj
         self._origin[key] = origin
