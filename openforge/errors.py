@@ -64,7 +64,8 @@ class PicklableError(Exception):
     """Pickles as its class, ``args`` and attributes, whatever its ``__init__`` takes.
 
     The default (``cls(*args)``) breaks as soon as ``__init__`` takes other parameters than the
-    message: ``ProxyError`` came back with status 400 whatever it was sent with."""
+    message: ``ContextOverflow`` could not be unpickled at all (its ``n_tokens`` / ``limit`` are
+    required) and ``ConfigError`` came back as "invalid configuration: - invalid configuration: ..."."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _rebuild, (type(self), self.args, dict(self.__dict__))
