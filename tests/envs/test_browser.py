@@ -9,10 +9,10 @@ import shutil
 import pytest
 from testdeps import missing, smollm2_tokenizer
 
-from openforge.plugins import make_environment
 from openforge.envs.browser import BrowserEnvironment
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
 
 ENV = BrowserEnvironment()
 

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from openforge.plugins import make_environment
 from openforge.envs.claw import SPECS, ClawEnvironment, reference_solution
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
 
 ENV = ClawEnvironment()
 

@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from openforge.plugins import make_environment
 from openforge.envs.taskdir import TaskDirEnvironment
 from openforge.errors import ConfigError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
 
 
 def make_task(root, name, *, verify_py=None, verify_sh=None, toml='split = "train"\ncategory = "files"\n'):
