@@ -27,10 +27,10 @@ from .session import (
     ProxySettings,
     RolloutSettings,
     Session,
+    backend_for,
     harness_factory,
     load_environment,
     load_launcher,
-    make_backend,
     select_tasks,
 )
 from .trajectory import Trajectory
@@ -88,7 +88,7 @@ async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None,
     tasks = select_tasks(env, split=req.split, task_ids=req.tasks)
     harness = harness_factory(req.harness, req.harness_options)  # a bad option fails before any model loads
     # reference: the tasks' reference solutions, replayed (evaluates the SFT teacher)
-    backend = make_backend(req.backend, environment=env, tasks=tasks, tokenizer=req.tokenizer)
+    backend = backend_for(req.backend, environment=env, tasks=tasks, tokenizer=req.tokenizer)
     session = Session(backend, environment=env, launcher=load_launcher(req.launcher), harness=harness, store=store,
                       close_backend=True, proxy=ProxySettings(), rollouts=RolloutSettings(concurrency=req.concurrency, budget_s=req.budget_s,
                                                                       progress=progress))

@@ -319,9 +319,9 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
     cfg = load_config(config, preset=preset, overrides=overrides)
     await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
     if cfg.trainer.backend == "cpu":  # so is a harness that is not installed here (veRL runs it on its nodes)
-        from .plugins import get_harness
+        from .plugins import make_harness
 
-        get_harness(cfg.harness.name)(**cfg.harness.options).check_installed()
+        make_harness(cfg.harness.name, **cfg.harness.options).check_installed()
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 

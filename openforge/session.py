@@ -2,7 +2,7 @@
 
 Owns: :class:`Session` (an async context manager owning a run's back-end, proxy, store, launcher,
 environment and harness factory, with the group runner, pause/resume and a teardown that cannot
-leak on a partial start), :class:`ProxySettings`, :func:`make_backend` (a back-end spec, or
+leak on a partial start), :class:`ProxySettings`, :func:`backend_for` (a back-end spec, or
 ``reference``: the tasks' reference solutions replayed as a scripted policy), :func:`reference_script`,
 :func:`select_tasks` (split → subset → ids → max, the one task-selection rule) and
 :func:`episode_runner` (the per-process rollout runtime of veRL's agent loop).
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from .proxy.server import ProxyServer
     from .store import TrajectoryStore
 
-__all__ = ["ProxySettings", "Session", "episode_runner", "make_backend", "reference_script", "select_tasks"]
+__all__ = ["ProxySettings", "Session", "backend_for", "episode_runner", "reference_script", "select_tasks"]
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -263,22 +263,24 @@ class Session:
 
 
 def load_environment(name: str | Path | Environment, options: Mapping[str, Any] | None = None) -> Environment:
-    from .environment import Environment, get_environment
+    """An environment instance: a registered name or a folder of task directories (or one given)."""
+    from .environment import Environment
+    from .plugins import make_environment
 
-    return name if isinstance(name, Environment) else get_environment(name, **dict(options or {}))
+    return name if isinstance(name, Environment) else make_environment(name, **dict(options or {}))
 
 
 def load_launcher(name: str, options: Mapping[str, Any] | None = None) -> Launcher:
-    from .plugins import get_launcher
+    from .plugins import make_launcher
 
-    return get_launcher(name)(**dict(options or {}))
+    return make_launcher(name, **dict(options or {}))
 
 
 def harness_factory(name: str, options: Mapping[str, Any] | None = None) -> Callable[[], Harness]:
     """A factory of fresh harnesses; a bad option is refused now, before any model loads."""
-    from .plugins import get_harness
+    from .plugins import harness_class
 
-    cls = get_harness(name)
+    cls = harness_class(name)
     opts = dict(options or {})
     try:
         cls(**opts)
@@ -336,7 +338,7 @@ def reference_script(env: Environment, tasks: Sequence[Task], *, final: str = "D
     return {"turns": [], "final": final, "tasks": per_task}
 
 
-def make_backend(spec: str, *, environment: Environment | None = None, tasks: Sequence[Task] = (),
+def backend_for(spec: str, *, environment: Environment | None = None, tasks: Sequence[Task] = (),
                  tokenizer: Any = None, model: str | None = None) -> Backend:
     """``reference`` → the tasks' reference solutions replayed as a scripted policy; anything else →
     a back-end spec (``scripted:FILE``, ``transformers:MODEL``, ``vllm:URL``, ``openai:URL``)."""
@@ -350,9 +352,9 @@ def make_backend(spec: str, *, environment: Environment | None = None, tasks: Se
 
             tokenizer = load_tokenizer(tokenizer)
         return ScriptedBackend(reference_script(environment, tasks), tokenizer=tokenizer)
-    from .proxy.backends import parse_backend_spec
+    from .plugins import make_backend
 
-    return parse_backend_spec(spec, tokenizer=tokenizer, model=model)
+    return make_backend(spec, tokenizer=tokenizer, model=model)
 
 
 # ------------------------------------------------------------------------------------ veRL runtime

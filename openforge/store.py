@@ -1,8 +1,8 @@
 """Durable trajectory store: an append-only call log and finished trajectories in SQLite (WAL).
 
 Owns: :class:`TrajectoryStore` (the embedded default store: opening or creating it, durable writes,
-reads). :func:`export_trajectories` and :func:`load_trajectories` live in :mod:`openforge.trajectory_io`
-and are importable from here too.
+reads) and :func:`load_trajectories` (a store or an export file). :func:`export_trajectories` lives in
+:mod:`openforge.trajectory_io` and is importable from here too.
 
 Durability: ``append_call`` returns only after the call's transaction is committed with
 ``synchronous=FULL`` (the WAL is fsynced), so an acknowledged call survives ``kill -9`` of the
@@ -35,7 +35,14 @@ from pydantic import ValidationError
 from .errors import StoreCorrupt, StoreError, StoreForeign, StoreLocked
 from .finite import first_nonfinite, nonfinite_in_trajectory
 from .trajectory import Trajectory, _common_prefix
-from .trajectory_io import StoreWarning, _parse_traj, export_trajectories, load_trajectories, warn_skipped
+from .trajectory_io import (
+    StoreWarning,
+    _parse_traj,
+    export_trajectories,
+    is_store_file,
+    load_export,
+    warn_skipped,
+)
 from .types import ModelCall
 
 __all__ = ["StoreWarning", "TrajectoryStore", "export_trajectories", "load_trajectories", "warn_skipped"]
@@ -434,3 +441,15 @@ class TrajectoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def load_trajectories(path: str | Path, *, on_bad: Callable[[StoreError], None] = warn_skipped) -> list[Trajectory]:
+    """Read trajectories from a store, a ``.jsonl`` export or a ``.parquet`` export.
+
+    A store row that is not a valid trajectory (e.g. written by an older version) is handed to
+    ``on_bad`` (default: a :class:`StoreWarning` naming it) and skipped; the rest are returned. An
+    export file with a bad line is an error naming the line."""
+    if is_store_file(path):
+        with TrajectoryStore(path) as store:
+            return list(store.trajectories(on_bad=on_bad))
+    return load_export(path)

@@ -26,7 +26,7 @@ from .config import RunConfig, dump_config
 from .errors import ConfigError
 from .paths import cache_root
 from .rollout import GroupResults
-from .session import Session, load_environment, make_backend, select_tasks
+from .session import Session, backend_for, load_environment, select_tasks
 from .task import Task
 from .train.cpu import use_bf16_autocast
 from .train.sft import _no_samples, export_sft, load_token_samples, policy_renderer, sft_samples, sft_train
@@ -55,7 +55,7 @@ async def collect_teacher(session: Session, tasks: Sequence[Task], *, teacher: s
     env = session.environment
     if env is None:
         raise ConfigError("teacher rollouts need a session with an environment")
-    backend = make_backend(teacher, environment=env, tasks=tasks, tokenizer=tokenizer)
+    backend = backend_for(teacher, environment=env, tasks=tasks, tokenizer=tokenizer)
     async with session.side_proxy(backend, "teacher", sampling={"max_tokens": max_tokens}) as proxy:
         groups = await session.groups(teacher_tasks(env, tasks, teacher), k, proxy=proxy, min_group=1)
     return _successes(groups), groups
@@ -70,7 +70,7 @@ async def export_teacher_rollouts(cfg: RunConfig, *, teacher: str, k: int, progr
     env = load_environment(cfg.env.name, cfg.env.options)
     tasks = select_tasks(env, split=cfg.env.split, subset=cfg.env.subset, task_ids=cfg.env.task_ids,
                          max_tasks=cfg.env.max_tasks)
-    backend = make_backend(teacher, environment=env, tasks=tasks)
+    backend = backend_for(teacher, environment=env, tasks=tasks)
     session = Session.from_config(cfg, backend, environment=env, store=run_dir / "trajectories.db",
                                   progress=progress, close_backend=True)
     async with session:

@@ -17,7 +17,7 @@ from openforge.launchers.local import LocalLauncher
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.rollout import GroupRequest, RolloutRequest, run_rollout
 from openforge.seams import RolloutProxy, TrajectorySink
-from openforge.session import ProxySettings, Session, make_backend, select_tasks
+from openforge.session import ProxySettings, Session, backend_for, select_tasks
 from openforge.store import TrajectoryStore
 from openforge.task import Task
 from openforge.trajectory import Trajectory
@@ -96,13 +96,13 @@ async def test_session_runs_real_rollouts_and_a_side_proxy_shares_its_store(tmp_
     """The reference back-end through the real react harness: one rollout on the session's proxy,
     then a group on a second (teacher) proxy; both land in the session's one store."""
     task = ENV.task("files-create-hello")
-    backend = make_backend("reference", environment=ENV, tasks=[task], tokenizer=smollm2_tokenizer())
+    backend = backend_for("reference", environment=ENV, tasks=[task], tokenizer=smollm2_tokenizer())
     launcher = LocalLauncher(base_dir=tmp_path / "sbx")
     async with Session(backend, environment=ENV, launcher=launcher, harness=ReactHarness,
                        store=tmp_path / "store.db") as s:
         traj = await s.rollout(task, rollout_id="named-1")
         assert traj.rollout_id == "named-1" and traj.status == RolloutStatus.SUCCESS, traj.error
-        teacher = make_backend("reference", environment=ENV, tasks=[task], tokenizer=smollm2_tokenizer())
+        teacher = backend_for("reference", environment=ENV, tasks=[task], tokenizer=smollm2_tokenizer())
         async with s.side_proxy(teacher, "teacher") as tp:
             assert tp is not s.proxy and tp.agent_uds != s.proxy.agent_uds
             groups = await s.groups([task], 1, min_group=1, proxy=tp)
@@ -166,9 +166,9 @@ def test_reference_backend_needs_a_solution():
             return None
 
     with pytest.raises(ConfigError, match="reference solution"):
-        make_backend("reference", environment=NoSolutions(), tasks=ENV.tasks()[:2])
+        backend_for("reference", environment=NoSolutions(), tasks=ENV.tasks()[:2])
     with pytest.raises(ConfigError, match="environment"):
-        make_backend("reference", tasks=[])
+        backend_for("reference", tasks=[])
 
 
 def test_export_sft_loads_no_policy_model(tmp_path, monkeypatch):

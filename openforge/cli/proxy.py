@@ -41,14 +41,14 @@ def serve(
 
     from ..errors import ConfigError
     from ..proxy.backends import SamplingParams
-    from ..session import ProxySettings, Session, make_backend
+    from ..session import ProxySettings, Session, backend_for
 
     token = os.environ.get("OPENFORGE_ADMIN_TOKEN")
     if host not in _LOOPBACK and not token:
         raise ConfigError(f"--host {host} is not loopback: set OPENFORGE_ADMIN_TOKEN explicitly to expose the proxy")
     printed_token = token is None
     token = token or secrets.token_urlsafe(24)
-    be = make_backend(backend, tokenizer=tokenizer, model=model)
+    be = backend_for(backend, tokenizer=tokenizer, model=model)
     settings = ProxySettings(host=host, port=port, uds=str(uds) if uds else None, admin_token=token,
                              sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, timeout_s=timeout),
                              header_timeout_s=header_timeout, body_timeout_s=body_timeout)

@@ -60,7 +60,7 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
                harness_opts: dict | None = None):
     import secrets
 
-    from ..session import ProxySettings, RolloutSettings, Session, load_environment, make_backend
+    from ..session import ProxySettings, RolloutSettings, Session, backend_for, load_environment
 
     environment = load_environment(env_name)
     task = environment.task(task_id)
@@ -68,7 +68,7 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
         from ..errors import ConfigError
 
         raise ConfigError(f"task {task.id!r} has no reference solution")
-    backend = make_backend("reference" if reference else backend_spec, environment=environment, tasks=[task])
+    backend = backend_for("reference" if reference else backend_spec, environment=environment, tasks=[task])
     admin = secrets.token_urlsafe(24) if host not in ("127.0.0.1", "::1", "localhost") else None
     session = Session.from_names(
         backend, environment=environment, harness=harness_name, harness_options=harness_opts or {},

