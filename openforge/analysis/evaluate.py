@@ -85,8 +85,10 @@ def _annotate(traj: Trajectory, trial: int) -> Trajectory:
     return traj.model_copy(update={"metadata": md})
 
 
-async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True) -> tuple[EvalSummary, list[Trajectory]]:
-    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories."""
+async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True,
+                   run_dir: str | Path | None = None) -> tuple[EvalSummary, list[Trajectory]]:
+    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories
+    (``run_dir``: where the environment may write its logs, e.g. task-dir service logs)."""
     from ..environment import get_environment
     from ..plugins import get_harness, get_launcher
     from ..proxy.backends import parse_backend_spec
@@ -94,6 +96,8 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
     from ..rollout import run_groups
 
     env = get_environment(req.env)
+    if run_dir is not None:
+        env.use_run_dir(Path(run_dir))
     tasks = _select_tasks(env, req)
     harness_cls = get_harness(req.harness)
     try:

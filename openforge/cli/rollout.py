@@ -70,6 +70,7 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
     from ..store import TrajectoryStore
 
     environment = get_environment(env_name)
+    environment.use_run_dir(out)
     task = environment.task(task_id)
     from ._opts import make
 
