@@ -210,7 +210,7 @@ def test_result_line_with_both_sub_score_spellings_is_refused():
 
 @pytest.mark.parametrize("rc", [0, 1])
 def test_a_verifier_that_prints_nothing_is_an_error(rc):
-    with pytest.raises(EnvironmentError_, match="printed no result line.*exit_code_reward = true"):
+    with pytest.raises(EnvironmentError_, match=r"printed no result line.*exit_code_reward = true"):
         parse_result("t", "", "", rc)
     assert parse_result("t", "", "", rc, exit_code_reward=True).reward == 1.0 - rc
 

@@ -3,8 +3,9 @@
 import json
 import os
 import urllib.request
+from pathlib import Path
 
-seed = {t["id"]: t for t in json.load(open(os.path.join(os.environ["OPENFORGE_TASK_DIR"], "services", "tickets.json")))}
+seed = {t["id"]: t for t in json.loads((Path(os.environ["OPENFORGE_TASK_DIR"]) / "services" / "tickets.json").read_text())}
 now = {t["id"]: t for t in json.load(urllib.request.urlopen(os.environ["TICKETS_URL"] + "/tickets", timeout=10))}
 dups = {2: 1, 5: 4}
 scores = {
