@@ -1,7 +1,8 @@
 """A task's own background services (``[[services]]`` in ``task.toml``): start, expose, watch, stop.
 
 Owns: :class:`ServiceSpec` (one declared service), :class:`RunningService` (its process, port, log),
-:func:`start_service`, :func:`expose_tcp` and :class:`ServiceGroup` (every service of one rollout).
+:func:`launch_service` / :func:`wait_ready` / :func:`start_service`, :func:`expose_tcp` and
+:class:`ServiceGroup` (every service of one rollout).
 
 The contract (docs/task-format.md): each service is a shell command run on the host, outside the
 sandbox, once per rollout, with ``$PORT`` (a free loopback port), its cwd in the rollout's state
@@ -32,12 +33,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from ..errors import ConfigError, EnvironmentError_
 from ..launchers._fwd import _pipe
 from ..launchers.base import Sandbox
 
-__all__ = ["RunningService", "ServiceGroup", "ServiceSpec", "expose_tcp", "start_service"]
+__all__ = ["RunningService", "ServiceGroup", "ServiceSpec", "Wrap", "expose_tcp", "launch_service", "start_service",
+           "wait_ready"]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _KEYS = {"name", "command", "ready", "ready_timeout_s"}
@@ -90,7 +93,7 @@ class RunningService:
     proc: subprocess.Popen
     host_port: int
     log_path: Path
-    _log: object = field(repr=False, default=None)
+    _log: IO[bytes] | None = field(repr=False, default=None)
 
     @property
     def host_url(self) -> str:
@@ -122,7 +125,7 @@ class RunningService:
             os.killpg(self.proc.pid, signal.SIGKILL)
         if self._log is not None:
             with contextlib.suppress(OSError):
-                self._log.close()  # type: ignore[attr-defined]
+                self._log.close()
 
 
 def _free_port() -> int:
@@ -150,9 +153,9 @@ async def _ready(spec: ServiceSpec, port: int) -> bool:
         w.close()
 
 
-async def start_service(spec: ServiceSpec, *, state_dir: Path, log_path: Path, task_dir: Path | None = None,
-                        env: Mapping[str, str] | None = None) -> RunningService:
-    """Start ``spec`` and wait until it is ready; :class:`EnvironmentError_` (with its log) if it is not."""
+def launch_service(spec: ServiceSpec, *, state_dir: Path, log_path: Path, task_dir: Path | None = None,
+                   env: Mapping[str, str] | None = None) -> RunningService:
+    """Start ``spec``'s process (not yet ready: see :func:`wait_ready`)."""
     port = _free_port()
     full_env = {k: v for k, v in os.environ.items() if k in _PASS_ENV}
     full_env.update(env or {})
@@ -167,21 +170,36 @@ async def start_service(spec: ServiceSpec, *, state_dir: Path, log_path: Path, t
     except OSError as e:
         log.close()
         raise EnvironmentError_(f"service {spec.name!r} could not start: {e}") from e
-    svc = RunningService(spec, proc, port, log_path, log)
+    return RunningService(spec, proc, port, log_path, log)
+
+
+async def wait_ready(svc: RunningService) -> None:
+    """Wait until ``svc`` answers; :class:`EnvironmentError_` (with its log) if it exits or times out."""
+    spec, port = svc.spec, svc.host_port
     deadline = time.monotonic() + spec.ready_timeout_s
     while True:
-        if proc.poll() is not None:
-            svc.stop()
-            raise EnvironmentError_(f"service {spec.name!r} exited (exit {proc.returncode}) before it was ready; "
-                                    f"log {log_path}:\n{svc.log_tail()}")
+        if svc.proc.poll() is not None:
+            raise EnvironmentError_(f"service {spec.name!r} exited (exit {svc.proc.returncode}) before it was ready; "
+                                    f"log {svc.log_path}:\n{svc.log_tail()}")
         if await _ready(spec, port):
-            return svc
+            return
         if time.monotonic() > deadline:
-            svc.stop()
             what = f"GET {spec.ready} did not answer < 400" if spec.ready else f"port {port} did not accept"
             raise EnvironmentError_(f"service {spec.name!r} was not ready within {spec.ready_timeout_s:g}s ({what}); "
-                                    f"log {log_path}:\n{svc.log_tail()}")
+                                    f"log {svc.log_path}:\n{svc.log_tail()}")
         await asyncio.sleep(0.05)
+
+
+async def start_service(spec: ServiceSpec, *, state_dir: Path, log_path: Path, task_dir: Path | None = None,
+                        env: Mapping[str, str] | None = None) -> RunningService:
+    """Start ``spec`` and wait until it is ready; stopped again if it is not (or on cancellation)."""
+    svc = launch_service(spec, state_dir=state_dir, log_path=log_path, task_dir=task_dir, env=env)
+    try:
+        await wait_ready(svc)
+    except BaseException:
+        svc.stop()
+        raise
+    return svc
 
 
 async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path) -> tuple[str, asyncio.AbstractServer]:
@@ -227,9 +245,10 @@ class ServiceGroup:
 
     async def start(self, sandbox: Sandbox, wrap: Wrap | None = None) -> None:
         for spec in self.specs:
-            svc = await start_service(spec, state_dir=self.state_dir, task_dir=self.task_dir,
-                                      log_path=self.log_dir / f"{self.label}-{spec.name}.log")
-            self.running.append(svc)
+            svc = launch_service(spec, state_dir=self.state_dir, task_dir=self.task_dir,
+                                 log_path=self.log_dir / f"{self.label}-{spec.name}.log")
+            self.running.append(svc)  # registered before it is ready: a cancelled setup still stops it
+            await wait_ready(svc)
             port = await wrap(svc) if wrap is not None else svc.host_port
             try:
                 url, bridge = await expose_tcp(sandbox, spec.name, port, self._sock_dir)

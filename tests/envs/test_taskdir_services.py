@@ -205,3 +205,20 @@ async def test_wrap_puts_a_proxy_in_front_of_a_service(tmp_path, launcher):
         for s in wrapped:
             s.close()
     assert os.environ.get("COUNTER_URL") is None
+
+
+async def test_a_setup_cut_off_by_its_budget_leaves_no_service_running(tmp_path, launcher):
+    import asyncio
+
+    env = TaskDirEnvironment(make_task(tmp_path / "tasks", command="sleep 60", extra="ready_timeout_s = 30\n"),
+                             log_dir=tmp_path / "logs")
+    task, sbx = await _start(env, launcher)
+    try:
+        with pytest.raises(asyncio.TimeoutError):  # run_rollout's setup_timeout_s, as it cuts setup off
+            await asyncio.wait_for(env.setup(task, sbx), 1)
+        [svc] = env._services[id(sbx)].running
+        assert svc.proc.poll() is None
+    finally:
+        await env.teardown(task, sbx)
+        await sbx.close()
+    assert svc.proc.poll() is not None, "teardown stops a service that never got ready"
