@@ -262,6 +262,25 @@ async def test_task_dir_services_reach_the_pod(cluster, tmp_path):
         await la.aclose()
 
 
+async def test_claw_mock_services_reach_the_pod(cluster, tmp_path):
+    from openforge.envs.claw import ClawEnvironment
+
+    env = ClawEnvironment()
+    task = next(t for t in env.tasks() if t.metadata["services"])
+    la = make_launcher(cluster, tmp_path, run_id="k-claw", service_ports="18310-18319")
+    sbx = await la.start(SandboxSpec(rollout_id="r-claw", task=task, proxy_url="http://127.0.0.1:9", api_key="k"))
+    try:
+        await env.setup(task, sbx)
+        for cmd in env.reference_solution(task):
+            r = await sbx.exec(["sh", "-c", cmd], env=env.harness_env(task, sbx), timeout_s=60)
+            assert r.returncode == 0, r.stderr
+        assert (await env.verify(task, sbx)).reward == 1.0
+    finally:
+        await env.teardown(task, sbx)
+        await sbx.close()
+        await la.aclose()
+
+
 def test_service_ports_must_be_a_range(cluster, tmp_path):
     with pytest.raises(SandboxError, match="service_ports must be FIRST-LAST"):
         make_launcher(cluster, tmp_path, service_ports="lots")
