@@ -13,9 +13,10 @@ host Unix socket bridged to the service's port). A service that does not start, 
 ready, or exits before the verifier ran raises :class:`EnvironmentError_` (→ ``env_error``) with the
 tail of its log.
 
-Wrapping a service (fault injection): :attr:`RunningService.host_port` is the real upstream; start a
-proxy of your own on another loopback port in front of it and hand that port to :func:`expose_tcp`
-(or pass ``wrap=`` to :class:`ServiceGroup`), and the agent talks to the proxy instead.
+Wrapping a service (fault injection): give :class:`ServiceGroup` a :class:`ServiceWrapper`. Its
+``wrap(service, task, rollout_id)`` runs once the service is ready and returns the loopback port to
+expose instead of the service's own (a fault proxy in front of :attr:`RunningService.host_port`);
+``unwrap(service)`` runs before the service is stopped. The verifier still gets the real service.
 """
 
 from __future__ import annotations
@@ -30,17 +31,18 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 from ..errors import ConfigError, EnvironmentError_
 from ..launchers._fwd import _pipe
 from ..launchers.base import Sandbox
+from ..task import Task
 
-__all__ = ["RunningService", "ServiceGroup", "ServiceSpec", "Wrap", "expose_tcp", "launch_service", "start_service",
-           "wait_ready"]
+__all__ = ["RunningService", "ServiceGroup", "ServiceSpec", "ServiceWrapper", "expose_tcp", "launch_service",
+           "start_service", "wait_ready"]
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _KEYS = {"name", "command", "ready", "ready_timeout_s"}
@@ -224,9 +226,14 @@ async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path) -> 
         raise
 
 
-#: ``wrap(service) -> port``: put something (a fault proxy) in front of a service; the returned
-#: loopback port is exposed to the sandbox instead of the service's own.
-Wrap = Callable[[RunningService], Awaitable[int]]
+class ServiceWrapper(Protocol):
+    """Puts something (a fault proxy) in front of each service of a rollout."""
+
+    async def wrap(self, service: RunningService, task: Task, rollout_id: str) -> int:
+        """Start the wrapper; return the loopback port the sandbox should reach instead."""
+
+    async def unwrap(self, service: RunningService) -> None:
+        """Stop what :meth:`wrap` started for ``service`` (called before the service stops)."""
 
 
 class ServiceGroup:
@@ -239,17 +246,21 @@ class ServiceGroup:
         self._sock_dir = Path(tempfile.mkdtemp(prefix="ofsv-", dir="/tmp"))  # short: AF_UNIX paths ≤ 108 bytes
         os.chmod(self._sock_dir, 0o755)
         self.running: list[RunningService] = []
+        self._wrapper: ServiceWrapper | None = None
         self._bridges: list[asyncio.AbstractServer] = []
         self.sandbox_env: dict[str, str] = {}  # ${NAME}_URL as seen inside the sandbox
         self.host_env: dict[str, str] = {"OPENFORGE_SERVICE_DIR": str(self.state_dir)}  # for the verifier
 
-    async def start(self, sandbox: Sandbox, wrap: Wrap | None = None) -> None:
+    async def start(self, sandbox: Sandbox, *, task: Task, wrapper: ServiceWrapper | None = None) -> None:
         for spec in self.specs:
             svc = launch_service(spec, state_dir=self.state_dir, task_dir=self.task_dir,
                                  log_path=self.log_dir / f"{self.label}-{spec.name}.log")
             self.running.append(svc)  # registered before it is ready: a cancelled setup still stops it
             await wait_ready(svc)
-            port = await wrap(svc) if wrap is not None else svc.host_port
+            port = svc.host_port
+            if wrapper is not None:
+                self._wrapper = wrapper
+                port = await wrapper.wrap(svc, task, self.label)
             try:
                 url, bridge = await expose_tcp(sandbox, spec.name, port, self._sock_dir)
             except NotImplementedError as e:
@@ -262,12 +273,15 @@ class ServiceGroup:
         for svc in self.running:
             svc.check_alive()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         for b in self._bridges:
             b.close()
         self._bridges.clear()
         for svc in reversed(self.running):
-            svc.stop()
+            if self._wrapper is not None:
+                with contextlib.suppress(Exception):
+                    await self._wrapper.unwrap(svc)
+            await asyncio.to_thread(svc.stop)
         self.running.clear()
         shutil.rmtree(self.state_dir, ignore_errors=True)
         shutil.rmtree(self._sock_dir, ignore_errors=True)

@@ -42,7 +42,7 @@ from ..environment import Environment, VerifyResult
 from ..errors import ConfigError, EnvironmentError_
 from ..launchers.base import Sandbox
 from ..task import Task
-from .services import ServiceGroup, Wrap
+from .services import ServiceGroup, ServiceWrapper
 from .taskdir_format import load_task_dir, taskdir_extras
 
 __all__ = ["TaskDirEnvironment", "load_task_dir", "parse_result"]
@@ -109,19 +109,19 @@ class TaskDirEnvironment(Environment):
     """Tasks read from a task directory or a folder of them (see the module docstring).
 
     ``log_dir``: where service logs go (default: ``<run dir>/services`` once :meth:`use_run_dir` is
-    called, else a temp dir); ``service_wrap``: an async ``wrap(service) -> port`` putting something
-    (a fault proxy) in front of each service."""
+    called, else a temp dir); ``service_wrapper``: a :class:`ServiceWrapper` putting something (a
+    fault proxy) in front of each service."""
 
     name = "taskdir"
 
     def __init__(self, path: str | Path, *, name: str | None = None, log_dir: str | Path | None = None,
-                 service_wrap: Wrap | None = None):
+                 service_wrapper: ServiceWrapper | None = None):
         self.path = Path(path).resolve()
         if not self.path.is_dir():
             raise ConfigError(f"task directory {path} does not exist")
         self.name = name or self.path.name
         self.log_dir = Path(log_dir) if log_dir else None
-        self.service_wrap = service_wrap
+        self.service_wrapper = service_wrapper
         self._services: dict[int, ServiceGroup] = {}
         dirs = [self.path] if (self.path / "task.toml").exists() else sorted(
             d for d in self.path.iterdir() if d.is_dir() and (d / "task.toml").exists())
@@ -161,7 +161,7 @@ class TaskDirEnvironment(Environment):
             rid = getattr(getattr(sandbox, "spec", None), "rollout_id", None) or uuid.uuid4().hex[:12]
             log_dir = self.log_dir or Path(tempfile.gettempdir()) / "openforge-service-logs"
             group = self._services[id(sandbox)] = ServiceGroup(services, task_dir=tdir, log_dir=log_dir, label=rid)
-            await group.start(sandbox, self.service_wrap)
+            await group.start(sandbox, task=task, wrapper=self.service_wrapper)
             env = dict(group.sandbox_env)
         setup = tdir / "setup"
         if setup.is_dir():
@@ -210,7 +210,7 @@ class TaskDirEnvironment(Environment):
     async def teardown(self, task: Task, sandbox: Sandbox) -> None:
         group = self._services.pop(id(sandbox), None)
         if group is not None:
-            await asyncio.to_thread(group.stop)
+            await group.stop()
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "path": str(self.path)}

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
 import pytest
@@ -171,40 +170,47 @@ async def test_service_env_has_no_driver_secrets(tmp_path, launcher, monkeypatch
         await sbx.close()
 
 
-async def test_wrap_puts_a_proxy_in_front_of_a_service(tmp_path, launcher):
-    """The seam fault injection uses: the sandbox reaches whatever ``service_wrap`` returns."""
+async def test_a_wrapper_sits_in_front_of_a_service(tmp_path, launcher):
+    """The seam fault injection uses: the sandbox reaches whatever ``ServiceWrapper.wrap`` returns."""
     import asyncio
 
-    seen: list[bytes] = []
+    class Recorder:  # a one-request-per-connection HTTP relay that records what passes
+        def __init__(self):
+            self.seen, self.servers, self.calls = [], {}, []
 
-    async def wrap(svc):
-        async def handle(r, w):
-            data = await r.read(65536)
-            seen.append(data)
-            ur, uw = await asyncio.open_connection("127.0.0.1", svc.host_port)
-            uw.write(data)
-            await uw.drain()
-            w.write(await ur.read(65536))
-            await w.drain()
-            w.close()
-            uw.close()
+        async def wrap(self, svc, task, rollout_id):
+            self.calls.append(("wrap", svc.spec.name, task.id, rollout_id))
 
-        server = await asyncio.start_server(handle, "127.0.0.1", 0)
-        wrapped.append(server)
-        return server.sockets[0].getsockname()[1]
+            async def handle(r, w):
+                data = await r.read(65536)
+                self.seen.append(data)
+                ur, uw = await asyncio.open_connection("127.0.0.1", svc.host_port)
+                uw.write(data)
+                await uw.drain()
+                w.write(await ur.read(65536))
+                await w.drain()
+                w.close()
+                uw.close()
 
-    wrapped: list = []
-    env = TaskDirEnvironment(make_task(tmp_path / "tasks"), log_dir=tmp_path / "logs", service_wrap=wrap)
-    task, sbx = await _start(env, launcher)
+            server = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self.servers[svc.spec.name] = server
+            return server.sockets[0].getsockname()[1]
+
+        async def unwrap(self, svc):
+            self.calls.append(("unwrap", svc.spec.name, svc.proc.poll() is None))
+            self.servers.pop(svc.spec.name).close()
+
+    rec = Recorder()
+    env = TaskDirEnvironment(make_task(tmp_path / "tasks"), log_dir=tmp_path / "logs", service_wrapper=rec)
+    task, sbx = await _start(env, launcher, "wrapped")
     try:
         await env.setup(task, sbx)
-        assert any(b"POST /hit" in s for s in seen), "setup.sh went through the wrapper"
+        assert any(b"POST /hit" in s for s in rec.seen), "setup.sh went through the wrapper"
     finally:
         await env.teardown(task, sbx)
         await sbx.close()
-        for s in wrapped:
-            s.close()
-    assert os.environ.get("COUNTER_URL") is None
+    assert rec.calls == [("wrap", "counter", "svc-task", "wrapped"), ("unwrap", "counter", True)]
+    assert not rec.servers
 
 
 async def test_a_setup_cut_off_by_its_budget_leaves_no_service_running(tmp_path, launcher):
