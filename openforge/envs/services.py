@@ -29,6 +29,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -44,6 +45,7 @@ from ..task import Task
 __all__ = ["RunningService", "ServiceGroup", "ServiceSpec", "ServiceWrapper", "expose_tcp", "launch_service",
            "start_service", "wait_ready"]
 
+_REAPER = str(Path(__file__).resolve().parent.parent / "launchers" / "_reaper.py")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
 _KEYS = {"name", "command", "ready", "ready_timeout_s"}
 #: Host environment a service inherits (everything else is dropped: no driver secrets).
@@ -238,13 +240,19 @@ class ServiceWrapper(Protocol):
 
 class ServiceGroup:
     """Every service of one rollout: :meth:`start` (in order), :attr:`sandbox_env` / :attr:`host_env`,
-    :meth:`check_alive`, :meth:`stop` (idempotent; removes the state directory)."""
+    :meth:`check_alive`, :meth:`stop` (idempotent; removes the state directory). A watchdog process
+    (the launchers' ``_reaper.py``) kills the services and removes their directories if the driver
+    dies without stopping them."""
 
     def __init__(self, specs: Sequence[ServiceSpec], *, task_dir: Path | None, log_dir: Path, label: str):
         self.specs, self.task_dir, self.log_dir, self.label = list(specs), task_dir, log_dir, label
         self.state_dir = Path(tempfile.mkdtemp(prefix="openforge-svc-"))
         self._sock_dir = Path(tempfile.mkdtemp(prefix="ofsv-", dir="/tmp"))  # short: AF_UNIX paths ≤ 108 bytes
         os.chmod(self._sock_dir, 0o755)
+        self._reaper: subprocess.Popen | None = subprocess.Popen(
+            [sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+        self._watch(f"+dir {self.state_dir}", f"+dir {self._sock_dir}")
         self.running: list[RunningService] = []
         self._wrapper: ServiceWrapper | None = None
         self._bridges: list[asyncio.AbstractServer] = []
@@ -256,6 +264,7 @@ class ServiceGroup:
             svc = launch_service(spec, state_dir=self.state_dir, task_dir=self.task_dir,
                                  log_path=self.log_dir / f"{self.label}-{spec.name}.log")
             self.running.append(svc)  # registered before it is ready: a cancelled setup still stops it
+            self._watch(f"+pid {svc.proc.pid}")
             await wait_ready(svc)
             port = svc.host_port
             if wrapper is not None:
@@ -268,6 +277,12 @@ class ServiceGroup:
             self._bridges.append(bridge)
             self.sandbox_env[spec.url_var] = url
             self.host_env[spec.url_var] = svc.host_url
+
+    def _watch(self, *lines: str) -> None:
+        if self._reaper is not None and self._reaper.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._reaper.stdin.write("".join(f"{ln}\n" for ln in lines).encode())
+                self._reaper.stdin.flush()
 
     def check_alive(self) -> None:
         for svc in self.running:
@@ -282,6 +297,13 @@ class ServiceGroup:
                 with contextlib.suppress(Exception):
                     await self._wrapper.unwrap(svc)
             await asyncio.to_thread(svc.stop)
+            self._watch(f"-pid {svc.proc.pid}")
         self.running.clear()
         shutil.rmtree(self.state_dir, ignore_errors=True)
         shutil.rmtree(self._sock_dir, ignore_errors=True)
+        if self._reaper is not None:  # nothing left to watch: EOF ends it
+            reaper, self._reaper = self._reaper, None
+            with contextlib.suppress(OSError):
+                reaper.stdin.close()  # type: ignore[union-attr]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                await asyncio.to_thread(reaper.wait, 5)

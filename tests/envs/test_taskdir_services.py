@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 
 import pytest
@@ -228,3 +229,47 @@ async def test_a_setup_cut_off_by_its_budget_leaves_no_service_running(tmp_path,
         await env.teardown(task, sbx)
         await sbx.close()
     assert svc.proc.poll() is not None, "teardown stops a service that never got ready"
+
+
+DRIVER = """
+import asyncio, json, sys
+from pathlib import Path
+from openforge.envs.taskdir import TaskDirEnvironment
+from openforge.launchers.base import SandboxSpec
+from openforge.launchers.local import LocalLauncher
+
+async def main():
+    env = TaskDirEnvironment(sys.argv[1], log_dir=sys.argv[2])
+    la = LocalLauncher(base_dir=sys.argv[3])
+    task = env.tasks()[0]
+    sbx = await la.start(SandboxSpec(rollout_id="orphan", task=task, proxy_url="", api_key="k"))
+    await env.setup(task, sbx)
+    group = env._services[id(sbx)]
+    print(json.dumps({"pid": group.running[0].proc.pid, "state_dir": str(group.state_dir)}), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_services_do_not_outlive_a_killed_driver(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    d = make_task(tmp_path / "tasks")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(d), str(tmp_path / "logs"), str(tmp_path / "sbx")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(driver.stdout.readline())
+        os.kill(info["pid"], 0)  # running
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (Path(f"/proc/{info['pid']}").exists() or Path(info["state_dir"]).exists()):
+        time.sleep(0.1)
+    assert not Path(f"/proc/{info['pid']}").exists(), "the service outlived its driver"
+    assert not Path(info["state_dir"]).exists()
