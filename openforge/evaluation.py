@@ -81,17 +81,20 @@ def _annotate(traj: Trajectory, trial: int) -> Trajectory:
     return traj.model_copy(update={"metadata": md})
 
 
-async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None,
-                   progress: bool = True) -> tuple[EvalSummary, list[Trajectory]]:
-    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories."""
+async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None, progress: bool = True,
+                   run_dir: str | Path | None = None) -> tuple[EvalSummary, list[Trajectory]]:
+    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories
+    (``run_dir``: where the environment may write its logs, e.g. task-dir service logs)."""
     env = load_environment(req.env)
+    if run_dir is not None:
+        env.use_run_dir(Path(run_dir))
     tasks = select_tasks(env, split=req.split, task_ids=req.tasks)
     harness = harness_factory(req.harness, req.harness_options)  # a bad option fails before any model loads
     # reference: the tasks' reference solutions, replayed (evaluates the SFT teacher)
     backend = backend_for(req.backend, environment=env, tasks=tasks, tokenizer=req.tokenizer)
     session = Session(backend, environment=env, launcher=load_launcher(req.launcher), harness=harness, store=store,
-                      close_backend=True, proxy=ProxySettings(), rollouts=RolloutSettings(concurrency=req.concurrency, budget_s=req.budget_s,
-                                                                      progress=progress))
+                      close_backend=True, proxy=ProxySettings(),
+                      rollouts=RolloutSettings(concurrency=req.concurrency, budget_s=req.budget_s, progress=progress))
     async with session:
         results = await session.groups(tasks, req.trials, max_retries=req.max_retries, min_group=1)
     by_id = {t.id: t for t in tasks}

@@ -129,6 +129,7 @@ class Forge:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(cfg, self.run_dir / "config.yaml")
         env = load_environment(cfg.env.name, cfg.env.options)
+        env.use_run_dir(self.run_dir)
         self.console.log(f"run directory [bold]{self.run_dir}[/]")
         t = time.monotonic()
         self.model, self.tokenizer = await asyncio.to_thread(load_model, cfg.model.name)

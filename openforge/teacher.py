@@ -68,6 +68,7 @@ async def export_teacher_rollouts(cfg: RunConfig, *, teacher: str, k: int, progr
     run_dir = Path(cfg.run_dir or f"runs/{cfg.recipe}-{stamp}").resolve()
     dump_config(cfg, run_dir / "config.yaml")
     env = load_environment(cfg.env.name, cfg.env.options)
+    env.use_run_dir(run_dir)
     tasks = select_tasks(env, split=cfg.env.split, subset=cfg.env.subset, task_ids=cfg.env.task_ids,
                          max_tasks=cfg.env.max_tasks)
     backend = backend_for(teacher, environment=env, tasks=tasks)
