@@ -17,8 +17,10 @@ API summary (names other modules rely on)::
         proxy.open_rollouts()                                 # unfinished, incl. those a dead proxy left in the store
         await proxy.pause(); ...; await proxy.resume()        # weight sync: new calls wait, in-flight finish
 
-- :class:`Backend` (``backends.base``): ``tokenizer``, ``exact``, ``async generate(prompt_ids, params,
-  ctx=None) -> Generation(output_ids, logprobs, finish_reason)``, ``async aclose()``.
+- :class:`Backend` (``backends.base``): ``tokenizer``, ``max_context``, ``async aclose()``; subclass one of
+  its two kinds: :class:`TokenBackend` (``async generate(prompt_ids, params, ctx=None) ->
+  Generation(output_ids, logprobs, finish_reason)``, recorded exact) or :class:`MessageBackend`
+  (``async complete(request, params, ctx=None) -> TextCompletion``, a pass-through, recorded inexact).
 - ``backends.transformers``: :func:`load_smollm2` ``(dtype=float32) -> (model, tokenizer)`` (one-time
   safetensors cache under ``$OPENFORGE_CACHE`` or ``~/.cache/openforge/models``), ``load_tokenizer``,
   ``TransformersBackend(model, tokenizer)`` (``.model`` is the live torch module; ``swap_weights``).
@@ -41,11 +43,13 @@ __all__ = [
     "Backend",
     "GenContext",
     "Generation",
+    "MessageBackend",
     "ProxyServer",
     "Renderer",
     "RolloutHandle",
     "SamplingParams",
     "ScriptedBackend",
+    "TokenBackend",
     "TransformersBackend",
     "load_smollm2",
     "load_tokenizer",
@@ -54,7 +58,8 @@ __all__ = [
 
 _WHERE = {
     "Backend": "backends.base", "GenContext": "backends.base", "Generation": "backends.base",
-    "SamplingParams": "backends.base", "ProxyServer": "server", "Renderer": "render",
+    "SamplingParams": "backends.base", "TokenBackend": "backends.base", "MessageBackend": "backends.base",
+    "ProxyServer": "server", "Renderer": "render",
     "RolloutHandle": "recorder", "ScriptedBackend": "backends.scripted",
     "TransformersBackend": "backends.transformers", "load_smollm2": "backends.transformers",
     "load_tokenizer": "backends.transformers", "parse_backend_spec": "backends",
@@ -62,7 +67,7 @@ _WHERE = {
 
 if TYPE_CHECKING:
     from .backends import parse_backend_spec
-    from .backends.base import Backend, GenContext, Generation, SamplingParams
+    from .backends.base import Backend, GenContext, Generation, MessageBackend, SamplingParams, TokenBackend
     from .backends.scripted import ScriptedBackend
     from .backends.transformers import TransformersBackend, load_smollm2, load_tokenizer
     from .recorder import RolloutHandle

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BackendError, ConfigError
-from .base import Backend, GenContext, Generation, SamplingParams
+from .base import GenContext, Generation, SamplingParams, TokenBackend
 
 __all__ = [
     "SMOLLM2_ALIASES",
@@ -163,7 +163,7 @@ class _Row:
             self.ctx.emit([tok])
 
 
-class TransformersBackend(Backend):
+class TransformersBackend(TokenBackend):
     """Serve ``model`` (a torch causal LM) with exact ids and logprobs.
 
     Requests that arrive while a batch is generating wait and then run together, up to
