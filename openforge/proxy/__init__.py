@@ -21,9 +21,10 @@ API summary (names other modules rely on)::
   its two kinds: :class:`TokenBackend` (``async generate(prompt_ids, params, ctx=None) ->
   Generation(output_ids, logprobs, finish_reason)``, recorded exact) or :class:`MessageBackend`
   (``async complete(request, params, ctx=None) -> TextCompletion``, a pass-through, recorded inexact).
-- ``backends.transformers``: :func:`load_smollm2` ``(dtype=float32) -> (model, tokenizer)`` (one-time
+- ``backends.hf_loading``: :func:`load_smollm2` ``(dtype=float32) -> (model, tokenizer)`` (one-time
   safetensors cache under ``$OPENFORGE_CACHE`` or ``~/.cache/openforge/models``), ``load_tokenizer``,
-  ``TransformersBackend(model, tokenizer)`` (``.model`` is the live torch module; ``swap_weights``).
+  ``load_model``; ``backends.transformers``: ``TransformersBackend(model, tokenizer)`` (``.model`` is the
+  live torch module; ``swap_weights``).
 - ``backends.scripted.ScriptedBackend`` — YAML turns replayed per rollout (test double users want).
 - ``render.Renderer`` — chat template → ids, parser, history splicing.
 - ``stream`` — incremental SSE: a streaming request's ``GenContext.emit(ids)`` (thread-safe) feeds a
@@ -61,15 +62,16 @@ _WHERE = {
     "SamplingParams": "backends.base", "TokenBackend": "backends.base", "MessageBackend": "backends.base",
     "ProxyServer": "server", "Renderer": "render",
     "RolloutHandle": "recorder", "ScriptedBackend": "backends.scripted",
-    "TransformersBackend": "backends.transformers", "load_smollm2": "backends.transformers",
-    "load_tokenizer": "backends.transformers", "parse_backend_spec": "backends",
+    "TransformersBackend": "backends.transformers", "load_smollm2": "backends.hf_loading",
+    "load_tokenizer": "backends.hf_loading", "parse_backend_spec": "backends",
 }
 
 if TYPE_CHECKING:
     from .backends import parse_backend_spec
     from .backends.base import Backend, GenContext, Generation, MessageBackend, SamplingParams, TokenBackend
+    from .backends.hf_loading import load_smollm2, load_tokenizer
     from .backends.scripted import ScriptedBackend
-    from .backends.transformers import TransformersBackend, load_smollm2, load_tokenizer
+    from .backends.transformers import TransformersBackend
     from .recorder import RolloutHandle
     from .render import Renderer
     from .server import ProxyServer

@@ -44,7 +44,7 @@ def parse_backend_spec(spec: str, *, tokenizer: Any = None, model: str | None = 
     if not arg:
         raise ConfigError(f"backend spec {spec!r}: missing the part after '{kind}:'")
     if isinstance(tokenizer, str):
-        from .transformers import load_tokenizer
+        from .hf_loading import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer)
     if kind == "scripted":

@@ -59,7 +59,7 @@ class OpenAIBackend(MessageBackend):
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from .transformers import load_tokenizer
+            from .hf_loading import load_tokenizer
 
             self._tokenizer = load_tokenizer("smollm2-135m")
         return self._tokenizer

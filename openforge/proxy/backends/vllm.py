@@ -64,7 +64,7 @@ class VLLMBackend(TokenBackend):
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from .transformers import load_tokenizer
+            from .hf_loading import load_tokenizer
 
             self._tokenizer = load_tokenizer("smollm2-135m")
         return self._tokenizer
