@@ -29,7 +29,10 @@ API summary (names other modules rely on)::
 - ``render.Renderer`` — chat template → ids, parser, history splicing.
 - ``stream`` — incremental SSE: a streaming request's ``GenContext.emit(ids)`` (thread-safe) feeds a
   ``TokenSink``; ``DeltaDecoder`` turns ids into safe text/reasoning deltas (no ``<tool_call>`` leaks).
-- HTTP: ``app.build_app`` (routes under ``/r/{rollout_id}`` + ``/admin``); CLI: ``forge proxy serve``.
+- HTTP: ``app.build_app`` and the route table (routes under ``/r/{rollout_id}`` + ``/admin``), handlers in
+  ``routes_model`` (model API routes), ``routes_admin`` (control plane) and ``live`` (live SSE), sharing
+  ``routing.AppState`` and the error shapes; ``wire`` is the adapter seam (``wire_chat``, ``wire_responses``,
+  ``wire_messages``); CLI: ``forge proxy serve``.
 - ``intake`` — bounded request intake (size, JSON depth, strict UTF-8, output-bounded decompression,
   defensive header parsing); ``conn_guard`` — the uvicorn protocol with header/body deadlines.
 
