@@ -127,6 +127,11 @@ class Environment(abc.ABC):
         """Stop what :meth:`setup` started (called always, before the sandbox is closed)."""
         return None
 
+    async def rollout_metadata(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
+        """Facts about this rollout to record in the trajectory's metadata (e.g. the injected faults,
+        ``openforge.faults``); called always, after the verifier and before :meth:`teardown`."""
+        return {}
+
     def reference_solution(self, task: Task) -> list[str] | None:
         """Shell commands that solve ``task`` (replayable as a scripted teacher), if known."""
         sol = task.metadata.get("solution")
@@ -158,13 +163,18 @@ def list_environments() -> list[str]:
 
 def get_environment(name: str | Path, **kwargs: Any) -> Environment:
     """An environment instance by registry name, ``module:Class`` reference, or a path to a task
-    directory / a folder of task directories."""
+    directory / a folder of task directories. ``faults=`` (``env.options.faults``) is taken by the
+    fault-injection layer (:mod:`openforge.faults`), which also wraps an environment whose tasks
+    declare ``[[faults]]``; every other option goes to the environment."""
+    from .faults.env import with_faults
+
+    faults = kwargs.pop("faults", None)
     p = Path(name)
     if p.exists() and p.is_dir():
         from .envs.taskdir import TaskDirEnvironment
 
-        return TaskDirEnvironment(p, **kwargs)
+        return with_faults(TaskDirEnvironment(p, **kwargs), faults)
     env = _registry().create(str(name), **kwargs)
     if not isinstance(env, Environment):
         raise ConfigError(f"environment {name!r} is a {type(env).__name__}, not an openforge Environment")
-    return env
+    return with_faults(env, faults)

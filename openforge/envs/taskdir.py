@@ -3,7 +3,8 @@
 Owns: :class:`TaskDirEnvironment` and :func:`load_task_dir`. The format::
 
     my-task/
-      task.toml        id, split, category, timeout_s, required_tools, subgoals, image, [resources], [metadata]
+      task.toml        id, split, category, timeout_s, required_tools, subgoals, image, [resources], [metadata],
+                       [[faults]] (injected faults: openforge.faults, README "Fault injection")
       instruction.md   what the agent is told
       setup/           optional: copied into the rollout's workdir before the agent starts
       setup.sh         optional: run inside the sandbox (cwd = workdir) after the copy
@@ -64,6 +65,10 @@ def load_task_dir(path: Path, environment: str = "taskdir") -> Task:
     meta.setdefault("environment", environment)
     metadata = dict(meta.pop("metadata", {}))
     metadata["task_dir"] = str(path.resolve())
+    if "faults" in meta:  # [[faults]]: checked here, injected by openforge.faults
+        from ..faults.spec import parse_faults
+
+        metadata["faults"] = [f.model_dump() for f in parse_faults(meta.pop("faults"), f"{toml}: faults")]
     sol = path / "solution.sh"
     if sol.is_file():
         metadata["solution"] = [ln for ln in sol.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
