@@ -32,7 +32,10 @@ class FaultForwarder:
         self.fault, self.target = fault, str(target)
         self.fired: list[float] = []  # host time.time() of each injected failure
         self.requests = 0
-        self._server = AppServer(self._app, uds)
+        async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # a plain function: uvicorn
+            await self._app(scope, receive, send)  # takes a bound method for an ASGI2 app
+
+        self._server = AppServer(app, uds)
         self._client: Any = None
 
     @property

@@ -32,7 +32,7 @@ _SHELL_WORDS = {"cd", "echo", "printf", "export", "test", "[", "[[", "true", "fa
                 "trap", "umask", "command", "type", "mkdir"}
 #: Programs a missing_tool fault may take away by default: Python (or the shell) can stand in for them.
 SUBSTITUTABLE = ("jq", "sqlite3", "curl", "awk", "sed", "sort", "wc", "cut", "tr", "head", "tail", "uniq", "grep")
-_GARBAGE = "\x00\x00 <<< corrupted record: bytes lost in a crash >>> \ufffd\ufffd\n"
+_GARBAGE = r"\000\000 <<< corrupted record: bytes lost in a crash >>> \357\277\275\n"  # a printf format
 
 
 @dataclass
@@ -117,7 +117,7 @@ async def inject(spec: FileFault | CommandFault | CorruptFault, task: Task, sand
     elif spec.how == "truncate":
         await _sh(sandbox, f"n=$(wc -c < {q}); truncate -s $((n / 2)) {q}", f"truncate {path}")
     else:
-        await _sh(sandbox, f"printf '%s' {shlex.quote(_GARBAGE)} >> {q}", f"corrupt {path}")
+        await _sh(sandbox, f"printf {shlex.quote(_GARBAGE)} >> {q}", f"corrupt {path}")
     return Injected(spec.kind, path, {"how": spec.how})
 
 
