@@ -23,7 +23,7 @@ from .steps import ToolStep, extract_steps
 __all__ = ["FaultOutcome", "FaultSummary", "fault_outcomes", "recovers_after", "repeats_next", "summarize_faults"]
 
 _PERMISSION = re.compile(r"permission denied|EACCES|operation not permitted|PermissionError", re.I)
-_LOCK = re.compile(r"file exists|locked|\.lock\b", re.I)
+_LOCK = re.compile(r"file exists|\block(ed)?\b|\.lock\b", re.I)
 
 
 def recovers_after(steps: Sequence[ToolStep], i: int) -> bool:
@@ -59,9 +59,11 @@ def _step_at_time(steps: Sequence[ToolStep], calls: Sequence[ModelCall], t: floa
     return hit.index if hit else None
 
 
-def _text_match(steps: Sequence[ToolStep], pattern: re.Pattern[str], *, failed: bool = True) -> int | None:
+def _text_match(steps: Sequence[ToolStep], pattern: re.Pattern[str], *, in_args: bool = False) -> int | None:
+    """The first step whose result (or, with ``in_args``, its arguments) matches — a failed pipeline
+    stage reports ``Permission denied`` even when the pipeline's exit status is 0."""
     for s in steps:
-        if (s.error or not failed) and (pattern.search(s.result or "") or (not failed and pattern.search(s.args_text))):
+        if pattern.search(s.result or "") or (in_args and pattern.search(s.args_text)):
             return s.index
     return None
 
@@ -70,13 +72,16 @@ def _met_step(kind: str, target: str, fired_at: Sequence[float], steps: Sequence
               calls: Sequence[ModelCall]) -> tuple[bool, int | None]:
     if kind in ("service_unavailable", "service_timeout", "flaky_command", "missing_tool"):
         return (bool(fired_at), _step_at_time(steps, calls, min(fired_at)) if fired_at else None)
-    if kind == "permission_denied":
+    if kind == "permission_denied":  # "Permission denied", or a failure naming the file ("unable to open app.db")
         i = _text_match(steps, _PERMISSION)
+        name = PurePosixPath(target).name
+        j = next((s.index for s in steps if s.error and name and name in (s.result or "")), None)
+        i = min((x for x in (i, j) if x is not None), default=None)
     elif kind == "locked_file":
         i = _text_match(steps, _LOCK)
     else:  # corrupt_state: the agent touched the corrupted file
         name = PurePosixPath(target).name
-        i = _text_match(steps, re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w-])"), failed=False) if name else None
+        i = _text_match(steps, re.compile(rf"(?<![\w.-]){re.escape(name)}(?![\w-])"), in_args=True) if name else None
     return i is not None, i
 
 

@@ -82,7 +82,7 @@ class FaultConfig(_Fault):
 
     ``fraction`` of the task groups are faulty (seeded per group); a faulty episode gets ``per_episode``
     faults drawn from those that apply to its task: the task's own ``[[faults]]`` when it declares any,
-    else ``faults`` (default: every kind, with its defaults)."""
+    else ``faults`` (default: every kind in :data:`RECOVERABLE`, with its defaults)."""
 
     faults: list[FaultSpec] = Field(default_factory=list)
     fraction: float = Field(1.0, ge=0.0, le=1.0)
@@ -134,8 +134,13 @@ def task_faults(task: Task) -> list[FaultSpec]:
     return parse_faults(raw, f"task {task.id}: faults") if raw else []
 
 
+#: The kinds a run gets when it names none: those every task stays solvable under (``missing_tool`` and
+#: ``corrupt_state`` depend on the task, so a task or run declares them by name).
+RECOVERABLE = ("service_unavailable", "service_timeout", "permission_denied", "locked_file", "flaky_command")
+
+
 def _default_faults() -> list[FaultSpec]:
-    return _SPECS.validate_python([{"kind": k} for k in KINDS])
+    return _SPECS.validate_python([{"kind": k} for k in RECOVERABLE])
 
 
 def group_rng(task: Task, salt: str, seed: int = 0) -> random.Random:
