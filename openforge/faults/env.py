@@ -24,7 +24,7 @@ from .forwarder import FaultForwarder
 from .inject import Injected, inject, read_evidence, service_injected, shim_dir
 from .spec import FaultConfig, ServiceFault, parse_fault_config, plan_faults, task_faults
 
-__all__ = ["FaultyEnvironment", "with_faults"]
+__all__ = ["FaultyEnvironment", "with_faults", "without_faults"]
 
 
 @dataclass
@@ -148,3 +148,8 @@ def with_faults(env: Environment, faults: Any = None) -> Environment:
     if config is None and not any(task_faults(t) for t in env.tasks()):
         return env
     return env if isinstance(env, FaultyEnvironment) else FaultyEnvironment(env, config)
+
+
+def without_faults(env: Environment) -> Environment:
+    """The environment without fault injection (e.g. for a teacher's demonstrations)."""
+    return env.inner if isinstance(env, FaultyEnvironment) else env
