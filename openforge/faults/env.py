@@ -84,8 +84,8 @@ class FaultyEnvironment(Environment):
         else:
             await self.inner.setup(task, sandbox)
         for s in specs:
-            if isinstance(s, ServiceFault):
-                if not ep.forwarders:
+            if isinstance(s, ServiceFault):  # one service fault per episode: a second one is not armed
+                if not ep.forwarders or s is not service[0]:
                     ep.injected.append(Injected(s.kind, "", armed=False))
                 continue
             ep.injected.append(await inject(s, task, sandbox))
