@@ -76,7 +76,8 @@ async def train_and_eval(preset: str, args: argparse.Namespace, *, with_before: 
     from openforge.train.sft import warm_start
 
     overrides = [f"trainer.steps={args.steps}", "trainer.cpu.max_resample_rounds=1", "trainer.checkpoint_every=0",
-                 f"rollout.tasks_per_step={args.tasks_per_step}", f"run_dir={args.out}/{preset}", f"seed={args.seed}"]
+                 f"rollout.tasks_per_step={args.tasks_per_step}", f"rollout.timeout_s={args.timeout_s}",
+                 f"run_dir={args.out}/{preset}", f"seed={args.seed}"]
     if preset == "faults":
         overrides.append(f"env.options.faults.fraction={args.fraction}")
     cfg = load_config(recipe_config("claw-grpo"), preset=preset, overrides=overrides)
@@ -151,6 +152,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=2, help="eval trials per task")
     ap.add_argument("--max-tasks", type=int, default=4, help="eval the first N easy tasks (0: all 11)")
     ap.add_argument("--fraction", type=float, default=0.5, help="faulty share of the training groups (faults preset)")
+    ap.add_argument("--timeout-s", type=float, default=120, help="wall-clock budget per rollout (raise it on a loaded machine)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--eval-seed", type=int, default=1234)
     ap.add_argument("--out", default="runs/bench-recovery")

@@ -55,16 +55,28 @@ def shim_dir(sandbox: Sandbox) -> PurePosixPath:
 
 
 def solution_programs(solution: list[str] | None) -> list[str]:
-    """The programs a reference solution's commands run, in order of first use (no shell keywords)."""
+    """The programs a reference solution's commands run, in order of first use: the first word of
+    every pipeline stage, quoted strings (a ``python3 -c '...'`` program) left alone; no shell
+    keywords, and no Python (a harness's own interpreter directory may come first on its PATH)."""
     out: list[str] = []
     for line in solution or []:
-        for seg in re.split(r"\|\||&&|[|;&()`{}]|\$\(", line):
-            toks = seg.strip().split()
-            while toks and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", toks[0]):
-                toks.pop(0)
-            if toks and re.fullmatch(r"[A-Za-z0-9_.+-]+", toks[0]) and toks[0] not in _SHELL_WORDS \
-                    and toks[0] not in out and not toks[0][0].isdigit():
-                out.append(toks[0])
+        try:
+            lex = shlex.shlex(line, posix=True, punctuation_chars=True)
+            lex.whitespace_split = True
+            toks = list(lex)
+        except ValueError:  # unbalanced quotes: not a command line we can read
+            continue
+        first = True
+        for tok in toks:
+            if tok and set(tok) <= set("|&;()<>"):
+                first = tok[0] in "|&;("
+                continue
+            if first and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", tok):
+                continue  # VAR=value before the program
+            if first and re.fullmatch(r"[A-Za-z][A-Za-z0-9_.+-]*", tok) and tok not in _SHELL_WORDS \
+                    and not tok.startswith("python") and tok not in out:
+                out.append(tok)
+            first = False
     return out
 
 

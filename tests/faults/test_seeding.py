@@ -91,3 +91,11 @@ async def test_siblings_share_faults_in_real_groups(rig):
         assert {t.metadata["slot"] for t in g.trajectories} == {0, 1}
         seen.append((seeds.pop(), plans[0]))
     assert len({s for s, _ in seen}) == 3  # every group has its own seed
+
+
+def test_default_targets_are_programs_the_solution_runs():
+    from openforge.faults.inject import solution_programs
+
+    line = "X=1 sqlite3 app.db \"select count(*) from t\" | tr -d ' ' > a.txt && cd repo && git commit -qam 'a; b'"
+    assert solution_programs([line, "python3 -c \"print(open('f').read())\"", "wc -l < d.txt"]) == \
+        ["sqlite3", "tr", "git", "wc"]  # not `open` from a quoted Python program, not python3, not cd
