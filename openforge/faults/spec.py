@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from ..errors import ConfigError
 from ..task import Task
 
-__all__ = ["FaultConfig", "FaultSpec", "KINDS", "parse_faults", "plan_faults", "task_faults"]
+__all__ = ["KINDS", "FaultConfig", "FaultSpec", "parse_faults", "plan_faults", "task_faults"]
 
 
 class _Fault(BaseModel):
@@ -71,7 +71,7 @@ class CorruptFault(_Fault):
     how: Literal["truncate", "garbage", "delete"] = "garbage"
 
 
-FaultSpec = Annotated[Union[ServiceFault, FileFault, CommandFault, CorruptFault], Field(discriminator="kind")]
+FaultSpec = Annotated[ServiceFault | FileFault | CommandFault | CorruptFault, Field(discriminator="kind")]
 KINDS = ("service_unavailable", "service_timeout", "permission_denied", "locked_file", "flaky_command",
          "missing_tool", "corrupt_state")
 _SPECS: TypeAdapter[list[FaultSpec]] = TypeAdapter(list[FaultSpec])

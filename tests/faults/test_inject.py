@@ -73,7 +73,7 @@ async def test_permission_denied_file(rig):
 
 async def test_permission_denied_default_target_is_a_file_the_solution_names(rig):
     env = get_environment("claw", faults=[{"kind": "permission_denied"}])
-    traj, steps = await _roll(rig, env, "files-count-lines", [{"shell": "cat data.txt"}, {"shell": "cat data.txt"}])
+    traj, _steps = await _roll(rig, env, "files-count-lines", [{"shell": "cat data.txt"}, {"shell": "cat data.txt"}])
     assert traj.status == S.POLICY_FAILURE
     inj, out = _only(traj)
     assert inj["target"] == "data.txt" and out["met"] and not out["recovered"]
