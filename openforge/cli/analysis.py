@@ -92,7 +92,7 @@ def register(app: typer.Typer) -> None:
                           faults=fault_option(faults, fault_fraction))
         if out is None:
             out = Path("runs") / f"eval-{harness}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
-        summary, trajs = asyncio.run(run_eval(req, progress=not as_json))
+        summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
         write_eval_dir(out, req, summary, trajs)
         if as_json:
             typer.echo(json.dumps(summary.model_dump(mode="json"), indent=1))

@@ -65,6 +65,9 @@ class FaultyEnvironment(Environment):
     def reference_solution(self, task: Task) -> list[str] | None:
         return self.inner.reference_solution(task)
 
+    def use_run_dir(self, run_dir: Path) -> None:
+        self.inner.use_run_dir(run_dir)
+
     def describe(self) -> dict[str, Any]:
         return {**self.inner.describe(), "faults": self.config.model_dump(mode="json") if self.config else "per task"}
 

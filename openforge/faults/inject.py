@@ -59,7 +59,7 @@ def solution_programs(solution: list[str] | None) -> list[str]:
     every pipeline stage, quoted strings (a ``python3 -c '...'`` program) left alone; no shell
     keywords, and no Python (a harness's own interpreter directory may come first on its PATH)."""
     out: list[str] = []
-    for line in solution or []:
+    for line in (ln for script in solution or [] for ln in script.splitlines()):  # a solution.sh is one script
         try:
             lex = shlex.shlex(line, posix=True, punctuation_chars=True)
             lex.whitespace_split = True

@@ -153,8 +153,8 @@ def group_rng(task: Task, salt: str, seed: int = 0) -> random.Random:
 def applies(spec: FaultSpec, task: Task) -> bool:
     """Whether a fault can meet the agent on this task before the sandbox exists (service faults
     need services; targets left out are resolved against the sandbox later)."""
-    if isinstance(spec, ServiceFault):
-        return bool(task.metadata.get("services"))
+    if isinstance(spec, ServiceFault):  # claw: metadata.services; task dirs: metadata.taskdir.services
+        return bool(task.metadata.get("services") or (task.metadata.get("taskdir") or {}).get("services"))
     if isinstance(spec, FileFault) and spec.kind == "locked_file" and spec.path is None:
         return any(".git" in s or "git " in s for s in task.metadata.get("solution") or [])
     return True

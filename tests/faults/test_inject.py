@@ -8,7 +8,7 @@ import pytest
 
 from openforge.analysis.recovery import summarize_faults
 from openforge.analysis.steps import extract_steps
-from openforge.environment import get_environment
+from openforge.plugins import make_environment as get_environment
 from openforge.rollout import run_rollout
 from openforge.types import RolloutStatus as S
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from openforge.environment import get_environment
+from openforge.plugins import make_environment as get_environment
 from openforge.errors import ConfigError
 from openforge.faults.spec import parse_fault_config, parse_faults, plan_faults
 from openforge.rollout import run_groups
