@@ -92,6 +92,8 @@ class FaultyEnvironment(Environment):
                     ep.injected.append(Injected(s.kind, "", armed=False))
                 continue
             ep.injected.append(await inject(s, task, sandbox))
+        for _, fwd in ep.forwarders:  # the agent's requests fail from now on, not the setup's
+            fwd.arm()
         if any(i.kind in ("flaky_command", "missing_tool") and i.armed for i in ep.injected):
             res = await sandbox.exec(["sh", "-c", 'printf %s "$PATH"'], timeout_s=10)
             ep.path = f"{shim_dir(sandbox)}:{res.stdout.strip() or '/usr/local/bin:/usr/bin:/bin'}"

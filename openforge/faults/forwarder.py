@@ -1,7 +1,8 @@
 """A fault-injecting HTTP forwarder in front of one environment service.
 
 Owns: :class:`FaultForwarder` — an ASGI app served on its own Unix socket (exposed into the sandbox
-in place of the service's) that answers the first ``calls`` requests with a fault (``503``, or held
+in place of the service's) that answers the first ``calls`` requests after it is armed (once the environment's setup is done)
+with a fault (``503``, or held
 for ``delay_s`` then ``504``) and forwards every other request unchanged to the service, which is
 reached through a Unix socket (the built-in claw services) or a loopback URL (a task directory's
 ``[[services]]``). Each injected failure is timestamped (host clock) so the analysis can find the
@@ -32,6 +33,8 @@ class FaultForwarder:
         self.fault, self.target = fault, str(target)
         self.fired: list[float] = []  # host time.time() of each injected failure
         self.requests = 0
+        #: False until the agent starts (:meth:`arm`): the environment's own setup gets the real service
+        self.armed = False
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:  # a plain function: uvicorn
             await self._app(scope, receive, send)  # takes a bound method for an ASGI2 app
 
@@ -59,6 +62,10 @@ class FaultForwarder:
             await self._client.aclose()
             self._client = None
 
+    def arm(self) -> None:
+        """Start failing requests (called once the environment's setup is done)."""
+        self.armed = True
+
     def record(self) -> dict[str, Any]:
         """What happened: requests seen and when each failure was injected."""
         return {"requests": self.requests, "fired": len(self.fired), "fired_at": [round(t, 3) for t in self.fired]}
@@ -80,8 +87,8 @@ class FaultForwarder:
             body += msg.get("body", b"")
             if not msg.get("more_body"):
                 break
-        self.requests += 1
-        if len(self.fired) < self.fault.calls:
+        self.requests += self.armed
+        if self.armed and len(self.fired) < self.fault.calls:
             self.fired.append(time.time())
             await self._fail(send)
             return

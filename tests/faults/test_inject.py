@@ -8,7 +8,7 @@ import pytest
 
 from openforge.analysis.recovery import summarize_faults
 from openforge.analysis.steps import extract_steps
-from openforge.plugins import make_environment as get_environment
+from openforge.plugins import make_environment
 from openforge.rollout import run_rollout
 from openforge.types import RolloutStatus as S
 
@@ -40,7 +40,7 @@ CLOSE = "curl -sf -X PATCH $CLAW_API/issues/2 -H 'content-type: application/json
 
 
 async def test_service_unavailable_first_calls(rig):
-    env = get_environment("claw", faults=[{"kind": "service_unavailable", "calls": 2}])
+    env = make_environment("claw", faults=[{"kind": "service_unavailable", "calls": 2}])
     traj, steps = await _roll(rig, env, "issues-close", [{"shell": CODE}, {"shell": CLOSE}, {"shell": CLOSE}])
     assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
     assert "503" in steps[0].result and steps[0].error is False  # the agent saw the 503
@@ -52,7 +52,7 @@ async def test_service_unavailable_first_calls(rig):
 
 
 async def test_service_timeout_is_held_then_504(rig):
-    env = get_environment("claw", faults=[{"kind": "service_timeout", "calls": 1, "delay_s": 1.5}])
+    env = make_environment("claw", faults=[{"kind": "service_timeout", "calls": 1, "delay_s": 1.5}])
     traj, steps = await _roll(rig, env, "issues-close", [{"shell": f"time {CODE}"}, {"shell": CLOSE}])
     assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
     assert "504" in steps[0].result and "real\t0m1." in steps[0].result, steps[0].result
@@ -61,7 +61,7 @@ async def test_service_timeout_is_held_then_504(rig):
 
 
 async def test_permission_denied_file(rig):
-    env = get_environment("claw", faults=[{"kind": "permission_denied", "path": "data.txt"}])
+    env = make_environment("claw", faults=[{"kind": "permission_denied", "path": "data.txt"}])
     fix = "chmod u+rw data.txt && wc -l < data.txt | tr -d ' ' > count.txt"
     traj, steps = await _roll(rig, env, "files-count-lines", [{"shell": "wc -l < data.txt"}, {"shell": fix}])
     assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
@@ -72,7 +72,7 @@ async def test_permission_denied_file(rig):
 
 
 async def test_permission_denied_default_target_is_a_file_the_solution_names(rig):
-    env = get_environment("claw", faults=[{"kind": "permission_denied"}])
+    env = make_environment("claw", faults=[{"kind": "permission_denied"}])
     traj, _steps = await _roll(rig, env, "files-count-lines", [{"shell": "cat data.txt"}, {"shell": "cat data.txt"}])
     assert traj.status == S.POLICY_FAILURE
     inj, out = _only(traj)
@@ -81,7 +81,7 @@ async def test_permission_denied_default_target_is_a_file_the_solution_names(rig
 
 
 async def test_locked_file_stale_git_lock(rig):
-    env = get_environment("claw", faults=[{"kind": "locked_file"}])
+    env = make_environment("claw", faults=[{"kind": "locked_file"}])
     solve = "cd repo && echo 'Usage: run it' >> README.md && git commit -qam 'update readme'"
     traj, steps = await _roll(rig, env, "git-commit-change",
                               [{"shell": solve}, {"shell": "rm -f repo/.git/index.lock && cd repo && git commit -qam 'update readme'"}])
@@ -92,7 +92,7 @@ async def test_locked_file_stale_git_lock(rig):
 
 
 async def test_flaky_command_fails_once(rig):
-    env = get_environment("claw", faults=[{"kind": "flaky_command"}])  # sqlite3: the program the solution runs
+    env = make_environment("claw", faults=[{"kind": "flaky_command"}])  # sqlite3: the program the solution runs
     cmd = "sqlite3 app.db 'SELECT COUNT(*) FROM users WHERE active=1' > answer.txt"
     traj, steps = await _roll(rig, env, "sqlite-count-active", [{"shell": cmd}, {"shell": cmd}])
     assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
@@ -104,7 +104,7 @@ async def test_flaky_command_fails_once(rig):
 
 
 async def test_missing_tool_worked_around(rig):
-    env = get_environment("claw", faults=[{"kind": "missing_tool", "command": "sqlite3"}])
+    env = make_environment("claw", faults=[{"kind": "missing_tool", "command": "sqlite3"}])
     cmd = "sqlite3 app.db 'SELECT COUNT(*) FROM users WHERE active=1' > answer.txt"
     py = ("python3 -c \"import sqlite3; print(sqlite3.connect('app.db').execute("
           "'SELECT COUNT(*) FROM users WHERE active=1').fetchone()[0])\" > answer.txt")
@@ -121,13 +121,13 @@ def _taskdir(root):
     (d / "setup").mkdir(parents=True)
     (d / "setup" / "data.csv").write_text("name,amount\na,1\nb,2\n")
     (d / "instruction.md").write_text("Write the sum of the amount column of data.csv to total.txt.")
-    (d / "task.toml").write_text('category = "data"\n[[faults]]\nkind = "corrupt_state"\npath = "data.csv"\n')
+    (d / "task.toml").write_text('category = "data"\nexit_code_reward = true\n[[faults]]\nkind = "corrupt_state"\npath = "data.csv"\n')
     (d / "verify.sh").write_text('test "$(cat "$1/total.txt")" = 3\n')
     return root
 
 
 async def test_corrupt_state_declared_in_task_toml(rig, tmp_path):
-    env = get_environment(str(_taskdir(tmp_path / "tasks")))  # [[faults]] alone turns injection on
+    env = make_environment(str(_taskdir(tmp_path / "tasks")))  # [[faults]] alone turns injection on
     fix = "grep -a '^[a-z]*,[0-9]*$' data.csv | awk -F, '{s+=$2} END {print s}' > total.txt"
     traj, steps = await _roll(rig, env, "t", [{"shell": "cat data.csv"}, {"shell": fix}])
     assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
@@ -137,11 +137,11 @@ async def test_corrupt_state_declared_in_task_toml(rig, tmp_path):
 
 
 async def test_recovery_metrics_on_real_trajectories(rig):
-    env = get_environment("claw", faults=[{"kind": "flaky_command", "command": "sqlite3", "fails": 3}])
+    env = make_environment("claw", faults=[{"kind": "flaky_command", "command": "sqlite3", "fails": 3}])
     cmd = "sqlite3 app.db 'SELECT COUNT(*) FROM users WHERE active=1' > answer.txt"
     good, _ = await _roll(rig, env, "sqlite-count-active", [{"shell": cmd}] * 4)
     bad, _ = await _roll(rig, env, "sqlite-count-active", [{"shell": cmd}] * 2)
-    clean_env = get_environment("claw", faults={"fraction": 0.0})
+    clean_env = make_environment("claw", faults={"fraction": 0.0})
     clean, _ = await _roll(rig, clean_env, "sqlite-count-active", [{"shell": cmd}])
     assert (good.status, bad.status, clean.status) == (S.SUCCESS, S.POLICY_FAILURE, S.SUCCESS)
     assert clean.metadata["faults"] == {"faulty": False, "seed": clean.metadata["faults"]["seed"], "injected": [],
@@ -153,3 +153,17 @@ async def test_recovery_metrics_on_real_trajectories(rig):
     assert fs.fault_repeat_rate == 1.0  # both repeated the failing command and it failed again
     assert fs.pass_rate_with_faults == 0.5 and fs.pass_rate_without_faults == 1.0
     assert fs.by_kind["flaky_command"] == {"injected": 2, "met": 2, "recovered": 1, "recovery_rate": 0.5}
+
+
+async def test_service_fault_in_front_of_a_task_dir_service(rig):
+    from pathlib import Path
+
+    env = make_environment(str(Path(__file__).resolve().parents[2] / "examples" / "tasks"),
+                           faults=[{"kind": "service_unavailable", "calls": 1}])
+    task = env.task("mail-reply")
+    probe = "curl -s -o /dev/null -w '%{http_code}\\n' $MAIL_URL/messages"
+    traj, steps = await _roll(rig, env, "mail-reply", [{"shell": probe}, {"shell": env.reference_solution(task)[0]}])
+    assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
+    assert "503" in steps[0].result  # the [[services]] service, reached through the fault forwarder
+    inj, out = _only(traj)
+    assert inj["target"] == "MAIL_URL" and inj["fired"] == 1 and out["met"] and out["recovered"]

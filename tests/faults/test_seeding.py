@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from openforge.plugins import make_environment as get_environment
 from openforge.errors import ConfigError
 from openforge.faults.spec import parse_fault_config, parse_faults, plan_faults
+from openforge.plugins import make_environment
 from openforge.rollout import run_groups
 from openforge.task import Task
 
@@ -36,7 +36,7 @@ def test_same_group_same_faults_other_groups_differ():
 
 
 def test_service_faults_only_where_the_task_has_services():
-    env = get_environment("claw")
+    env = make_environment("claw")
     cfg = parse_fault_config({"faults": [{"kind": "service_unavailable"}]})
     with_svc, without = env.task("issues-close"), env.task("files-count-lines")
     assert plan_faults(with_svc, cfg)[0] and not plan_faults(without, cfg)[0]
@@ -64,9 +64,9 @@ def test_task_toml_faults_are_checked_at_load(tmp_path):
     (d / "verify.sh").write_text("true\n")
     (d / "task.toml").write_text('[[faults]]\nkind = "permission_denied"\nmode = "rw"\n')
     with pytest.raises(ConfigError, match=r"task.toml: faults\[0\].mode"):
-        get_environment(str(d))
+        make_environment(str(d))
     (d / "task.toml").write_text('[[faults]]\nkind = "permission_denied"\npath = "a.txt"\n')
-    env = get_environment(str(d))
+    env = make_environment(str(d))
     assert type(env).__name__ == "FaultyEnvironment"
     assert env.task("t").metadata["faults"][0]["path"] == "a.txt"
 
@@ -75,7 +75,7 @@ async def test_siblings_share_faults_in_real_groups(rig):
     pytest.importorskip("openai")
     from openforge.harnesses.react import ReactHarness
 
-    env = get_environment("claw", faults={"faults": [{"kind": "flaky_command"}, {"kind": "permission_denied"},
+    env = make_environment("claw", faults={"faults": [{"kind": "flaky_command"}, {"kind": "permission_denied"},
                                                      {"kind": "missing_tool"}], "per_episode": 2})
     cmd = "sqlite3 app.db 'SELECT COUNT(*) FROM users WHERE active=1' > answer.txt"
     proxy, launcher, store = await rig({"turns": [{"shell": cmd}, {"tool": {"name": "finish", "arguments": {"answer": "ok"}}}]})
