@@ -45,7 +45,10 @@ class FaultyEnvironment(Environment):
         self._episodes: dict[int, _Episode] = {}
 
     def __getattr__(self, name: str) -> Any:  # environment-specific extras (e.g. claw's state_of)
-        return getattr(self.__dict__["inner"], name)
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
 
     def tasks(self, split: str | None = None) -> list[Task]:
         return self.inner.tasks(split)
