@@ -58,6 +58,8 @@ class EvalRequest(BaseModel):
     launcher: str = "local"
     harness_options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the harness
     max_retries: int = Field(1, ge=0)
+    faults: Any = None  # env.options.faults (openforge.faults): inject faults into the tasks
+    seed: int = 0  # seeds each task group (the injected faults): the same faults on every eval of a model
 
 
 def _final_attempts(results: GroupResults) -> list[Trajectory]:
@@ -85,7 +87,7 @@ async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None, pr
                    run_dir: str | Path | None = None) -> tuple[EvalSummary, list[Trajectory]]:
     """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories
     (``run_dir``: where the environment may write its logs, e.g. task-dir service logs)."""
-    env = load_environment(req.env)
+    env = load_environment(req.env, {"faults": req.faults} if req.faults is not None else None)
     if run_dir is not None:
         env.use_run_dir(Path(run_dir))
     tasks = select_tasks(env, split=req.split, task_ids=req.tasks)
@@ -96,7 +98,8 @@ async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None, pr
                       close_backend=True, proxy=ProxySettings(),
                       rollouts=RolloutSettings(concurrency=req.concurrency, budget_s=req.budget_s, progress=progress))
     async with session:
-        results = await session.groups(tasks, req.trials, max_retries=req.max_retries, min_group=1)
+        results = await session.groups(tasks, req.trials, max_retries=req.max_retries, min_group=1,
+                                       seed=req.seed)
     by_id = {t.id: t for t in tasks}
     trajs = []
     counters: dict[str, int] = {}

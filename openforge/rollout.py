@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 import traceback
 import uuid
@@ -173,6 +174,10 @@ class _Rollout:
             "metrics": {**traj.metrics, **{k: round(v, 4) for k, v in timings.items()}},
             "metadata": {**traj.metadata, **meta, "budget_s": self.budget, "launcher": launcher.name},
         })
+        if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
+            from .faults.record import record_faults
+
+            traj = record_faults(traj)
         _store(req.store, traj)
         if cancelled:
             raise asyncio.CancelledError
@@ -185,6 +190,10 @@ def _launch_status(e: BaseException, default: RolloutStatus = S.INFRA_ERROR) -> 
 
 
 async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta: dict[str, Any]) -> None:
+    try:
+        meta.update(await asyncio.wait_for(environment.rollout_metadata(task, sandbox), 30))
+    except Exception as e:
+        meta["rollout_metadata_error"] = _err(e)
     try:
         await asyncio.wait_for(environment.teardown(task, sandbox), 30)
     except Exception as e:
@@ -312,6 +321,7 @@ class GroupRequest:
     model: str = "openforge-policy"
     success_threshold: float = 1.0
     provision_timeout_s: float = 300.0
+    seed: int | None = None  # seeds each group's group_seed (e.g. its injected faults); None: fresh
 
     def make_harness(self) -> Harness:
         return self.harness if isinstance(self.harness, Harness) else self.harness()
@@ -334,7 +344,11 @@ async def run_groups(request: GroupRequest | Sequence[Task], group_size: int | N
     failed attempt is kept in ``discarded`` with its reason (and stored). Non-trainable members
     (harness/env/infra errors, cancelled) never enter a group; policy failures and timeouts do. A
     group with fewer than ``min_group`` trainable members is dropped, never handed over as a group
-    of one (GRPO would see no variance), and recorded in ``dropped``."""
+    of one (GRPO would see no variance), and recorded in ``dropped``.
+
+    Every group gets a seed (``task.metadata["group_seed"]``, the same for all its members and
+    retries; drawn from ``seed`` when given, else fresh), which seeds what the environment varies
+    per group, such as injected faults (:mod:`openforge.faults`)."""
     if isinstance(request, GroupRequest):
         if group_size is not None or concurrency is not None or fields:
             raise TypeError("run_groups takes a GroupRequest or (tasks, group_size, concurrency, **fields), not both")
@@ -347,7 +361,9 @@ async def run_groups(request: GroupRequest | Sequence[Task], group_size: int | N
 
 
 async def _run_groups(req: GroupRequest) -> GroupResults:
-    tasks, group_size = req.tasks, req.group_size
+    rng = random.Random(req.seed)
+    tasks = [t.model_copy(update={"metadata": {**t.metadata, "group_seed": rng.getrandbits(48)}}) for t in req.tasks]
+    group_size = req.group_size
     if group_size < 1 or req.concurrency < 1:
         from .errors import ConfigError
 

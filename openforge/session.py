@@ -212,16 +212,18 @@ class Session:
 
     # -- running ---------------------------------------------------------------------------------
     async def groups(self, tasks: Sequence[Task], group_size: int, *, min_group: int = 2, max_retries: int = 2,
-                     proxy: RolloutProxy | None = None) -> GroupResults:
+                     proxy: RolloutProxy | None = None, environment: Environment | None = None,
+                     seed: int | None = None) -> GroupResults:
         """``group_size`` rollouts of each task (see :func:`~openforge.rollout.run_groups`), through
-        ``proxy`` (default: the session's)."""
+        ``proxy`` (default: the session's) and ``environment`` (default: the session's; e.g. a teacher's
+        fault-free view of it); ``seed`` seeds each group's ``group_seed``."""
         env, launcher, harness = self._require()
         rs = self.rollout_settings
         return await run_groups(GroupRequest(
             tasks=list(tasks), group_size=group_size, concurrency=rs.concurrency, harness=harness,
-            environment=env, launcher=launcher, proxy=proxy or self.proxy, store=self.store,
+            environment=environment or env, launcher=launcher, proxy=proxy or self.proxy, store=self.store,
             max_retries=max_retries, min_group=min_group, budget_s=rs.budget_s, progress=rs.progress,
-            model=rs.model, success_threshold=rs.success_threshold))
+            model=rs.model, success_threshold=rs.success_threshold, seed=seed))
 
     async def rollout(self, task: Task, *, rollout_id: str | None = None,
                       metadata: Mapping[str, Any] | None = None) -> Trajectory:

@@ -56,8 +56,11 @@ async def collect_teacher(session: Session, tasks: Sequence[Task], *, teacher: s
     if env is None:
         raise ConfigError("teacher rollouts need a session with an environment")
     backend = backend_for(teacher, environment=env, tasks=tasks, tokenizer=tokenizer)
+    from .faults.env import without_faults  # demonstrations are recorded on clean episodes
+
     async with session.side_proxy(backend, "teacher", sampling={"max_tokens": max_tokens}) as proxy:
-        groups = await session.groups(teacher_tasks(env, tasks, teacher), k, proxy=proxy, min_group=1)
+        groups = await session.groups(teacher_tasks(env, tasks, teacher), k, proxy=proxy, min_group=1,
+                                      environment=without_faults(env))
     return _successes(groups), groups
 
 
@@ -74,8 +77,11 @@ async def export_teacher_rollouts(cfg: RunConfig, *, teacher: str, k: int, progr
     backend = backend_for(teacher, environment=env, tasks=tasks)
     session = Session.from_config(cfg, backend, environment=env, store=run_dir / "trajectories.db",
                                   progress=progress, close_backend=True)
+    from .faults.env import without_faults  # demonstrations are recorded on clean episodes
+
     async with session:
-        groups = await session.groups(teacher_tasks(env, tasks, teacher), k, min_group=1)
+        groups = await session.groups(teacher_tasks(env, tasks, teacher), k, min_group=1,
+                                      environment=without_faults(env))
     return [t for g in groups for t in g.trajectories]
 
 

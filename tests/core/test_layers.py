@@ -26,10 +26,12 @@ REGISTRY = {"openforge.plugins"}
 LAYERS: list[tuple[str, ...]] = [
     ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins",
      "openforge.extras", "openforge.paths"),
-    ("openforge.trajectory", "openforge.finite", "openforge.trajectory_io", "openforge.store"),
+    # analysis.steps / analysis.recovery are pure readings of a trajectory (the fault recorder uses them)
+    ("openforge.trajectory", "openforge.finite", "openforge.trajectory_io", "openforge.store",
+     "openforge.analysis.steps", "openforge.analysis.recovery"),
     ("openforge.proxy",),
     ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",
-     "openforge.config"),
+     "openforge.faults", "openforge.config"),
     ("openforge.seams", "openforge.rollout", "openforge.session"),
     ("openforge.train", "openforge.analysis"),
     ("openforge.teacher", "openforge.evaluation", "openforge.forge", "openforge.recipes"),
