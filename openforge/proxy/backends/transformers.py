@@ -133,8 +133,14 @@ def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
             f"transformers:{name_or_path}: not a local model directory and not a known alias "
             f"({', '.join(sorted(SMOLLM2_ALIASES))}); openforge never downloads models"
         )
-    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype or torch.float32, local_files_only=True)
+    from ...modeldir import check_model_dir
+
+    check_model_dir(p)  # what is missing, named, instead of transformers' traceback
+    try:
+        tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype or torch.float32, local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"transformers:{name_or_path}: cannot load the model: {e}") from None
     model.eval()
     return model, tok
 
