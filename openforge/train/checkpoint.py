@@ -37,7 +37,7 @@ from typing import Any, Protocol
 from ..errors import ConfigError
 from ..modeldir import BASE_MODEL_IDS, CHAT_TEMPLATE_FILE, META_FILE, ModelMeta, read_meta, template_sha256
 
-__all__ = ["INDEX_FILE", "Checkpoints", "resolve_checkpoint", "write_model_files"]
+__all__ = ["INDEX_FILE", "Checkpoints", "build_meta", "resolve_checkpoint", "write_model_files"]
 
 INDEX_FILE = "index.json"
 INITIAL = "initial"
@@ -70,6 +70,18 @@ def base_model_of(name: str) -> str:
     p = Path(name).expanduser()
     meta = read_meta(p) if p.is_dir() else None
     return meta.base_model if meta is not None else name
+
+
+def build_meta(cfg: Any, run_dir: Path, step: int, *, template: str, parser: str) -> ModelMeta:
+    """``openforge.json`` of the weights after GRPO step ``step`` of the run ``cfg`` / ``run_dir``."""
+    from .. import __version__
+
+    return ModelMeta(
+        run=run_dir.name, run_dir=str(run_dir), step=step, recipe=cfg.recipe, algorithm=cfg.algorithm,
+        harnesses=harness_names(cfg.harness), environment=cfg.env.name, tool_call_parser=parser,
+        base_model=base_model_of(cfg.model.name), init_model=cfg.model.name,
+        chat_template_sha256=template_sha256(template), openforge_version=__version__,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
 def harness_names(harness: Any) -> list[str]:
@@ -189,15 +201,7 @@ class Checkpoints:
         return final
 
     def meta(self, step: int) -> ModelMeta:
-        from .. import __version__
-
-        cfg = self.cfg
-        return ModelMeta(
-            run=self.run_dir.name, run_dir=str(self.run_dir), step=step, recipe=cfg.recipe, algorithm=cfg.algorithm,
-            harnesses=harness_names(cfg.harness), environment=cfg.env.name, tool_call_parser=self.parser,
-            base_model=base_model_of(cfg.model.name), init_model=cfg.model.name,
-            chat_template_sha256=template_sha256(self.template), openforge_version=__version__,
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        return build_meta(self.cfg, self.run_dir, step, template=self.template, parser=self.parser)
 
     # -- retention -----------------------------------------------------------------------------
     def scores(self) -> dict[str, float]:
