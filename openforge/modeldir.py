@@ -4,7 +4,9 @@ Owns: :data:`META_FILE` (``openforge.json``), :class:`ModelMeta` (run, step, rec
 tool-call parser to serve it with, base model, the SHA-256 of the chat template that rendered its
 training prompts), :func:`read_meta`, :func:`missing_parts` and :func:`check_model_dir` (a clear
 :class:`~openforge.errors.ConfigError` naming what is missing, before transformers raises a traceback),
-:data:`BASE_MODEL_IDS` (the Hugging Face id of a built-in alias, for model cards).
+:data:`BASE_MODEL_IDS` (the Hugging Face id of a built-in alias, for model cards), :func:`resolve_checkpoint` /
+:func:`resolve_model_name` (``RUN@last`` / ``@best`` / ``@N`` / ``@base``: a run's checkpoint as a model, for
+every ``transformers:`` spec and ``model.name``).
 
 A complete model directory holds ``config.json``, weights (``*.safetensors`` or ``pytorch_model*.bin``),
 a tokenizer (``tokenizer.json``, or ``tokenizer.model`` / ``vocab.json`` + ``merges.txt``, with
@@ -30,10 +32,14 @@ __all__ = [
     "check_model_dir",
     "missing_parts",
     "read_meta",
+    "resolve_checkpoint",
+    "resolve_model_name",
     "template_sha256",
 ]
 
 META_FILE = "openforge.json"
+INDEX_FILE = "index.json"  # checkpoints/index.json: which weights each GRPO step left (openforge.train.checkpoint)
+INITIAL = "initial"  # an index entry whose weights are the run's starting model
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 #: Files of a checkpoint that only resuming a run needs (never part of an exported model).
 TRAINER_ONLY_FILES = ("trainer_state.pt", "trainer.json", "reference.safetensors")
@@ -129,6 +135,63 @@ def check_model_dir(path: str | Path, *, what: str = "model directory") -> Path:
     return p
 
 
-def load_json(path: Path) -> dict:
-    """A JSON object file, or ``{}`` when it is absent."""
-    return json.loads(path.read_text()) if path.is_file() else {}
+def _step_entry(entries: list[dict[str, Any]], step: int) -> dict[str, Any]:
+    for e in entries:
+        if e["step"] == step:
+            return e
+    raise ConfigError(f"no GRPO step {step} in this run (steps: {', '.join(str(e['step']) for e in entries) or 'none'})")
+
+
+def resolve_checkpoint(run_dir: str | Path, selector: str = "last") -> Path | str:
+    """The model of ``RUN@selector``: ``last`` (default), ``best``, a step number, or ``base`` (the
+    model the run started from: an alias or path). A path that is itself a model is returned as is."""
+    run = Path(run_dir).expanduser()
+    if (run / "config.json").is_file() and not (run / "checkpoints").is_dir():
+        return run  # already a model directory
+    ckdir = run / "checkpoints"
+    if not (run / "config.yaml").is_file():
+        raise ConfigError(f"{run}: not a run directory (no config.yaml) and not a model directory")
+    if selector == "base":
+        import yaml
+
+        return str((yaml.safe_load((run / "config.yaml").read_text()).get("model") or {}).get("name", "smollm2-135m"))
+    index = json.loads((ckdir / INDEX_FILE).read_text()) if (ckdir / INDEX_FILE).is_file() else {}
+    entries = index.get("steps", [])
+    on_disk = sorted((int(p.name.split("-")[1]), p.name) for p in ckdir.glob("step-*")
+                     if p.is_dir() and p.name.split("-", 1)[1].isdigit()) if ckdir.is_dir() else []
+    kept = ", ".join(n for _, n in on_disk) or "none"
+    if selector in ("last", "latest"):
+        name = index.get("latest") or (on_disk[-1][1] if on_disk else None)
+        if name == INITIAL:
+            return resolve_checkpoint(run, "base")
+    elif selector == "best":
+        name = index.get("best")
+        if not name:
+            raise ConfigError(f"{run}: no checkpoint has a score yet (a checkpoint is scored by the rollouts it "
+                              f"sampled at the following steps); kept: {kept}")
+    elif selector.isdigit():
+        name = _step_entry(entries, int(selector)).get("checkpoint") if entries else f"step-{selector}"
+        if name == INITIAL:
+            return resolve_checkpoint(run, "base")
+        if name is None:
+            raise ConfigError(f"{run}: the weights after step {selector} were not saved (trainer.checkpoint_every); "
+                              f"kept: {kept}")
+    else:
+        raise ConfigError(f"{run}@{selector}: expected @last, @best, @base or a step number")
+    if not name:
+        raise ConfigError(f"{run}: no checkpoint saved")
+    path = ckdir / name
+    if not path.is_dir():
+        raise ConfigError(f"{run}: checkpoint {name} was removed by retention (trainer.keep_checkpoints / "
+                          f"keep_best); kept: {kept}")
+    return path
+
+
+def resolve_model_name(name: str) -> str:
+    """``RUN@last`` / ``RUN@best`` / ``RUN@N`` / ``RUN@base`` → that model; any other name unchanged."""
+    if "@" not in name or Path(name).expanduser().exists():
+        return name
+    run, _, selector = name.rpartition("@")
+    if not run or not Path(run).expanduser().is_dir():
+        return name
+    return str(resolve_checkpoint(run, selector))

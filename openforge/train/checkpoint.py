@@ -2,7 +2,7 @@
 
 Owns: :func:`write_model_files` (tokenizer, the exact chat template and ``openforge.json`` next to the
 weights), :class:`Checkpoints` (saving, the ``checkpoints/index.json`` manifest, retention, the resume
-point) and :func:`resolve_checkpoint` (``RUN@last`` / ``@best`` / ``@N`` / ``@base`` → a model).
+point) (``RUN@last`` / ``@best`` / ``@N`` are resolved by :func:`openforge.modeldir.resolve_checkpoint`).
 
 Each checkpoint ``checkpoints/step-N`` is a model ``transformers`` loads alone (weights, config,
 tokenizer, ``chat_template.jinja``, ``openforge.json``), plus what resuming needs (``trainer.json``;
@@ -34,13 +34,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ConfigError
-from ..modeldir import BASE_MODEL_IDS, CHAT_TEMPLATE_FILE, META_FILE, ModelMeta, read_meta, template_sha256
+from ..modeldir import (BASE_MODEL_IDS, CHAT_TEMPLATE_FILE, INDEX_FILE, INITIAL, META_FILE, ModelMeta, read_meta,
+                        template_sha256)
 
-__all__ = ["INDEX_FILE", "Checkpoints", "build_meta", "resolve_checkpoint", "write_model_files"]
+__all__ = ["Checkpoints", "build_meta", "write_model_files"]
 
-INDEX_FILE = "index.json"
-INITIAL = "initial"
 RESUME_ONLY = ("trainer_state.pt", "reference.safetensors")
 
 
@@ -236,55 +234,3 @@ class Checkpoints:
 
     def size_bytes(self) -> int:
         return _du(self.dir) if self.dir.is_dir() else 0
-
-
-def _step_entry(entries: list[dict[str, Any]], step: int) -> dict[str, Any]:
-    for e in entries:
-        if e["step"] == step:
-            return e
-    raise ConfigError(f"no GRPO step {step} in this run (steps: {', '.join(str(e['step']) for e in entries) or 'none'})")
-
-
-def resolve_checkpoint(run_dir: str | Path, selector: str = "last") -> Path | str:
-    """The model of ``RUN@selector``: ``last`` (default), ``best``, a step number, or ``base`` (the
-    model the run started from: an alias or path). A path that is itself a model is returned as is."""
-    run = Path(run_dir).expanduser()
-    if (run / "config.json").is_file() and not (run / "checkpoints").is_dir():
-        return run  # already a model directory
-    ckdir = run / "checkpoints"
-    if not (run / "config.yaml").is_file():
-        raise ConfigError(f"{run}: not a run directory (no config.yaml) and not a model directory")
-    if selector == "base":
-        import yaml
-
-        return str((yaml.safe_load((run / "config.yaml").read_text()).get("model") or {}).get("name", "smollm2-135m"))
-    index = json.loads((ckdir / INDEX_FILE).read_text()) if (ckdir / INDEX_FILE).is_file() else {}
-    entries = index.get("steps", [])
-    on_disk = sorted((int(p.name.split("-")[1]), p.name) for p in ckdir.glob("step-*")
-                     if p.is_dir() and p.name.split("-", 1)[1].isdigit()) if ckdir.is_dir() else []
-    kept = ", ".join(n for _, n in on_disk) or "none"
-    if selector in ("last", "latest"):
-        name = index.get("latest") or (on_disk[-1][1] if on_disk else None)
-        if name == INITIAL:
-            return resolve_checkpoint(run, "base")
-    elif selector == "best":
-        name = index.get("best")
-        if not name:
-            raise ConfigError(f"{run}: no checkpoint has a score yet (a checkpoint is scored by the rollouts it "
-                              f"sampled at the following steps); kept: {kept}")
-    elif selector.isdigit():
-        name = _step_entry(entries, int(selector)).get("checkpoint") if entries else f"step-{selector}"
-        if name == INITIAL:
-            return resolve_checkpoint(run, "base")
-        if name is None:
-            raise ConfigError(f"{run}: the weights after step {selector} were not saved (trainer.checkpoint_every); "
-                              f"kept: {kept}")
-    else:
-        raise ConfigError(f"{run}@{selector}: expected @last, @best, @base or a step number")
-    if not name:
-        raise ConfigError(f"{run}: no checkpoint saved")
-    path = ckdir / name
-    if not path.is_dir():
-        raise ConfigError(f"{run}: checkpoint {name} was removed by retention (trainer.keep_checkpoints / "
-                          f"keep_best); kept: {kept}")
-    return path

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..modeldir import CHAT_TEMPLATE_FILE, META_FILE, TRAINER_ONLY_FILES, check_model_dir, read_meta
-from .checkpoint import build_meta, resolve_checkpoint, write_model_files
+from ..modeldir import (CHAT_TEMPLATE_FILE, META_FILE, TRAINER_ONLY_FILES, check_model_dir, read_meta,
+                        resolve_checkpoint)
+from .checkpoint import build_meta, write_model_files
 from .model_card import model_card
 
 __all__ = ["Exported", "export_model", "verl_merge_command"]

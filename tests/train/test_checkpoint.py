@@ -116,7 +116,7 @@ def test_resume_point_after_unchanged_steps(make):
 
 
 def test_resolve_checkpoint_selectors(make, tmp_path):
-    from openforge.train.checkpoint import resolve_checkpoint
+    from openforge.modeldir import resolve_checkpoint
 
     ck, tr = make(keep_checkpoints=2, keep_best=True)
     _steps(ck, tr, [0.1, 0.9, 0.2, 0.1, 0.3], [True] * 5)

@@ -70,6 +70,11 @@ def load_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
     from transformers import AutoTokenizer
 
     if name_or_path.lower() not in SMOLLM2_ALIASES:
+        from ...modeldir import resolve_model_name
+
+        name_or_path = resolve_model_name(name_or_path)  # RUN@last / @best / @N: that checkpoint
+        if name_or_path.lower() in SMOLLM2_ALIASES:  # RUN@base of a run that started from the default
+            return load_tokenizer(name_or_path)
         return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
     d = cache_dir() / _CACHE_NAME
     with _load_lock:
@@ -121,7 +126,11 @@ def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
 
 
 def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
-    """``smollm2-135m`` (and aliases) or a local HF model directory → ``(model, tokenizer)``."""
+    """``smollm2-135m`` (and aliases), a local HF model directory, or ``RUN@last`` / ``@best`` / ``@N`` /
+    ``@base`` (a run's checkpoint, :func:`openforge.modeldir.resolve_model_name`) → ``(model, tokenizer)``."""
+    from ...modeldir import resolve_model_name
+
+    name_or_path = resolve_model_name(name_or_path)
     if name_or_path.lower() in SMOLLM2_ALIASES:
         return load_smollm2(dtype)
     import torch
