@@ -34,8 +34,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..modeldir import (BASE_MODEL_IDS, CHAT_TEMPLATE_FILE, INDEX_FILE, INITIAL, META_FILE, ModelMeta, read_meta,
-                        template_sha256)
+from ..modeldir import (
+    BASE_MODEL_IDS,
+    CHAT_TEMPLATE_FILE,
+    INDEX_FILE,
+    INITIAL,
+    META_FILE,
+    ModelMeta,
+    read_meta,
+    template_sha256,
+)
 
 __all__ = ["Checkpoints", "build_meta", "write_model_files"]
 

@@ -23,8 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..modeldir import (CHAT_TEMPLATE_FILE, META_FILE, TRAINER_ONLY_FILES, check_model_dir, read_meta,
-                        resolve_checkpoint)
+from ..modeldir import (
+    CHAT_TEMPLATE_FILE,
+    META_FILE,
+    TRAINER_ONLY_FILES,
+    check_model_dir,
+    read_meta,
+    resolve_checkpoint,
+)
 from .checkpoint import build_meta, write_model_files
 from .model_card import model_card
 

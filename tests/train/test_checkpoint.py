@@ -126,7 +126,7 @@ def test_resolve_checkpoint_selectors(make, tmp_path):
     assert resolve_checkpoint(run, "best").name == "step-1"
     assert resolve_checkpoint(run, "4").name == "step-4"
     assert resolve_checkpoint(run, "base") == "smollm2-135m"
-    with pytest.raises(ConfigError, match="removed by retention.*kept: step-1, step-4, step-5"):
+    with pytest.raises(ConfigError, match=r"removed by retention.*kept: step-1, step-4, step-5"):
         resolve_checkpoint(run, "2")
     with pytest.raises(ConfigError, match="no GRPO step 9"):
         resolve_checkpoint(run, "9")
@@ -146,8 +146,51 @@ def test_not_a_model_is_named(make, tmp_path):
     with pytest.raises(ConfigError, match=r"missing tokenizer files.*forge export model"):
         parse_backend_spec(f"transformers:{old}")
     (ck.dir / "step-1" / "chat_template.jinja").unlink()
-    with pytest.raises(ConfigError, match="chat_template.jinja"):
+    with pytest.raises(ConfigError, match=r"chat_template\.jinja"):
         check_model_dir(ck.dir / "step-1")
     (ck.run_dir / "config.yaml").write_text("recipe: x\n")
-    with pytest.raises(ConfigError, match="is a run directory.*@last"):
+    with pytest.raises(ConfigError, match=r"is a run directory.*@last"):
         check_model_dir(ck.run_dir)
+
+
+class _Tasks:
+    """An environment's task list (``load_tasks`` reads nothing else)."""
+
+    def tasks(self, split=None):
+        from openforge.task import Task
+
+        return [Task(id=f"task-{i}", instruction="x") for i in range(4)]
+
+
+async def test_forge_train_skips_unchanged_steps_and_resumes(tiny_llama, tokenizer, tmp_path):
+    """Through ``Forge.train``: a tied step writes no checkpoint, and a second run resumes after it."""
+    from openforge.config import RunConfig
+    from openforge.proxy.backends.transformers import TransformersBackend
+    from openforge.proxy.server import ProxyServer
+    from openforge.train.cpu import CPUTrainer
+
+    from .test_dynamic_sampling import ScriptedRewards
+
+    def forge(steps, draws):
+        cfg = RunConfig(run_dir=str(tmp_path / "run"), rollout={"tasks_per_step": 2, "group_size": 2},
+                        trainer={"steps": steps, "keep_checkpoints": None,
+                                 "cpu": {"lr": 1e-3, "micro_batch_tokens": 64, "max_resample_rounds": 0}})
+        f = ScriptedRewards(cfg, draws)
+        f.run_dir.mkdir(parents=True, exist_ok=True)
+        f.model, f.tokenizer, f.env = tiny_llama, tokenizer, _Tasks()
+        f.backend = TransformersBackend(tiny_llama, tokenizer)
+        f.proxy = ProxyServer(f.backend)
+        f.trainer = CPUTrainer(tiny_llama, cfg.trainer.cpu)
+        return f
+
+    mixed, tied = [[1.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]
+    summary = await forge(3, [mixed, tied, mixed]).train()
+    assert [s["gradient_step"] for s in summary["steps"]] == [True, False, True]
+    ck = tmp_path / "run" / "checkpoints"
+    assert sorted(p.name for p in ck.glob("step-*")) == ["step-1", "step-3"]  # step 2 changed nothing
+    steps = json.loads((ck / "index.json").read_text())["steps"]
+    assert [e["checkpoint"] for e in steps] == ["step-1", "step-1", "step-3"]
+    again = forge(4, [mixed])
+    summary = await again.train()
+    assert [s["step"] for s in summary["steps"]] == [4]
+    assert again.trainer.step_count == 3  # resumed from step-3 (2 optimizer steps), then step 4
