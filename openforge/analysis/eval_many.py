@@ -25,13 +25,9 @@ from .passk import EvalSummary
 
 __all__ = ["backend_label", "comparison_rows", "eval_backends", "normalize_backend"]
 
-_KIND = re.compile(r"^(scripted|transformers|vllm|openai):")
-
 
 def normalize_backend(spec: str) -> str:
-    """``RUN@sel`` or a model directory → ``transformers:…``; every other spec unchanged."""
-    if spec == "reference" or _KIND.match(spec):
-        return spec
+    """``RUN@sel`` or a model directory → ``transformers:…``; every other spec (``KIND:ARG``) unchanged."""
     path = spec.rpartition("@")[0] if "@" in spec and not Path(spec).exists() else spec
     if path and Path(path).expanduser().is_dir():
         return f"transformers:{spec}"

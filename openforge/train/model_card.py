@@ -93,7 +93,7 @@ tags: [openforge, {meta.algorithm}, agent, tool-use]
 
 # {meta.run} · step {meta.step}
 
-Trained with [openforge](https://github.com/openforge) recipe `{meta.recipe}` ({meta.algorithm}) inside the
+Trained with openforge recipe `{meta.recipe}` ({meta.algorithm}) inside the
 `{', '.join(meta.harnesses)}` harness(es) on the `{meta.environment}` environment, starting from
 `{meta.base_model}` (run model `{meta.init_model}`). Weights after {meta.step} GRPO step(s)
 (0: after the SFT warm-start). openforge {meta.openforge_version}, saved {meta.created_at}.

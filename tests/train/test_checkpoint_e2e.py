@@ -18,7 +18,7 @@ import httpx
 import pytest
 from testdeps import smollm2_tokenizer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # training alone takes 5-10 min on a loaded 2-core box
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS_OPTS = ["--harness-opt", "max_turns=2", "--harness-opt", "max_tokens=48", "--harness-opt", "max_output=400"]
@@ -41,7 +41,9 @@ def run_dir(tmp_path_factory):
     from openforge.forge import run
 
     d = tmp_path_factory.mktemp("ckpt-e2e") / "claw-grpo"
-    run(recipe="claw-grpo", preset="test", overrides=[f"run_dir={d}"], progress=False)
+    # the test preset, without its resample round (half the rollouts; the step still runs the optimizer)
+    run(recipe="claw-grpo", preset="test", overrides=[f"run_dir={d}", "trainer.cpu.max_resample_rounds=0"],
+        progress=False)
     return d
 
 
