@@ -58,8 +58,9 @@ async def eval_backends(req: EvalRequest, backends: Sequence[str], out: str | Pa
         spec = normalize_backend(spec)
         label = backend_label(spec)
         one = req.model_copy(update={"backend": spec})
-        summary, trajs = await run_eval(one, progress=progress)
-        d = write_eval_dir(Path(out) / f"{i + 1}-{label}", one, summary, trajs)
+        d = Path(out) / f"{i + 1}-{label}"
+        summary, trajs = await run_eval(one, progress=progress, run_dir=d)
+        write_eval_dir(d, one, summary, trajs)
         results.append((label, d, summary))
     return results
 

@@ -111,7 +111,7 @@ def register(app: typer.Typer) -> None:
         if len(backend) > 1:
             _eval_many(req, backend, out, as_json)
             return
-        summary, trajs = asyncio.run(run_eval(req, progress=not as_json))
+        summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
         write_eval_dir(out, req, summary, trajs)
         if as_json:
             typer.echo(json.dumps(summary.model_dump(mode="json"), indent=1))
