@@ -47,6 +47,7 @@ from .trajectory import Trajectory
 if TYPE_CHECKING:
     from .proxy.recorder import RolloutHandle
     from .proxy.server import ProxyServer
+    from .train.checkpoint import Checkpoints
 
 __all__ = ["Forge", "arun", "episode_runner", "load_tasks", "run"]
 
@@ -230,7 +231,7 @@ class Forge:
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 
-    def checkpoints(self) -> Any:
+    def checkpoints(self) -> Checkpoints:
         """The run's :class:`~openforge.train.checkpoint.Checkpoints` (complete model dirs, retention)."""
         from .train.checkpoint import Checkpoints
 
