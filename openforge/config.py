@@ -217,6 +217,9 @@ class TrainerConfig(_Section):
     backend: Literal["cpu", "verl"] = "cpu"
     steps: int = Field(2, ge=0, description="GRPO steps (0: rollouts and metrics only)")
     checkpoint_every: int = Field(1, ge=0, description="save every N steps (0: only at the end)")
+    keep_checkpoints: int | None = Field(2, ge=1, description="full checkpoints kept: the last N (null: all); "
+                                         "a step that changed no weight writes none")
+    keep_best: bool = Field(True, description="also keep the checkpoint whose rollouts scored the best mean reward")
     resume: bool = Field(True, description="continue from the run directory's latest checkpoint")
     cpu: CPUTrainerConfig = Field(default_factory=CPUTrainerConfig)
     verl: VerlConfig = Field(default_factory=VerlConfig)

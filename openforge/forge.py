@@ -9,6 +9,7 @@ over the same :class:`~openforge.config.RunConfig` as ``forge recipe``) and :fun
 A CPU GRPO run (``trainer.backend=cpu``)::
 
     run dir ← config.yaml (resolved) · metrics.jsonl · trajectories.db · checkpoints/step-N · summary.json
+    (checkpoints: complete model directories, kept and indexed by :mod:`openforge.train.checkpoint`)
     [SFT warm-start: teacher rollouts (reference solutions replayed through the real harness + proxy)
      → supervised steps; cached under the cache dir by a key of everything that shapes it]
     for each step: pick tasks_per_step tasks → group_size rollouts each through the real proxy →
@@ -45,6 +46,7 @@ from .trajectory import Trajectory
 
 if TYPE_CHECKING:
     from .environment import Environment
+    from .train.checkpoint import Checkpoints
 
 __all__ = ["Forge", "arun", "load_tasks", "run"]
 
@@ -166,10 +168,12 @@ class Forge:
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 
-    def _latest_checkpoint(self) -> Path | None:
-        ck = self.run_dir / "checkpoints"
-        steps = sorted((int(p.name.split("-")[1]), p) for p in ck.glob("step-*") if (p / "trainer.json").is_file())
-        return steps[-1][1] if steps else None
+    def checkpoints(self) -> Checkpoints:
+        """The run's :class:`~openforge.train.checkpoint.Checkpoints` (complete model dirs, retention)."""
+        from .train.checkpoint import Checkpoints
+
+        return Checkpoints(self.run_dir, self.cfg, trainer=self.trainer, tokenizer=self.tokenizer,
+                           template=self.proxy.renderer.template, parser=self.proxy.renderer.parser.name)
 
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
@@ -179,12 +183,14 @@ class Forge:
         tasks = load_tasks(cfg, self.env)
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "recipe": cfg.recipe, "tasks": len(tasks),
                                    "steps": []}
-        start = 0
-        ck = self._latest_checkpoint() if cfg.trainer.resume else None
+        ckpts = self.checkpoints()
+        ck, start = ckpts.resume_point() if cfg.trainer.resume else (None, 0)
         if ck is not None:
-            meta = self.trainer.load(ck)
-            start = int(meta.get("grpo_step", 0))
+            self.trainer.load(ck)
+            ckpts.resumed()
             self.console.log(f"resumed from {ck} (GRPO step {start})")
+        elif start:
+            self.console.log(f"resumed at GRPO step {start} (no step has changed the starting model)")
         elif cfg.sft.enabled:
             from .teacher import warm_start
 
@@ -193,7 +199,10 @@ class Forge:
                 sft_tasks = list(self.env.tasks(cfg.env.split))
             summary["sft"] = await warm_start(self.runtime, cfg, sft_tasks, model=self.model, tokenizer=self.tokenizer,
                                               run_dir=self.run_dir, log=self.console.log)
+            ckpts.weights_changed_before_training()
         if cfg.algorithm == "sft":
+            if ck is None:
+                ckpts.save(0)
             self._finish(summary)
             return summary
         rng = random.Random(cfg.seed)
@@ -203,8 +212,11 @@ class Forge:
             line = await self._grpo_step(step, order)
             summary["steps"].append(line)
             every = cfg.trainer.checkpoint_every
-            if (every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps:
-                self.trainer.save(self.run_dir / "checkpoints" / f"step-{step + 1}", extra={"grpo_step": step + 1})
+            due = bool(every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps
+            saved = ckpts.after_step(step + 1, line, due=due)
+            if due:
+                self.console.log(f"checkpoint {saved}" if saved else f"step {step + 1}: weights unchanged, "
+                                 f"no checkpoint written (they are {ckpts.current})")
         self._finish(summary)
         return summary
 

@@ -51,13 +51,33 @@ def _status_line(statuses: dict[str, int]) -> str:
     return "  ".join(f"{k}={v}" for k, v in sorted(statuses.items(), key=lambda kv: -kv[1])) or "none"
 
 
+def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
+    """``forge eval -b A -b B ...``: each back-end on the same tasks, then one side-by-side table."""
+    import asyncio
+
+    from ..analysis.compare import compare_table
+    from ..analysis.eval_many import comparison_rows, eval_backends
+
+    results = asyncio.run(eval_backends(req, backends, out, progress=not as_json))
+    rows = comparison_rows(results, k=req.trials)
+    if as_json:
+        typer.echo(json.dumps([{"backend": label, "dir": str(d), "summary": s.model_dump(mode="json")}
+                               for label, d, s in results], indent=1))
+        return
+    con = _console()
+    for label, _d, s in results:
+        con.print(f"[bold]{label}[/]: {s.tasks} tasks × {s.k} trials · statuses {_status_line(s.statuses)}")
+    con.print(compare_table(rows))
+    con.print(f"wrote {out}/ (one forge eval directory per back-end) — forge compare {out}/*")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
         harness: str = typer.Option(None, "--harness", "-H", help="harness name (forge harness list)  [required]"),
         harness_old: str = typer.Option(None, "-h", hidden=True, help="old spelling of -H"),
         env: str = typer.Option(..., "--env", "-e", help="environment name, module:Class, or a task directory"),
-        backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL | reference (replay the tasks' reference solutions)"),
+        backend: list[str] = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL | reference (replay the tasks' reference solutions) | RUN@last / @best / @N / @base (a run's checkpoint); repeat to compare back-ends in one table"),
         trials: int = typer.Option(3, "--trials", "-k", min=1, help="runs per task (k of pass@k / pass^k)"),
         split: str = typer.Option("eval", "--split", help="task split: eval, train or all"),
         task: list[str] = typer.Option([], "--task", help="only these task ids (repeatable)"),
@@ -85,13 +105,18 @@ def register(app: typer.Typer) -> None:
 
         harness = either(harness, harness_old, "--harness/-H", "-h", required=True)
         budget_s = either(budget_s, budget_old, "--budget-s", "--budget")
-        req = EvalRequest(harness=harness, env=env, backend=backend, trials=trials,
+        from ..analysis.eval_many import normalize_backend
+
+        req = EvalRequest(harness=harness, env=env, backend=normalize_backend(backend[0]), trials=trials,
                           split=None if split == "all" else split, tasks=list(task), concurrency=concurrency,
                           budget_s=budget_s, tokenizer=tokenizer, launcher=launcher,
                           harness_options=parse_options(harness_opt, "--harness-opt"),
                           faults=fault_option(faults, fault_fraction))
         if out is None:
             out = Path("runs") / f"eval-{harness}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
+        if len(backend) > 1:
+            _eval_many(req, backend, out, as_json)
+            return
         summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
         write_eval_dir(out, req, summary, trajs)
         if as_json:
