@@ -173,7 +173,8 @@ class Forge:
         from .train.checkpoint import Checkpoints
 
         return Checkpoints(self.run_dir, self.cfg, trainer=self.trainer, tokenizer=self.tokenizer,
-                           template=self.proxy.renderer.template, parser=self.proxy.renderer.parser.name)
+                           template=self.runtime.proxy.renderer.template,
+                           parser=self.runtime.proxy.renderer.parser.name)
 
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
