@@ -285,7 +285,7 @@ class RunConfig(_Section):
                 f"trainer.cpu.temperature ({self.trainer.cpu.temperature}) must equal rollout.temperature "
                 f"({self.rollout.temperature}): the trainer rescales logits by the sampling temperature"
             )
-        if self.harness.is_mix and self.trainer.backend == "verl":
+        if len(self.harness.names()) > 1 and self.trainer.backend == "verl":
             problems.append(f"harness.name: the veRL back-end runs one harness per run (got {self.harness.name}); "
                             "multi-harness runs use trainer.backend=cpu")
         if self.algorithm == "sft" and self.trainer.backend == "verl":

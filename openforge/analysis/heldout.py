@@ -83,15 +83,18 @@ def _numbers(trajs: Sequence[Trajectory], k: int) -> dict[str, Any]:
             "pass_hat_k": s.pass_hat_k, "k": k}
 
 
-async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str) -> dict[str, Any]:
-    """Roll out every held-out task ``eval.heldout.trials`` times through every harness with the current
-    policy; write ``RUN_DIR/heldout/<point>/`` and return its numbers (per harness and ``all``)."""
+async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str,
+                    harnesses: Sequence[str] | None = None, trials: int | None = None,
+                    path: Path | None = None) -> dict[str, Any]:
+    """Roll out every task ``trials`` (default ``eval.heldout.trials``) times through every harness
+    (default: the run's) with the current policy; write ``path`` (default ``RUN_DIR/heldout/<point>/``)
+    and return its numbers (per harness and, with several, ``all``)."""
     from ..proxy.server import ProxyServer
     from ..rollout import run_groups
 
     cfg = forge.cfg
-    trials = cfg.eval.heldout.trials
-    names = cfg.harness.names()
+    trials = trials or cfg.eval.heldout.trials
+    names = list(harnesses or cfg.harness.names())
     forge.console.log(f"held-out {point} ({label}): {len(tasks)} tasks × {trials} trials × {len(names)} harness(es)")
     proxy = ProxyServer(forge.backend, agent_uds=forge.socket_path(f"heldout-{point}"), sampling={
         "temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens})
@@ -113,19 +116,20 @@ async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: s
         n: _numbers([t for t in trajs if t.harness == n], trials) for n in names}}
     if len(names) > 1:
         out["all"] = _numbers(trajs, trials)
-    _write(forge.run_dir / "heldout" / point, cfg, tasks, trajs, out)
+    _write(path or forge.run_dir / "heldout" / point, cfg, tasks, trajs, out, names, trials)
     return out
 
 
-def _write(path: Path, cfg: RunConfig, tasks: Sequence[Task], trajs: list[Trajectory], numbers: dict[str, Any]) -> None:
+def _write(path: Path, cfg: RunConfig, tasks: Sequence[Task], trajs: list[Trajectory], numbers: dict[str, Any],
+           names: Sequence[str], trials: int) -> None:
     """A ``forge eval``-shaped directory (config.yaml, eval.json, trajectories.jsonl) plus heldout.json."""
     from .evaluate import EvalRequest, write_eval_dir
     from .passk import summarize_eval
 
-    req = EvalRequest(harness=",".join(cfg.harness.names()), env=cfg.env.name, backend="policy (this run)",
-                      trials=cfg.eval.heldout.trials, split=cfg.eval.heldout.split, tasks=[t.id for t in tasks],
+    req = EvalRequest(harness=",".join(names), env=cfg.env.name, backend="policy (this run)", trials=trials,
+                      split=tasks[0].split if tasks else None, tasks=[t.id for t in tasks],
                       concurrency=cfg.rollout.concurrency)
-    write_eval_dir(path, req, summarize_eval(trajs, k=cfg.eval.heldout.trials, tasks={t.id: t for t in tasks}), trajs)
+    write_eval_dir(path, req, summarize_eval(trajs, k=trials, tasks={t.id: t for t in tasks}), trajs)
     (path / "heldout.json").write_text(json.dumps(numbers, indent=1))
 
 
