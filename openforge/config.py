@@ -285,9 +285,9 @@ class RunConfig(_Section):
                 f"trainer.cpu.temperature ({self.trainer.cpu.temperature}) must equal rollout.temperature "
                 f"({self.rollout.temperature}): the trainer rescales logits by the sampling temperature"
             )
-        if len(self.harness.names()) > 1 and self.trainer.backend == "verl":
-            problems.append(f"harness.name: the veRL back-end runs one harness per run (got {self.harness.name}); "
-                            "multi-harness runs use trainer.backend=cpu")
+        if self.harness.is_mix and self.trainer.backend == "verl":
+            problems.append(f"harness.name: the veRL back-end runs one harness per run, named as a string (got "
+                            f"{self.harness.name}); multi-harness runs use trainer.backend=cpu")
         if self.algorithm == "sft" and self.trainer.backend == "verl":
             problems.append("algorithm=sft runs on the cpu trainer; use trainer.backend=cpu")
         if problems:

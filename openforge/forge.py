@@ -415,10 +415,11 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
     cfg = load_config(config, preset=preset, overrides=overrides)
     await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
     if cfg.trainer.backend == "cpu":  # so is a harness that is not installed here (veRL runs it on its nodes)
-        from .analysis.heldout import check_heldout
+        if cfg.eval.heldout.enabled:  # and a held-out task the run trains on
+            from .analysis.heldout import check_heldout
 
-        env = _environment(cfg)
-        check_heldout(cfg, env, load_tasks(cfg, env))  # and a held-out task the run trains on
+            env = _environment(cfg)
+            check_heldout(cfg, env, load_tasks(cfg, env))
         from .plugins import get_harness
 
         for name in cfg.harness.names():

@@ -11,7 +11,7 @@ import pytest
 from testdeps import missing, smollm2_tokenizer
 from typer.testing import CliRunner
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # minutes under load: pi is a Node CLI
 
 
 def _need_pi() -> None:
@@ -27,7 +27,9 @@ def _need_pi() -> None:
 def _recipe(*args: str) -> str:
     from openforge.cli.main import app
 
-    res = CliRunner().invoke(app, ["recipe", "claw-grpo", "--preset", "test", "--quiet", *args])
+    # a generous rollout budget: this checks the pipeline, not speed (on a loaded 2-core machine the
+    # prefill of pi's 1.5k-token prompt alone can exceed the preset's 90 s)
+    res = CliRunner().invoke(app, ["recipe", "claw-grpo", "--preset", "test", "--quiet", "rollout.timeout_s=900", *args])
     assert res.exit_code == 0, f"{res.output}\n{res.exception!r}"
     return res.output
 
@@ -69,8 +71,9 @@ def test_multi_harness_run_with_heldout_before_and_after(tmp_path):
                   "eval.heldout.max_tasks=2", "eval.heldout.trials=1")
     sft, grpo = _lines(run_dir)[:2]
     assert sft["trajectories"] >= 2
-    teacher = [t for t in _trajectories(run_dir) if t.metadata.get("phase") == "sft" or not any(
-        lp != 0.0 for c in t.calls for lp in c.output_logprobs)]
+    from openforge.analysis.rundir import load_run
+
+    teacher = [t for t in load_run(run_dir).trajectories if t.metadata.get("phase") == "sft"]
     assert {t.harness for t in teacher} == {"react", "pi"}  # the teacher replayed through each harness
     # the step's 2 groups: one per harness (a block of the mix), with the per-harness breakdown
     assert set(grpo["per_harness"]) == {"react", "pi"}
