@@ -55,9 +55,9 @@ __all__ = ["Forge", "arun", "episode_runner", "load_tasks", "run"]
 
 
 def _environment(cfg: RunConfig) -> Any:
-    from .environment import get_environment
+    from .plugins import make_environment
 
-    return get_environment(cfg.env.name, **cfg.env.options)
+    return make_environment(cfg.env.name, **cfg.env.options)
 
 
 def _in_subset(env: Any, task: Task, subset: str) -> bool:
@@ -162,7 +162,7 @@ class Forge:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> Forge:
-        from .plugins import get_launcher
+        from .plugins import make_launcher
         from .proxy.backends.transformers import TransformersBackend, load_model
         from .proxy.server import ProxyServer
         from .store import TrajectoryStore
@@ -172,7 +172,7 @@ class Forge:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(cfg, self.run_dir / "config.yaml")
         self.env = _environment(cfg)
-        self.launcher = get_launcher(cfg.launcher.name)(**cfg.launcher.options)
+        self.launcher = make_launcher(cfg.launcher.name, **cfg.launcher.options)
         self.console.log(f"run directory [bold]{self.run_dir}[/]")
         t = time.monotonic()
         self.model, self.tokenizer = await asyncio.to_thread(load_model, cfg.model.name)
@@ -213,10 +213,10 @@ class Forge:
 
     def harness_factory(self, name: str | None = None) -> Callable[[], Any]:
         """A factory of harness ``name`` of the run (default: its only or first harness)."""
-        from .plugins import get_harness
+        from .plugins import harness_class
 
         name = name or self.mix.names[0]
-        cls = get_harness(name)
+        cls = harness_class(name)
         opts = self.cfg.harness.options_for(name)
         return lambda: cls(**opts)
 
@@ -420,10 +420,10 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
 
             env = _environment(cfg)
             check_heldout(cfg, env, load_tasks(cfg, env))
-        from .plugins import get_harness
+        from .plugins import make_harness
 
         for name in cfg.harness.names():
-            get_harness(name)(**cfg.harness.options_for(name)).check_installed()
+            make_harness(name, **cfg.harness.options_for(name)).check_installed()
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 
@@ -461,8 +461,7 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
     by the veRL agent loop, once per worker."""
     import os
 
-    from .environment import get_environment
-    from .plugins import get_harness, get_launcher
+    from .plugins import harness_class, make_environment, make_launcher
     from .proxy.server import ProxyServer
     from .rollout import run_rollout
 
@@ -471,9 +470,9 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
                         admin_token=os.environ.get("OPENFORGE_ADMIN_TOKEN"),
                         public_url=os.environ.get("OPENFORGE_PROXY_PUBLIC_URL"))
     await proxy.start()
-    env = get_environment(environment, **environment_options)
-    launch = get_launcher(launcher)(**launcher_options)
-    hcls = get_harness(harness)
+    env = make_environment(environment, **environment_options)
+    launch = make_launcher(launcher, **launcher_options)
+    hcls = harness_class(harness)
     return _WorkerEpisodes(proxy, lambda: hcls(**harness_options), env, launch, run_rollout)
 
 

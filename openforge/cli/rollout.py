@@ -62,18 +62,17 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
 
     import yaml
 
-    from ..environment import get_environment
-    from ..plugins import get_harness, get_launcher
+    from ..plugins import harness_class, launcher_class, make_environment
     from ..proxy import ProxyServer
     from ..proxy.backends import parse_backend_spec
     from ..rollout import run_rollout
     from ..store import TrajectoryStore
 
-    environment = get_environment(env_name)
+    environment = make_environment(env_name)
     task = environment.task(task_id)
     from ._opts import make
 
-    harness = make(get_harness(harness_name), harness_opts or {}, f"harness {harness_name!r}")
+    harness = make(harness_class(harness_name), harness_opts or {}, f"harness {harness_name!r}")
     if reference:
         sol = environment.reference_solution(task)
         if not sol:
@@ -84,7 +83,7 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
         script.write_text(yaml.safe_dump({"turns": [{"shell": c} for c in sol], "final": "Done."}))
         backend_spec = f"scripted:{script}"
     backend = parse_backend_spec(backend_spec)
-    launcher = get_launcher(launcher_name)(**opts)
+    launcher = launcher_class(launcher_name)(**opts)
     uds = (out / "proxy.sock").resolve()
     admin = secrets.token_urlsafe(24) if host not in ("127.0.0.1", "::1", "localhost") else None
     store = TrajectoryStore(out / "store.db")

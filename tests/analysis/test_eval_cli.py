@@ -124,9 +124,9 @@ def test_eval_on_the_claw_environment_with_reference_solutions(tmp_path: Path) -
     """The built-in claw tasks (real services, real verifiers) through react, replaying the tasks'
     reference solutions (`--backend reference`): every trial passes and the HTTP capability is used."""
     pytest.importorskip("openai", reason="the react harness needs the openai package")
-    from openforge.environment import get_environment
+    from openforge.plugins import make_environment
 
-    env = get_environment("claw")
+    env = make_environment("claw")
     http_task = next(t for t in env.tasks("eval") if "http" in t.required_tools and env.reference_solution(t))
     file_task = next(t for t in env.tasks("eval") if t.required_tools == ("shell",) and env.reference_solution(t))
     out = tmp_path / "claw"

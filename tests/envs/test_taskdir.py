@@ -6,11 +6,11 @@ import textwrap
 
 import pytest
 
-from openforge.environment import get_environment
 from openforge.envs.taskdir import TaskDirEnvironment
 from openforge.errors import ConfigError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
 
 
 def make_task(root, name, *, verify_py=None, verify_sh=None, toml='split = "train"\ncategory = "files"\n'):
@@ -60,7 +60,7 @@ async def test_folder_of_task_dirs(tmp_path, launcher):
     make_task(tmp_path / "tasks", "double-py", verify_py=VERIFY_PY)
     make_task(tmp_path / "tasks", "double-sh", verify_sh='test "$(cat "$OPENFORGE_WORKDIR/out.txt")" = 42\n',
               toml='split = "eval"\n[resources]\nmemory_mb = 512\n')
-    env = get_environment(tmp_path / "tasks")
+    env = make_environment(tmp_path / "tasks")
     assert isinstance(env, TaskDirEnvironment) and env.splits() == {"train": 1, "eval": 1}
     for task in env.tasks():
         sol = env.reference_solution(task)
