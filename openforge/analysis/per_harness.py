@@ -36,8 +36,10 @@ def options_by_harness(options: Mapping[str, Any], names: Sequence[str]) -> dict
     """``{"max_turns": 4, "pi.wire_api": "chat"}`` → per harness: plain keys go to every harness, a
     ``NAME.`` prefix (a harness given) to that one only."""
     out: dict[str, dict[str, Any]] = {n: {} for n in names}
+    by_key = {n.replace("-", "_"): n for n in names}  # option keys come with dashes made underscores
     for key, value in options.items():
         head, dot, rest = key.partition(".")
+        head = by_key.get(head.replace("-", "_"), head)
         if dot and head in out:
             out[head][rest] = value
         elif dot and len(names) > 1:
