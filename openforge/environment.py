@@ -25,6 +25,8 @@ from .errors import ConfigError
 from .task import Task
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .launchers.base import Sandbox
 
 __all__ = ["Environment", "VerifyResult"]
@@ -32,14 +34,16 @@ __all__ = ["Environment", "VerifyResult"]
 
 class VerifyResult(BaseModel):
     """A verifier's verdict: ``reward`` (what GRPO trains on), ``rewards`` (named sub-scores for
-    analysis) and a human-readable ``detail``. Rewards are finite: NaN or ±Infinity is refused (a
-    verifier that produces one has failed: ``env_error``)."""
+    analysis), a human-readable ``detail`` and free-form ``metadata`` (recorded on the trajectory as
+    ``metadata["verify_metadata"]``). Rewards are finite: NaN or ±Infinity is refused (a verifier
+    that produces one has failed: ``env_error``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     reward: float
     rewards: dict[str, float] = Field(default_factory=dict)
     detail: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("reward")
     @classmethod
@@ -125,8 +129,14 @@ class Environment(abc.ABC):
         """Stop what :meth:`setup` started (called always, before the sandbox is closed)."""
         return None
 
+    def use_run_dir(self, run_dir: Path) -> None:
+        """The run directory of the caller (``forge rollout --out``, ``forge eval --out``, a training
+        run): an environment may write logs there (task-dir services do). Default: nothing."""
+        return None
+
     def reference_solution(self, task: Task) -> list[str] | None:
-        """Shell commands that solve ``task`` (replayable as a scripted teacher), if known."""
+        """Shell commands that solve ``task`` (replayable as a scripted teacher: each one a shell-tool
+        call, so one multi-line script is one call), if known."""
         sol = task.metadata.get("solution")
         return list(sol) if sol else None
 

@@ -172,6 +172,7 @@ class Forge:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(cfg, self.run_dir / "config.yaml")
         self.env = _environment(cfg)
+        self.env.use_run_dir(self.run_dir)
         self.launcher = make_launcher(cfg.launcher.name, **cfg.launcher.options)
         self.console.log(f"run directory [bold]{self.run_dir}[/]")
         t = time.monotonic()

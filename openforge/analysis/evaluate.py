@@ -85,14 +85,18 @@ def _annotate(traj: Trajectory, trial: int) -> Trajectory:
     return traj.model_copy(update={"metadata": md})
 
 
-async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True) -> tuple[EvalSummary, list[Trajectory]]:
-    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories."""
+async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True,
+                   run_dir: str | Path | None = None) -> tuple[EvalSummary, list[Trajectory]]:
+    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories
+    (``run_dir``: where the environment may write its logs, e.g. task-dir service logs)."""
     from ..plugins import harness_class, make_environment, make_launcher
     from ..proxy.backends import parse_backend_spec
     from ..proxy.server import ProxyServer
     from ..rollout import run_groups
 
     env = make_environment(req.env)
+    if run_dir is not None:
+        env.use_run_dir(Path(run_dir))
     tasks = _select_tasks(env, req)
     harness_cls = harness_class(req.harness)
     try:

@@ -61,7 +61,8 @@ def harness_summaries(trajs: Iterable[Trajectory], k: int, tasks: Mapping[str, A
 
 
 async def run_eval_harnesses(req: EvalRequest, names: Sequence[str], options: Mapping[str, dict[str, Any]], *,
-                             progress: bool = True) -> tuple[dict[str, EvalSummary], EvalSummary, list[Trajectory]]:
+                             progress: bool = True, run_dir: Any = None,
+                             ) -> tuple[dict[str, EvalSummary], EvalSummary, list[Trajectory]]:
     """Evaluate the same tasks through each harness; returns (per harness, pooled, all trajectories)."""
     from .evaluate import run_eval
     from .passk import summarize_eval
@@ -70,7 +71,7 @@ async def run_eval_harnesses(req: EvalRequest, names: Sequence[str], options: Ma
     trajs: list[Trajectory] = []
     for name in names:
         summary, ts = await run_eval(req.model_copy(update={"harness": name, "harness_options": dict(options[name])}),
-                                     progress=progress)
+                                     progress=progress, run_dir=run_dir)
         per[name] = summary
         trajs += ts
     return per, summarize_eval(trajs, k=req.trials), trajs

@@ -95,11 +95,11 @@ def register(app: typer.Typer) -> None:
             out = Path("runs") / f"eval-{'+'.join(given)}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
         per: dict[str, Any] = {}
         if len(given) == 1:
-            summary, trajs = asyncio.run(run_eval(req, progress=not as_json))
+            summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
         else:
             from ..analysis.per_harness import run_eval_harnesses
 
-            per, summary, trajs = asyncio.run(run_eval_harnesses(req, given, options, progress=not as_json))
+            per, summary, trajs = asyncio.run(run_eval_harnesses(req, given, options, progress=not as_json, run_dir=out))
         write_eval_dir(out, req, summary, trajs, per_harness=per)
         if as_json:
             typer.echo((out / "eval.json").read_text())

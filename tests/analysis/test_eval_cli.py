@@ -53,9 +53,9 @@ def eval_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _task(tasks, "hello", 'split = "eval"\ncategory = "files"\ntimeout_s = 60\n'
           'required_tools = ["shell", "read_file"]\nsubgoals = ["file_exists", "content_ok"]\n',
           "Create hello.txt containing hi.", HELLO_VERIFY)
-    _task(tasks, "kernel", 'split = "eval"\ncategory = "shell"\ntimeout_s = 60\n',
+    _task(tasks, "kernel", 'split = "eval"\ncategory = "shell"\ntimeout_s = 60\nexit_code_reward = true\n',
           "Write the kernel version into kernel.txt.", '#!/bin/sh\ntest -s "$1/kernel.txt"\n')
-    _task(tasks, "train-only", 'split = "train"\n', "x", "#!/bin/sh\nexit 0\n")
+    _task(tasks, "train-only", 'split = "train"\nexit_code_reward = true\n', "x", "#!/bin/sh\nexit 0\n")
     (root / "script.yaml").write_text(SCRIPT)
     out = root / "out"
     res = CliRunner().invoke(app, [
