@@ -11,7 +11,8 @@ import pytest
 from testdeps import missing, smollm2_tokenizer
 from typer.testing import CliRunner
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # minutes under load: pi is a Node CLI
+# ~2.5 min on an idle 2-core machine; under a load average of ~12 one SFT step alone took 18 min
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 def _need_pi() -> None:
@@ -49,7 +50,7 @@ def test_recipe_through_the_real_pi_cli(tmp_path):
     _need_pi()
     smollm2_tokenizer()
     run_dir = tmp_path / "pi"
-    out = _recipe("harness.name=pi", f"run_dir={run_dir}")
+    out = _recipe("harness.name=pi", f"run_dir={run_dir}", "trainer.cpu.max_resample_rounds=0")
     assert "claw-grpo" in out and "total" in out  # the summary table
     sft, grpo = _lines(run_dir)[:2]
     assert sft["phase"] == "sft" and sft["teacher_pass_rate"] > 0 and sft["trained_tokens"] > 0  # teacher via pi
