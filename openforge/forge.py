@@ -248,7 +248,7 @@ class Forge:
     async def train(self) -> dict[str, Any]:
         """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary. With
         ``eval.heldout.enabled`` the policy is evaluated on held-out tasks before and after."""
-        from .analysis.heldout import check_heldout, heldout_after, heldout_before
+        from .analysis.heldout import check_heldout, heldout_before
 
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
@@ -287,6 +287,8 @@ class Forge:
 
     async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
         if held:
+            from .analysis.heldout import heldout_after
+
             await heldout_after(self, held, summary["heldout"])
         self._finish(summary)
 
@@ -393,9 +395,8 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
                       _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
                       f"{s['step_time_s']:.0f}")
     console.print(table)
-    from .harness_mix import per_harness_table
-
     from .analysis.heldout import heldout_table
+    from .harness_mix import per_harness_table
 
     for extra in (per_harness_table(summary.get("steps", [])), heldout_table(summary.get("heldout"))):
         if extra is not None:

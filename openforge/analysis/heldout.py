@@ -28,8 +28,16 @@ if TYPE_CHECKING:
     from ..forge import Forge
     from ..trajectory import Trajectory
 
-__all__ = ["check_heldout", "compare_points", "heldout_after", "heldout_before", "heldout_tasks", "heldout_table",
-           "load_point", "run_point"]
+__all__ = [
+    "check_heldout",
+    "compare_points",
+    "heldout_after",
+    "heldout_before",
+    "heldout_table",
+    "heldout_tasks",
+    "load_point",
+    "run_point",
+]
 
 
 def heldout_tasks(cfg: RunConfig, env: Any, trained: Sequence[Task]) -> list[Task]:

@@ -79,9 +79,8 @@ def register(app: typer.Typer) -> None:
         import datetime as dt
 
         from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
-        from ._opts import either, parse_options
-
         from ..analysis.per_harness import harness_names, options_by_harness
+        from ._opts import either, parse_options
 
         given = either(harness_names(harness or []) or None, harness_names(harness_old or []) or None,
                        "--harness/-H", "-h", required=True)
