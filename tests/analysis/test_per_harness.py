@@ -123,3 +123,43 @@ def test_heldout_tasks_are_refused_when_the_run_trains_on_them():
     assert e.value.problems == ["eval.heldout: files-create-hello is a task this run trains on; a held-out task "
                                 "must not be", "eval.heldout: git-branch is a task this run trains on; a held-out "
                                 "task must not be"]
+
+
+async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_path):
+    """before/after through the real react harness and proxy, the tasks' reference solutions as the
+    policy: every trial succeeds, the points are forge eval directories, the change is within noise."""
+    pytest.importorskip("openai")
+
+    from rich.console import Console
+    from testdeps import smollm2_tokenizer
+
+    from openforge.analysis.heldout import check_heldout, heldout_after, heldout_before, heldout_table
+    from openforge.envs.claw import ClawEnvironment
+    from openforge.forge import Forge, load_tasks
+    from openforge.launchers.local import LocalLauncher
+    from openforge.recipes import load_recipe_config
+    from openforge.train.sft import teacher_backend
+
+    cfg = load_recipe_config("claw-grpo", overrides=["harness.name=[react]", "eval.heldout.max_tasks=2",
+                                                     "eval.heldout.trials=2", f"run_dir={tmp_path}"])
+    env = ClawEnvironment()
+    held = check_heldout(cfg, env, load_tasks(cfg, env))
+    forge = Forge(cfg, console=Console(quiet=True), progress=False)
+    forge.env, forge.launcher = env, LocalLauncher(base_dir=tmp_path / "sbx", grace_s=1.0)
+    forge.backend = teacher_backend("reference", env=env, tasks=held, tokenizer=smollm2_tokenizer())
+    try:
+        heldout = await heldout_before(forge, held)
+        await heldout_after(forge, held, heldout)
+    finally:
+        await forge.launcher.aclose()
+        await forge.__aexit__(None, None, None)
+    for point in ("before", "after"):
+        assert heldout[point]["per_harness"]["react"] | {"ci95": None} == {
+            "successes": 4, "trials": 4, "infra_failures": 0, "pass_rate": 1.0, "ci95": None, "mean_reward": 1.0,
+            "pass_at_k": 1.0, "pass_hat_k": 1.0, "k": 2}
+        assert json.loads((tmp_path / "heldout" / point / "eval.json").read_text())["tasks"] == 2
+    assert heldout["diff"]["react"] == {"delta": 0.0, "ci95": heldout["diff"]["react"]["ci95"], "verdict": "within noise"}
+    assert heldout_table(heldout) is not None
+    assert not (tmp_path / "trajectories.db").exists()  # nothing of it in the run's store
+    # a resumed run reuses the before it wrote
+    assert (await heldout_before(forge, held))["before"] == heldout["before"]
