@@ -222,7 +222,7 @@ class Forge:
         return lambda: cls(**opts)
 
     async def rollouts(self, tasks: list[Task], group_size: int, *, proxy: Any = None,
-                       min_group: int = 2, harnesses: list[str] | None = None) -> Any:
+                       min_group: int = 2, harnesses: list[str] | None = None, environment: Any = None) -> Any:
         """``group_size`` rollouts of each task; group ``i`` runs harness ``harnesses[i]`` (default: the
         mix's pick for slots ``0..len(tasks)-1``; one harness: that one)."""
         from .harness_mix import GroupHarnesses
@@ -232,7 +232,7 @@ class Forge:
         harness = GroupHarnesses({n: self.harness_factory(n) for n in set(names)}, names)
         return await run_groups(
             tasks, group_size, self.cfg.rollout.concurrency, harness=harness,
-            environment=self.env, launcher=self.launcher, proxy=proxy or self.proxy, store=self.store,
+            environment=environment or self.env, launcher=self.launcher, proxy=proxy or self.proxy, store=self.store,
             budget_s=self.cfg.rollout.timeout_s, progress=self.progress, min_group=min_group)
 
     def _log_metrics(self, line: dict[str, Any]) -> None:

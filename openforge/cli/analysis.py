@@ -72,6 +72,10 @@ def register(app: typer.Typer) -> None:
                                               help="KEY=VALUE option of the harness, e.g. max_turns=4, or "
                                               "HARNESS.KEY=VALUE for one of several (repeatable)"),
         launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
+        faults: str = typer.Option(None, "--faults", help="inject faults: 'default' (every recoverable kind), a "
+                                   "YAML file or inline YAML in the env.options.faults format (README: Fault injection)"),
+        fault_fraction: float = typer.Option(None, "--fault-fraction", min=0.0, max=1.0,
+                                             help="share of the task groups that get faults (with --faults)"),
     ) -> None:
         """Run every task k times (through each harness given); report pass@k, pass^k, mean reward per category
         (and per harness) and the failure taxonomy."""
@@ -80,6 +84,7 @@ def register(app: typer.Typer) -> None:
 
         from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
         from ..analysis.per_harness import harness_names, options_by_harness
+        from ..faults.cli import fault_option
         from ._opts import either, parse_options
 
         given = either(harness_names(harness or []) or None, harness_names(harness_old or []) or None,
@@ -89,7 +94,8 @@ def register(app: typer.Typer) -> None:
         req = EvalRequest(harness=",".join(given), env=env, backend=backend, trials=trials,
                           split=None if split == "all" else split, tasks=list(task), concurrency=concurrency,
                           budget_s=budget_s, tokenizer=tokenizer, launcher=launcher,
-                          harness_options=options[given[0]] if len(given) == 1 else {})
+                          harness_options=options[given[0]] if len(given) == 1 else {},
+                          faults=fault_option(faults, fault_fraction))
         if out is None:
             out = Path("runs") / f"eval-{'+'.join(given)}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
         per: dict[str, Any] = {}

@@ -94,9 +94,11 @@ async def collect_teacher(forge: Forge, tasks: Sequence[Task], *, teacher: str, 
                         sampling={"max_tokens": forge.cfg.rollout.max_tokens})
     await proxy.start()
     try:
+        from ..faults.env import without_faults  # demonstrations are recorded on clean episodes
+
         names = forge.cfg.harness.names()  # a multi-harness run replays the teacher through each harness
         groups = await forge.rollouts([t for _ in names for t in todo], k, proxy=proxy, min_group=1,
-                                      harnesses=[n for n in names for _ in todo])
+                                      harnesses=[n for n in names for _ in todo], environment=without_faults(forge.env))
     finally:
         await proxy.stop()
     good = [t for g in groups for t in g.trajectories if t.status == RolloutStatus.SUCCESS]
