@@ -201,6 +201,11 @@ class ProxyServer:
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
 
+    @property
+    def store(self) -> Any:
+        """The store this proxy records calls and finished trajectories into (None: memory only)."""
+        return self.recorder.store
+
     # -- rollouts (sync: callable from sync and async code) -----------------------------------
     def create_rollout(self, task_id: str, harness: str | None = None, metadata: dict[str, Any] | None = None,
                        *, environment: str | None = None, base_url: str | None = None,
