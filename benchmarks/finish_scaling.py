@@ -16,7 +16,7 @@ rollouts finish (old path, then new) while rollout B streams small calls through
 back to back; B's p50 / p99 / worst latency over the calls that overlapped a finish are printed
 beside B's idle latency.
 
-Usage: ``python benchmarks/finish_scaling.py [--turns 1,10,50,100,200] [--stall-reps 3]``
+Usage: ``python benchmarks/finish_scaling.py [--turns 1,10,50,100,200] [--stall-reps 3] [--stall-turns 200]``
 """
 
 from __future__ import annotations
@@ -154,6 +154,8 @@ class Streamer:
 
 
 def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
@@ -165,7 +167,11 @@ async def main(args: argparse.Namespace) -> None:
     from openforge.proxy.server import ProxyServer
     from openforge.store import TrajectoryStore
 
-    OldStore, OldRecorder = legacy(args.legacy_ref)
+    try:
+        OldStore, OldRecorder = legacy(args.legacy_ref)
+    except (OSError, subprocess.CalledProcessError) as e:  # no git, or a shallow clone without the ref
+        sys.exit(f"cannot load the old finish path from git revision {args.legacy_ref!r} ({e}); "
+                 "pass --legacy-ref with a commit before the linear finish path")
     text = "".join(p.read_text() for p in sorted((ROOT / "openforge").rglob("*.py")))
     tmp = Path(tempfile.mkdtemp(prefix="finish-scaling-"))
     if args.keep:
@@ -203,7 +209,7 @@ async def main(args: argparse.Namespace) -> None:
             idle = b.overlapping(t_idle, time.perf_counter())
             during: dict[str, list[float]] = {"old": [], "new": []}
             for _ in range(args.stall_reps):
-                rid = await record(client, proxy, 200, text)
+                rid = await record(client, proxy, args.stall_turns, text)
                 calls = list(proxy.recorder.get(rid).calls)
                 await feed_old(old_rec, rid, calls)
                 await asyncio.sleep(0.2)
@@ -218,10 +224,11 @@ async def main(args: argparse.Namespace) -> None:
                 await asyncio.sleep(0.05)
                 during["new"] += b.overlapping(t0, time.perf_counter())
             await b.stop()
-            print(f"\nrollout B (streamed calls, back to back) while a 200-turn rollout finishes "
+            print(f"\nrollout B (streamed calls, back to back) while a {args.stall_turns}-turn rollout finishes "
                   f"({args.stall_reps} finishes each):")
             print(f"{'':>22} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'worst ms':>9}")
             for name, xs in (("idle", idle), ("old finish path", during["old"]), ("new finish path", during["new"])):
+                xs = xs or [float("nan")]
                 print(f"{name:>22} {len(xs):>6} {1000 * statistics.median(xs):>8.1f} {1000 * pct(xs, 0.99):>8.1f} "
                       f"{1000 * max(xs):>9.1f}")
             print(f"p99 old/new: {pct(during['old'], 0.99) / pct(during['new'], 0.99):.1f}x")
@@ -234,6 +241,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--turns", default="1,10,50,100,200")
     ap.add_argument("--stall-reps", type=int, default=3)
+    ap.add_argument("--stall-turns", type=int, default=200, help="turns of the rollout that finishes meanwhile")
     ap.add_argument("--keep", action="store_true", help="keep the two stores (printed path)")
     ap.add_argument("--legacy-ref", default=LEGACY_REF, help="git revision whose finish path is the baseline")
     asyncio.run(main(ap.parse_args()))

@@ -8,7 +8,9 @@ when one is given — ``append_call`` returns only once the call is durable — 
 Every acknowledged call reaches the trajectory. Finishing a rollout (:meth:`Recorder.afinish`) first
 closes it — a call that arrives from then on is refused with a 409 before it is served — then waits
 up to ``wait_s`` for the calls already in flight and includes them; one still running after that is
-cancelled, recorded ``cancelled`` (also included) and answered with a 409 instead of a 200. A rollout
+cancelled, recorded ``cancelled`` (also included) and answered with a 409 instead of a 200. Then the
+segments are built and validated once (in a worker thread) and the trajectory is written once, the
+finish awaiting its durability without blocking the event loop (other rollouts keep streaming). A rollout
 that was open when its proxy died is finished (or cancelled) from the store's call log by a proxy
 restarted on the same store (:meth:`Recorder.open_rollouts` lists them).
 """

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -99,7 +100,7 @@ class TrajectoryStore:
         open_or_create(self.path, timeout_s)
         self._writer = Writer(self.path, timeout_s)
 
-    def _reader(self) -> Any:
+    def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._local.conn = connect(self.path, self._timeout)
