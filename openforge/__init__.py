@@ -42,12 +42,19 @@ __all__ = [
 
 # Training entry points, imported on first use so `import openforge` stays light.
 _LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config", "load_config": "config",
-         "Environment": "environment", "VerifyResult": "environment", "get_environment": "environment",
-         "run_rollout": "rollout", "run_groups": "rollout"}
+         "Environment": "environment", "VerifyResult": "environment", "make_environment": "plugins",
+         "make_harness": "plugins", "run_rollout": "rollout", "run_groups": "rollout"}
 __all__ += list(_LAZY)
+__all__ += ["get_environment"]  # deprecated alias of make_environment (same behaviour: an instance)
 
 
 def __getattr__(name: str):
+    if name == "get_environment":
+        import warnings
+
+        warnings.warn("openforge.get_environment is deprecated: use openforge.make_environment (an instance) "
+                      "or openforge.plugins.environment_class (the class)", DeprecationWarning, stacklevel=2)
+        name = "make_environment"
     if name in _LAZY:
         import importlib
 

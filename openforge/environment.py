@@ -1,10 +1,9 @@
 """The :class:`Environment` base class: where tasks come from, how a sandbox is prepared for one,
 and how its end state is scored.
 
-Owns: :class:`Environment` (implement :meth:`Environment.tasks` and :meth:`Environment.verify`),
-:class:`VerifyResult` (reward + named sub-scores + detail), :func:`get_environment` (built-ins,
-``openforge.environments`` plugins, or a path to a folder of task directories) and
-:func:`list_environments`.
+Owns: :class:`Environment` (implement :meth:`Environment.tasks` and :meth:`Environment.verify`)
+and :class:`VerifyResult` (reward + named sub-scores + detail). Looking environments up by name or
+task-directory path is :mod:`openforge.plugins`' job (:func:`~openforge.plugins.make_environment`).
 
 The verifier runs after the agent has stopped, in the driver (outside every agent process), and
 reads state the agent cannot forge: files through :meth:`Sandbox.read_file` /
@@ -18,7 +17,6 @@ from __future__ import annotations
 import abc
 import difflib
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -27,21 +25,25 @@ from .errors import ConfigError
 from .task import Task
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .launchers.base import Sandbox
 
-__all__ = ["Environment", "VerifyResult", "get_environment", "list_environments"]
+__all__ = ["Environment", "VerifyResult"]
 
 
 class VerifyResult(BaseModel):
     """A verifier's verdict: ``reward`` (what GRPO trains on), ``rewards`` (named sub-scores for
-    analysis) and a human-readable ``detail``. Rewards are finite: NaN or ±Infinity is refused (a
-    verifier that produces one has failed: ``env_error``)."""
+    analysis), a human-readable ``detail`` and free-form ``metadata`` (recorded on the trajectory as
+    ``metadata["verify_metadata"]``). Rewards are finite: NaN or ±Infinity is refused (a verifier
+    that produces one has failed: ``env_error``)."""
 
     model_config = ConfigDict(extra="forbid")
 
     reward: float
     rewards: dict[str, float] = Field(default_factory=dict)
     detail: str = ""
+    metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("reward")
     @classmethod
@@ -127,44 +129,17 @@ class Environment(abc.ABC):
         """Stop what :meth:`setup` started (called always, before the sandbox is closed)."""
         return None
 
+    def use_run_dir(self, run_dir: Path) -> None:
+        """The run directory of the caller (``forge rollout --out``, ``forge eval --out``, a training
+        run): an environment may write logs there (task-dir services do). Default: nothing."""
+        return None
+
     def reference_solution(self, task: Task) -> list[str] | None:
-        """Shell commands that solve ``task`` (replayable as a scripted teacher), if known."""
+        """Shell commands that solve ``task`` (replayable as a scripted teacher: each one a shell-tool
+        call, so one multi-line script is one call), if known."""
         sol = task.metadata.get("solution")
         return list(sol) if sol else None
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "splits": self.splits(), "doc": (type(self).__doc__ or "").strip().split("\n")[0]}
 
-
-_BUILTINS = {
-    "claw": "openforge.envs.claw:ClawEnvironment",
-    "browser": "openforge.envs.browser:BrowserEnvironment",
-    "desktop": "openforge.envs.desktop:DesktopEnvironment",
-}
-
-
-def _registry() -> Any:
-    from .plugins import ENVIRONMENTS
-
-    for name, ref in _BUILTINS.items():
-        if name not in ENVIRONMENTS:
-            ENVIRONMENTS.register(name, ref)
-    return ENVIRONMENTS
-
-
-def list_environments() -> list[str]:
-    return _registry().names()
-
-
-def get_environment(name: str | Path, **kwargs: Any) -> Environment:
-    """An environment instance by registry name, ``module:Class`` reference, or a path to a task
-    directory / a folder of task directories."""
-    p = Path(name)
-    if p.exists() and p.is_dir():
-        from .envs.taskdir import TaskDirEnvironment
-
-        return TaskDirEnvironment(p, **kwargs)
-    env = _registry().create(str(name), **kwargs)
-    if not isinstance(env, Environment):
-        raise ConfigError(f"environment {name!r} is a {type(env).__name__}, not an openforge Environment")
-    return env

@@ -1,21 +1,27 @@
 """The openforge exception tree. A failed rollout is data (a status on its trajectory), not a crash;
 these exceptions are for callers' mistakes and for infrastructure the framework cannot work around.
 
-::
+Each class also derives from the stdlib exception that says what kind of failure it is (second
+column), so ``except ValueError`` / ``except TimeoutError`` code written without openforge in mind
+still catches it; and each survives ``pickle`` with its fields (``status``, ``code``, ``problems``,
+...), so it crosses process boundaries (a token worker, a Ray / veRL worker) intact::
 
-    ForgeError
-    ├── ConfigError            bad config / CLI input (all problems listed at once)
-    ├── StoreError             unusable store / export file, or data a store refuses
-    │   ├── StoreLocked        another process held the store's lock past the timeout
-    │   ├── StoreForeign       a SQLite database that is not an openforge store
-    │   └── StoreCorrupt       not a database at all, or a damaged one
-    ├── BackendError           the policy back-end failed or timed out (→ infra_error)
-    │   └── BackendTimeout
-    ├── HarnessError           harness not installed, crashed, misconfigured (→ harness_error)
+    ForgeError                              root: every error openforge raises on purpose
+    ├── ConfigError            ValueError   bad config / CLI input (all problems listed at once)
+    │   ├── PluginNotFound     LookupError  no harness / environment / launcher / back-end / recipe by that name
+    │   └── PluginUnavailable  ImportError  a plugin whose module or dependency cannot be imported (+ the pip extra)
+    ├── StoreError             RuntimeError unusable store / export file, or data a store refuses
+    │   ├── StoreLocked        TimeoutError another process held the store's lock past the timeout
+    │   ├── StoreForeign                    a SQLite database that is not an openforge store
+    │   └── StoreCorrupt                    not a database at all, or a damaged one
+    ├── BackendError           RuntimeError the policy back-end failed or timed out (→ infra_error)
+    │   └── BackendTimeout     TimeoutError
+    ├── HarnessError           RuntimeError harness not installed, crashed, misconfigured (→ harness_error)
     │   └── HarnessNotInstalled
-    ├── EnvironmentError_      environment setup or verifier failed (→ env_error)
-    ├── SandboxError           launcher could not provision / a pod was lost (→ infra_error)
-    └── ProxyError             wire-level problem, carries an HTTP status and the API's error shape
+    ├── EnvironmentError_      RuntimeError environment setup or verifier failed (→ env_error)
+    ├── SandboxError           RuntimeError launcher could not provision / a pod was lost (→ infra_error)
+    └── ProxyError             RuntimeError wire-level problem, carries an HTTP status and the API's error shape
+        └── ContextOverflow    ValueError   a prompt longer than the policy's context (a 400)
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ __all__ = [
     "BackendError",
     "BackendTimeout",
     "ConfigError",
+    "ContextOverflow",
     "EnvironmentError_",
     "ForgeError",
     "HarnessError",
     "HarnessNotInstalled",
+    "PicklableError",
+    "PluginNotFound",
+    "PluginUnavailable",
     "ProxyError",
     "SandboxError",
     "StoreCorrupt",
@@ -39,21 +49,58 @@ __all__ = [
 ]
 
 
-class ForgeError(Exception):
+def _rebuild(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> BaseException:
+    """Unpickle an error without calling its ``__init__`` (whose signature need not match ``args``)."""
+    base: type = cls
+    while base.__module__ != "builtins":  # the builtin class whose ``__new__`` lays the object out
+        base = base.__base__
+    err = base.__new__(cls, *args)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
+class PicklableError(Exception):
+    """Pickles as its class, ``args`` and attributes, whatever its ``__init__`` takes.
+
+    The default (``cls(*args)``) breaks as soon as ``__init__`` takes other parameters than the
+    message: ``ContextOverflow`` could not be unpickled at all (its ``n_tokens`` / ``limit`` are
+    required) and ``ConfigError`` came back as "invalid configuration: - invalid configuration: ..."."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+class ForgeError(PicklableError):
     """Base class of every error openforge raises on purpose."""
 
 
-class ConfigError(ForgeError):
+class ConfigError(ForgeError, ValueError):
     def __init__(self, problems: list[str] | str):
         self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
-class StoreError(ForgeError):
+class PluginNotFound(ConfigError, LookupError):
+    """No plugin of that kind by that name; the message lists the known names."""
+
+
+class PluginUnavailable(ConfigError, ImportError):
+    """A plugin that cannot be imported. ``missing`` is the module that is not installed (``None``
+    if the import failed otherwise); ``install`` the command that installs it, when known
+    (``pip install 'openforge[browser]'``)."""
+
+    def __init__(self, problems: list[str] | str, *, missing: str | None = None, install: str | None = None):
+        super().__init__(problems)
+        self.missing = missing
+        self.install = install
+
+
+class StoreError(ForgeError, RuntimeError):
     pass
 
 
-class StoreLocked(StoreError):
+class StoreLocked(StoreError, TimeoutError):
     """Another process held the store's lock longer than the timeout (retry, or raise ``timeout_s``)."""
 
 
@@ -65,15 +112,15 @@ class StoreCorrupt(StoreError):
     """The file is not a database, or its database is damaged."""
 
 
-class BackendError(ForgeError):
+class BackendError(ForgeError, RuntimeError):
     pass
 
 
-class BackendTimeout(BackendError):
+class BackendTimeout(BackendError, TimeoutError):
     pass
 
 
-class HarnessError(ForgeError):
+class HarnessError(ForgeError, RuntimeError):
     pass
 
 
@@ -81,15 +128,15 @@ class HarnessNotInstalled(HarnessError):
     pass
 
 
-class EnvironmentError_(ForgeError):
+class EnvironmentError_(ForgeError, RuntimeError):
     pass
 
 
-class SandboxError(ForgeError):
+class SandboxError(ForgeError, RuntimeError):
     pass
 
 
-class ProxyError(ForgeError):
+class ProxyError(ForgeError, RuntimeError):
     def __init__(self, message: str, status: int = 400, *, param: str | None = None, kind: str = "invalid_request_error",
                  details: dict[str, Any] | None = None, code: str | None = None):
         super().__init__(message)
@@ -101,7 +148,7 @@ class ProxyError(ForgeError):
         self.code = code  # OpenAI's machine-readable error code (e.g. context_length_exceeded)
 
 
-class ContextOverflow(ProxyError):
+class ContextOverflow(ProxyError, ValueError):
     """A prompt that does not fit the policy's context (a 400 in the called API's terms). The proxy
     records it as a ``context_overflow`` call: the policy's own doing, trained as a failure."""
 

@@ -54,9 +54,9 @@ __all__ = ["Forge", "arun", "episode_runner", "load_tasks", "run"]
 
 
 def _environment(cfg: RunConfig) -> Any:
-    from .environment import get_environment
+    from .plugins import make_environment
 
-    return get_environment(cfg.env.name, **cfg.env.options)
+    return make_environment(cfg.env.name, **cfg.env.options)
 
 
 def _in_subset(env: Any, task: Task, subset: str) -> bool:
@@ -159,7 +159,7 @@ class Forge:
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> Forge:
-        from .plugins import get_launcher
+        from .plugins import make_launcher
         from .proxy.backends.transformers import TransformersBackend, load_model
         from .proxy.server import ProxyServer
         from .store import TrajectoryStore
@@ -169,7 +169,8 @@ class Forge:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(cfg, self.run_dir / "config.yaml")
         self.env = _environment(cfg)
-        self.launcher = get_launcher(cfg.launcher.name)(**cfg.launcher.options)
+        self.env.use_run_dir(self.run_dir)
+        self.launcher = make_launcher(cfg.launcher.name, **cfg.launcher.options)
         self.console.log(f"run directory [bold]{self.run_dir}[/]")
         t = time.monotonic()
         self.model, self.tokenizer = await asyncio.to_thread(load_model, cfg.model.name)
@@ -209,9 +210,9 @@ class Forge:
         return f"{self._sockdir}/{name}.sock"
 
     def harness_factory(self) -> Callable[[], Any]:
-        from .plugins import get_harness
+        from .plugins import harness_class
 
-        cls = get_harness(self.cfg.harness.name)
+        cls = harness_class(self.cfg.harness.name)
         opts = dict(self.cfg.harness.options)
         return lambda: cls(**opts)
 
@@ -384,9 +385,9 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
     cfg = load_config(config, preset=preset, overrides=overrides)
     await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
     if cfg.trainer.backend == "cpu":  # so is a harness that is not installed here (veRL runs it on its nodes)
-        from .plugins import get_harness
+        from .plugins import make_harness
 
-        get_harness(cfg.harness.name)(**cfg.harness.options).check_installed()
+        make_harness(cfg.harness.name, **cfg.harness.options).check_installed()
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 
@@ -424,8 +425,7 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
     by the veRL agent loop, once per worker."""
     import os
 
-    from .environment import get_environment
-    from .plugins import get_harness, get_launcher
+    from .plugins import harness_class, make_environment, make_launcher
     from .proxy.server import ProxyServer
     from .rollout import run_rollout
 
@@ -434,9 +434,9 @@ async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness
                         admin_token=os.environ.get("OPENFORGE_ADMIN_TOKEN"),
                         public_url=os.environ.get("OPENFORGE_PROXY_PUBLIC_URL"))
     await proxy.start()
-    env = get_environment(environment, **environment_options)
-    launch = get_launcher(launcher)(**launcher_options)
-    hcls = get_harness(harness)
+    env = make_environment(environment, **environment_options)
+    launch = make_launcher(launcher, **launcher_options)
+    hcls = harness_class(harness)
     return _WorkerEpisodes(proxy, lambda: hcls(**harness_options), env, launch, run_rollout)
 
 

@@ -130,6 +130,8 @@ async def run_rollout(
     rewards = verdict.rewards if verdict is not None else {}
     if verdict is not None and verdict.detail:
         meta["verify_detail"] = verdict.detail[:2000]
+    if verdict is not None and verdict.metadata:
+        meta["verify_metadata"] = verdict.metadata
     facts = OutcomeFacts(failure=failure, error=error, harness_status=hres.status if hres else None,
                          harness_error=hres.error if hres else None, reward=verdict.reward if verdict else None,
                          success_threshold=success_threshold, budget_s=budget, cancelled=cancelled)

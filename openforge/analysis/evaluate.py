@@ -85,17 +85,20 @@ def _annotate(traj: Trajectory, trial: int) -> Trajectory:
     return traj.model_copy(update={"metadata": md})
 
 
-async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True) -> tuple[EvalSummary, list[Trajectory]]:
-    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories."""
-    from ..environment import get_environment
-    from ..plugins import get_harness, get_launcher
+async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True,
+                   run_dir: str | Path | None = None) -> tuple[EvalSummary, list[Trajectory]]:
+    """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories
+    (``run_dir``: where the environment may write its logs, e.g. task-dir service logs)."""
+    from ..plugins import harness_class, make_environment, make_launcher
     from ..proxy.backends import parse_backend_spec
     from ..proxy.server import ProxyServer
     from ..rollout import run_groups
 
-    env = get_environment(req.env)
+    env = make_environment(req.env)
+    if run_dir is not None:
+        env.use_run_dir(Path(run_dir))
     tasks = _select_tasks(env, req)
-    harness_cls = get_harness(req.harness)
+    harness_cls = harness_class(req.harness)
     try:
         harness_cls(**req.harness_options)  # fail early, before any model loads, on a bad option
     except TypeError as e:
@@ -112,7 +115,7 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
         backend = teacher_backend("reference", env=env, tasks=tasks, tokenizer=tok)
     else:
         backend = parse_backend_spec(req.backend, tokenizer=req.tokenizer)
-    launcher = get_launcher(req.launcher)()
+    launcher = make_launcher(req.launcher)
     sock_dir = tempfile.mkdtemp(prefix="forge-eval-")
     try:
         # TCP on loopback for harnesses that share the host network, plus a Unix socket that the

@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
                           harness_options=parse_options(harness_opt, "--harness-opt"))
         if out is None:
             out = Path("runs") / f"eval-{harness}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
-        summary, trajs = asyncio.run(run_eval(req, progress=not as_json))
+        summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
         write_eval_dir(out, req, summary, trajs)
         if as_json:
             typer.echo(json.dumps(summary.model_dump(mode="json"), indent=1))

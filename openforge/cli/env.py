@@ -21,13 +21,13 @@ def list_(as_json: bool = typer.Option(False, "--json", help="print JSON for scr
     from rich.markup import escape
     from rich.table import Table
 
-    from ..environment import get_environment, list_environments
     from ..errors import ForgeError
+    from ..plugins import list_environments, make_environment
 
     rows: list[dict[str, Any]] = []
     for name in list_environments():
         try:
-            env = get_environment(name)
+            env = make_environment(name)
             rows.append({"name": name, "splits": env.splits(),
                          "description": (type(env).__doc__ or "").strip().split("\n")[0]})
         except (ForgeError, ImportError) as e:
@@ -56,9 +56,9 @@ def tasks(
     from rich.console import Console
     from rich.table import Table
 
-    from ..environment import get_environment
+    from ..plugins import make_environment
 
-    e = get_environment(env)
+    e = make_environment(env)
     rows = e.tasks(split)
     if as_json:
         typer.echo(json.dumps([{"id": t.id, "split": t.split, "category": t.category, "instruction": t.instruction,

@@ -23,11 +23,11 @@ def _describe(name: str) -> dict[str, Any]:
     """``describe()`` of harness ``name`` plus its options (see :mod:`openforge.harnesses.options`)."""
     from ..errors import ForgeError
     from ..harnesses.options import harness_options
-    from ..plugins import HARNESSES
+    from ..plugins import harness_class, make_harness
 
     try:
-        info = {**HARNESSES.create(name).describe(), "name": name}
-        known = harness_options(HARNESSES.get(name))
+        info = {**make_harness(name).describe(), "name": name}
+        known = harness_options(harness_class(name))
     except ForgeError as e:
         return {"name": name, "error": str(e)}
     info["options"] = None if known is None else sorted(known)

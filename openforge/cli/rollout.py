@@ -20,8 +20,9 @@ def rollout(
     harness: str = typer.Option("react", "--harness", "-H", help="Harness name (forge harness list)"),
     env: str = typer.Option("claw", "--env", "-e", help="Environment name or a folder of task directories"),
     task: str = typer.Option(..., "--task", "-t", help="Task id (forge env tasks ENV)"),
-    backend: str = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | "
-                                "openai:URL | reference (replay the task's reference solution)"),
+    backend: str = typer.Option(None, "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | "
+                                "openai:URL | reference (replay the task's reference solution)  [required "
+                                "unless --reference]"),
     launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
     out: Path = typer.Option(Path("rollout-out"), "--out", "-o", help="Directory for trajectory.json and store.db"),
     budget_s: float = typer.Option(None, "--budget-s", help="Wall-clock budget in seconds (default: the task's)"),
@@ -29,7 +30,7 @@ def rollout(
     launcher_opt: list[str] = typer.Option([], "--launcher-opt", help="KEY=VALUE option of the launcher (repeatable)"),
     harness_opt: list[str] = typer.Option([], "--harness-opt",
                                           help="KEY=VALUE option of the harness, e.g. max_turns=4 (repeatable)"),
-    reference: bool = typer.Option(False, "--reference", help="With scripted:-: replay the task's reference solution"),
+    reference: bool = typer.Option(False, "--reference", help="Replay the task's reference solution (= --backend reference)"),
     proxy_host: str = typer.Option("127.0.0.1", "--proxy-host",
                                    help="Interface the proxy listens on (0.0.0.0 for pods of a cluster)"),
     proxy_port: int = typer.Option(0, "--proxy-port", help="Proxy port (0: any free port)"),
@@ -40,8 +41,11 @@ def rollout(
     from ._opts import either, parse_options
 
     budget = either(budget_s, budget_old, "--budget-s", "--budget")
-    if backend == "reference":  # the same spelling as forge eval's
+    if backend == "reference" or (backend is None and reference):  # the same spelling as forge eval's
         backend, reference = "scripted:-", True
+    if backend is None:
+        typer.echo("forge rollout: give --backend (or --reference)", err=True)
+        raise typer.Exit(2)
     opts = parse_options(launcher_opt, "--launcher-opt", typed=False)
     hopts = parse_options(harness_opt, "--harness-opt")
     out.mkdir(parents=True, exist_ok=True)
@@ -62,18 +66,18 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
 
     import yaml
 
-    from ..environment import get_environment
-    from ..plugins import get_harness, get_launcher
+    from ..plugins import harness_class, launcher_class, make_environment
     from ..proxy import ProxyServer
     from ..proxy.backends import parse_backend_spec
     from ..rollout import run_rollout
     from ..store import TrajectoryStore
 
-    environment = get_environment(env_name)
+    environment = make_environment(env_name)
+    environment.use_run_dir(out)
     task = environment.task(task_id)
     from ._opts import make
 
-    harness = make(get_harness(harness_name), harness_opts or {}, f"harness {harness_name!r}")
+    harness = make(harness_class(harness_name), harness_opts or {}, f"harness {harness_name!r}")
     if reference:
         sol = environment.reference_solution(task)
         if not sol:
@@ -84,7 +88,7 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
         script.write_text(yaml.safe_dump({"turns": [{"shell": c} for c in sol], "final": "Done."}))
         backend_spec = f"scripted:{script}"
     backend = parse_backend_spec(backend_spec)
-    launcher = get_launcher(launcher_name)(**opts)
+    launcher = launcher_class(launcher_name)(**opts)
     uds = (out / "proxy.sock").resolve()
     admin = secrets.token_urlsafe(24) if host not in ("127.0.0.1", "::1", "localhost") else None
     store = TrajectoryStore(out / "store.db")

@@ -1,20 +1,28 @@
-"""Task directories: package a task without writing Python, and load a folder of them.
+"""Task directories: package a task without writing Python, and run a folder of them.
 
-Owns: :class:`TaskDirEnvironment` and :func:`load_task_dir`. The format::
+Owns: :class:`TaskDirEnvironment` (setup / verify / teardown of task directories) and
+:func:`parse_result` (a verifier's output → :class:`VerifyResult`). Loading lives in
+``taskdir_format`` (:func:`load_task_dir`), services in ``services``. The format (every key:
+docs/task-format.md)::
 
     my-task/
-      task.toml        id, split, category, timeout_s, required_tools, subgoals, image, [resources], [metadata]
+      task.toml        id, split, category, timeout_s, setup_timeout_s, verify_timeout_s, subgoals,
+                       required_tools, image, exit_code_reward, [resources], [[services]], [metadata]
       instruction.md   what the agent is told
       setup/           optional: copied into the rollout's workdir before the agent starts
-      setup.sh         optional: run inside the sandbox (cwd = workdir) after the copy
+      setup.sh         optional: run as a file inside the sandbox (cwd = workdir, stdin empty)
       verify.py | verify.sh    the verifier (required)
-      solution.sh      optional: reference solution, one shell command per line
+      solution.sh      optional: the reference solution, run as one shell script
+      services/ ...    optional: whatever the [[services]] commands run
 
-The verifier runs on the host after the agent stopped, never inside the sandbox, with the task
-directory hidden from the agent. It gets the workdir as ``$OPENFORGE_WORKDIR`` and as its first
-argument, and runs in a fresh empty directory. Exit 0 → reward 1, otherwise 0; if its last stdout
-line is a JSON object ``{"reward": x, "rewards": {...}, "detail": "..."}``, that is used instead.
-Any other exit code, or a Python traceback, means the verifier itself failed (→ ``env_error``).
+Order per rollout: services start (on the host) → ``setup/`` copied → ``setup.sh`` → agent →
+verifier → services stopped. The verifier runs on the host after the agent stopped, never inside
+the sandbox, with the task directory hidden from the agent; its cwd is the rollout's workdir (also
+``$OPENFORGE_WORKDIR`` and its first argument), with ``$OPENFORGE_TASK_DIR``,
+``$OPENFORGE_SERVICE_DIR`` and each service's ``${NAME}_URL``. Its last stdout line is a JSON object
+``{"reward": x, "subscores" | "rewards": {...}, "detail": "...", ...}``; other keys are kept as
+metadata. Without such a line it is an error (``env_error``) unless ``exit_code_reward = true``
+(exit 0 → 1.0, exit 1 → 0.0). Any other exit code, or a Python traceback, means the verifier failed.
 """
 
 from __future__ import annotations
@@ -24,65 +32,97 @@ import json
 import os
 import sys
 import tempfile
+import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 from ..environment import Environment, VerifyResult
 from ..errors import ConfigError, EnvironmentError_
 from ..launchers.base import Sandbox
 from ..task import Task
+from .services import ServiceGroup, ServiceWrapper
+from .taskdir_format import load_task_dir, taskdir_extras
 
-__all__ = ["TaskDirEnvironment", "load_task_dir"]
+__all__ = ["TaskDirEnvironment", "load_task_dir", "parse_result"]
+
+_RESULT_KEYS = ("reward", "rewards", "subscores", "detail")
 
 
-def load_task_dir(path: Path, environment: str = "taskdir") -> Task:
-    """Read one task directory into a :class:`Task`; every problem reported at once."""
-    problems = []
-    meta: dict = {}
-    toml = path / "task.toml"
-    if not toml.is_file():
-        problems.append(f"{toml}: missing (every task directory needs a task.toml)")
-    else:
-        try:
-            meta = tomllib.loads(toml.read_text())
-        except tomllib.TOMLDecodeError as e:
-            problems.append(f"{toml}: not valid TOML: {e}")
-    instr = path / "instruction.md"
-    if not instr.is_file():
-        problems.append(f"{instr}: missing (the instruction the agent is given)")
-    if not (path / "verify.py").is_file() and not (path / "verify.sh").is_file():
-        problems.append(f"{path}: needs a verify.py or verify.sh")
-    if problems:
-        raise ConfigError(problems)
-    meta.setdefault("id", path.name)
-    meta.setdefault("environment", environment)
-    metadata = dict(meta.pop("metadata", {}))
-    metadata["task_dir"] = str(path.resolve())
-    sol = path / "solution.sh"
-    if sol.is_file():
-        metadata["solution"] = [ln for ln in sol.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+def parse_result(task_id: str, out: str, err: str, returncode: int | None, *,
+                 exit_code_reward: bool = False) -> VerifyResult:
+    """A verifier's stdout/stderr/exit status → its verdict; :class:`EnvironmentError_` if it failed."""
+    text = out.strip()
+    last = text.splitlines()[-1].strip() if text else ""
+    if last.startswith("{"):
+        return _result_line(task_id, last)
+    if returncode not in (0, 1) or "Traceback (most recent call last)" in err:
+        raise EnvironmentError_(f"verifier of {task_id} crashed (exit {returncode}): {err[-800:]}")
+    if not exit_code_reward:
+        raise EnvironmentError_(
+            f"verifier of {task_id} printed no result line (exit {returncode}, stdout {text[-200:]!r}): print "
+            '{"reward": ..., "subscores": {...}} as its last line, or set exit_code_reward = true in task.toml '
+            "to score by exit status")
+    return VerifyResult(reward=1.0 if returncode == 0 else 0.0, detail=(text or err)[-500:])
+
+
+def _result_line(task_id: str, line: str) -> VerifyResult:
+    def bad(why: str) -> EnvironmentError_:
+        return EnvironmentError_(f"verifier of {task_id} printed an invalid result line {line[:200]!r}: {why}")
+
+    try:  # NaN / Infinity parse as floats here and are refused by VerifyResult (→ env_error)
+        obj = json.loads(line)
+    except ValueError as e:
+        raise bad(str(e)) from e
+    if not isinstance(obj, dict):
+        raise bad("not a JSON object")
+    if "rewards" in obj and "subscores" in obj:
+        raise bad("give the sub-scores once, as 'subscores' or as 'rewards'")
+    fields = {k: obj[k] for k in _RESULT_KEYS if k in obj}
+    if "subscores" in fields:
+        fields["rewards"] = fields.pop("subscores")
+    if "detail" in fields and not isinstance(fields["detail"], str):
+        fields["detail"] = json.dumps(fields["detail"])
+    fields["metadata"] = {k: v for k, v in obj.items() if k not in _RESULT_KEYS}
     try:
-        return Task(instruction=instr.read_text().strip(), metadata=metadata, **meta)
+        return VerifyResult.model_validate(fields)
     except ValidationError as e:
-        raise ConfigError([f"{toml}: {'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors()]) from e
+        raise bad("; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())) from None
+
+
+def _link_subgoals(res: VerifyResult, links: dict[str, str]) -> VerifyResult:
+    """Add ``subgoal:<text>`` sub-scores for subgoals that name the sub-score measuring them."""
+    if not links:
+        return res
+    rewards, missing = dict(res.rewards), []
+    for text, score in links.items():
+        if score in rewards:
+            rewards[f"subgoal:{text}"] = rewards[score]
+        else:
+            missing.append(score)
+    meta = {**res.metadata, **({"unreported_subscores": missing} if missing else {})}
+    return res.model_copy(update={"rewards": rewards, "metadata": meta})
 
 
 class TaskDirEnvironment(Environment):
-    """Tasks read from a task directory or a folder of them (see the module docstring)."""
+    """Tasks read from a task directory or a folder of them (see the module docstring).
+
+    ``log_dir``: where service logs go (default: ``<run dir>/services`` once :meth:`use_run_dir` is
+    called, else a temp dir); ``service_wrapper``: a :class:`ServiceWrapper` putting something (a
+    fault proxy) in front of each service."""
 
     name = "taskdir"
 
-    def __init__(self, path: str | Path, *, name: str | None = None):
+    def __init__(self, path: str | Path, *, name: str | None = None, log_dir: str | Path | None = None,
+                 service_wrapper: ServiceWrapper | None = None):
         self.path = Path(path).resolve()
         if not self.path.is_dir():
             raise ConfigError(f"task directory {path} does not exist")
         self.name = name or self.path.name
+        self.log_dir = Path(log_dir) if log_dir else None
+        self.service_wrapper = service_wrapper
+        self._services: dict[int, ServiceGroup] = {}
         dirs = [self.path] if (self.path / "task.toml").exists() else sorted(
             d for d in self.path.iterdir() if d.is_dir() and (d / "task.toml").exists())
         if not dirs:
@@ -105,8 +145,24 @@ class TaskDirEnvironment(Environment):
     def hidden_paths(self, task: Task) -> list[str]:
         return [task.metadata["task_dir"]]
 
+    def use_run_dir(self, run_dir: Path) -> None:
+        if self.log_dir is None:
+            self.log_dir = Path(run_dir) / "services"
+
+    def harness_env(self, task: Task, sandbox: Sandbox) -> dict[str, str]:
+        group = self._services.get(id(sandbox))
+        return dict(group.sandbox_env) if group else {}
+
     async def setup(self, task: Task, sandbox: Sandbox) -> None:
         tdir = Path(task.metadata["task_dir"])
+        services, _, _ = taskdir_extras(task)
+        env: dict[str, str] = {}
+        if services:
+            rid = getattr(getattr(sandbox, "spec", None), "rollout_id", None) or uuid.uuid4().hex[:12]
+            log_dir = self.log_dir or Path(tempfile.gettempdir()) / "openforge-service-logs"
+            group = self._services[id(sandbox)] = ServiceGroup(services, task_dir=tdir, log_dir=log_dir, label=rid)
+            await group.start(sandbox, task=task, wrapper=self.service_wrapper)
+            env = dict(group.sandbox_env)
         setup = tdir / "setup"
         if setup.is_dir():
             for f in sorted(setup.rglob("*")):
@@ -115,40 +171,60 @@ class TaskDirEnvironment(Environment):
                                              f.stat().st_mode & 0o777)
         script = tdir / "setup.sh"
         if script.is_file():
-            res = await sandbox.exec(["bash", "-s"], stdin=script.read_bytes(), timeout_s=task.setup_timeout_s)
-            if res.returncode != 0:
-                raise EnvironmentError_(f"setup.sh of {task.id} failed ({'timed out' if res.timed_out else res.returncode}): "
-                                        f"{(res.stderr or res.stdout)[-800:]}")
+            await self._run_setup(task, sandbox, script, env)
+        if services:
+            self._services[id(sandbox)].check_alive()
+
+    async def _run_setup(self, task: Task, sandbox: Sandbox, script: Path, env: dict[str, str]) -> None:
+        """``setup.sh`` as a file (stdin empty), from a private path removed again before the agent starts."""
+        path = sandbox.home / f".openforge-setup-{uuid.uuid4().hex[:8]}.sh"
+        await sandbox.write_file(path, script.read_bytes(), 0o700)
+        try:
+            res = await sandbox.exec(["bash", str(path)], env={**env, "OPENFORGE_WORKDIR": str(sandbox.workdir)},
+                                     cwd=sandbox.workdir, timeout_s=task.setup_timeout_s)
+        finally:
+            await sandbox.exec(["rm", "-f", str(path)], timeout_s=30)
+        if res.returncode != 0:
+            raise EnvironmentError_(f"setup.sh of {task.id} failed ({'timed out' if res.timed_out else res.returncode}): "
+                                    f"{(res.stderr or res.stdout)[-800:]}")
 
     async def verify(self, task: Task, sandbox: Sandbox) -> VerifyResult:
         tdir = Path(task.metadata["task_dir"])
+        _, exit_code_reward, links = taskdir_extras(task)
+        group = self._services.get(id(sandbox))
+        if group is not None:
+            group.check_alive()  # a service that died under the agent: its state is gone, no verdict
         workdir = await sandbox.pull_workdir()
         script = tdir / "verify.py"
         argv = [sys.executable, str(script)] if script.is_file() else ["bash", str(tdir / "verify.sh")]
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "HOME", "PYTHONPATH")}
-        env["OPENFORGE_WORKDIR"] = str(workdir)
-        with tempfile.TemporaryDirectory(prefix="openforge-verify-") as cwd:
-            proc = await asyncio.create_subprocess_exec(*argv, str(workdir), cwd=cwd, env=env,
-                                                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-            try:
-                out, err = await asyncio.wait_for(proc.communicate(), task.verify_timeout_s)
-            except asyncio.TimeoutError:
-                proc.kill()
-                await proc.wait()
-                raise EnvironmentError_(f"verifier of {task.id} ran over {task.verify_timeout_s:.0f}s") from None
-        text = out.decode(errors="replace").strip()
-        last = text.splitlines()[-1] if text else ""
-        if last.startswith("{"):
-            try:  # NaN / Infinity parse as floats here and are refused by VerifyResult (→ env_error)
-                return VerifyResult.model_validate(json.loads(last))
-            except ValidationError as e:
-                why = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-                raise EnvironmentError_(f"verifier of {task.id} printed an invalid result line {last[:200]!r}: "
-                                        f"{why}") from None
-            except ValueError as e:
-                raise EnvironmentError_(f"verifier of {task.id} printed an invalid result line {last[:200]!r}: {e}") from e
-        errtext = err.decode(errors="replace")
-        if proc.returncode not in (0, 1) or "Traceback (most recent call last)" in errtext:
-            raise EnvironmentError_(f"verifier of {task.id} crashed (exit {proc.returncode}): "
-                                    f"{errtext[-800:]}")
-        return VerifyResult(reward=1.0 if proc.returncode == 0 else 0.0, detail=(text or err.decode(errors="replace"))[-500:])
+        env.update({"OPENFORGE_WORKDIR": str(workdir), "OPENFORGE_TASK_DIR": str(tdir)})
+        if group is not None:
+            env.update(group.host_env)
+        out, err, rc = await _run_verifier(task, [*argv, str(workdir)], cwd=workdir, env=env)
+        if group is not None:
+            group.check_alive()
+        res = parse_result(task.id, out, err, rc, exit_code_reward=exit_code_reward)
+        return _link_subgoals(res, links)
+
+    async def teardown(self, task: Task, sandbox: Sandbox) -> None:
+        group = self._services.pop(id(sandbox), None)
+        if group is not None:
+            await group.stop()
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "path": str(self.path)}
+
+
+async def _run_verifier(task: Task, argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[str, str, int | None]:
+    proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), task.verify_timeout_s)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise EnvironmentError_(f"verifier of {task.id} ran over {task.verify_timeout_s:g}s") from None
+    return out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode
+

@@ -2,6 +2,6 @@
 ``claude_code``, ``openclaw``, ``zeroclaw``, ``pi``, ``browser_use``, ``computer_use``; plus ``cli``
 (the :class:`~openforge.harnesses.cli.CliHarness` base), ``versions`` (the pins) and ``installer``.
 
-Look harnesses up by name with :func:`openforge.plugins.get_harness`; nothing is imported here so
+Look harnesses up by name with :func:`openforge.plugins.harness_class` / :func:`~openforge.plugins.make_harness`; nothing is imported here so
 that ``import openforge`` stays light.
 """

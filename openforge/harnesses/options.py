@@ -73,10 +73,10 @@ def option_problems(harness: str, options: Mapping[str, Any], where: str, *, nam
     ``where`` (``harness.options``); an unknown harness is reported under ``name_key`` (default
     ``where``)."""
     from ..errors import ConfigError
-    from ..plugins import get_harness
+    from ..plugins import harness_class
 
     try:
-        cls = get_harness(harness)
+        cls = harness_class(harness)
     except ConfigError as e:
         return [f"{name_key or where}: {p}" for p in e.problems]
     known = harness_options(cls)

@@ -68,9 +68,9 @@ def _load_tokenizer(model: str) -> Any:
 
 def prompt_tokens(harness: str, model: str) -> PromptSize | None:
     """The prompt size of ``harness`` for policy ``model``; None when it is not known."""
-    from ..plugins import get_harness
+    from ..plugins import harness_class
 
-    cls = get_harness(harness)
+    cls = harness_class(harness)
     if isinstance(cls, DeclaresPrompt):
         from ..proxy.render import Renderer
 

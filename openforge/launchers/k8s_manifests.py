@@ -121,9 +121,11 @@ def build_network_policy(
     proxy_namespace: str | None = None,
     allow_dns: bool = False,
     agent_port: int = AGENT_PORT,
+    service_ports: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Default-deny for the run's rollout pods: egress only to the proxy (an IP block, or pods by
-    label in a namespace) on its port (+ DNS to kube-dns if asked); ingress only to the agent port."""
+    label in a namespace) on its port, and on ``service_ports`` (first, last: where the driver
+    publishes environment services) (+ DNS to kube-dns if asked); ingress only to the agent port."""
     if not proxy_cidr and not proxy_pod_labels:
         raise ValueError("the proxy must be given as proxy_cidr or proxy_pod_labels")
     peer: dict[str, Any]
@@ -133,7 +135,10 @@ def build_network_policy(
         peer = {"podSelector": {"matchLabels": dict(proxy_pod_labels or {})}}
         if proxy_namespace:
             peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}}
-    egress: list[dict[str, Any]] = [{"to": [peer], "ports": [{"protocol": "TCP", "port": proxy_port}]}]
+    ports: list[dict[str, Any]] = [{"protocol": "TCP", "port": proxy_port}]
+    if service_ports:
+        ports.append({"protocol": "TCP", "port": service_ports[0], "endPort": service_ports[1]})
+    egress: list[dict[str, Any]] = [{"to": [peer], "ports": ports}]
     if allow_dns:
         egress.append({"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
                                "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],

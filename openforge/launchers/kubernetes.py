@@ -20,6 +20,15 @@ builders in ``k8s_manifests``; this module owns the client flow:
 ClusterIP Service and pass its in-cluster URL as ``proxy_url`` (e.g. ``http://openforge-proxy.ns.svc:8765``)
 plus ``proxy_pod_labels`` / ``proxy_namespace`` (or ``proxy_cidr``) for the NetworkPolicy
 (``allow_dns=True`` when the URL is a DNS name). See README "Sandboxes".
+
+**Environment services** (``Sandbox.expose``: a task's ``[[services]]``, the claw mock services) are
+published by the driver itself, on the same host as the proxy: a TCP listener per service on
+``service_host`` (default: the proxy URL's host when it is an IP address, else ``0.0.0.0``) at a port
+of ``service_ports`` (default ``18100-18299``), forwarding to the service's Unix socket; pods get
+``http://<service_url_host>:PORT`` (default: the proxy URL's host). The NetworkPolicy lets the pods
+reach that port range on the proxy's peer, nothing else. When the proxy sits behind a ClusterIP
+Service, give that Service the same port range (or set ``service_url_host`` to a name that routes to
+the driver).
 """
 
 from __future__ import annotations
@@ -58,6 +67,17 @@ __all__ = ["KubernetesLauncher", "KubernetesSandbox"]
 log = logging.getLogger(__name__)
 
 
+def _port_range(spec: Any) -> tuple[int, int]:
+    """``"18100-18299"`` / ``(18100, 18299)`` → (first, last); a clear error otherwise."""
+    try:
+        first, last = (int(x) for x in (spec.split("-") if isinstance(spec, str) else spec))
+    except (TypeError, ValueError):
+        raise SandboxError(f"service_ports must be FIRST-LAST (e.g. 18100-18299), got {spec!r}") from None
+    if not 0 < first <= last < 65536:
+        raise SandboxError(f"service_ports {first}-{last} is not a port range")
+    return first, last
+
+
 def _sandbox_error(msg: str, status: RolloutStatus) -> SandboxError:
     err = SandboxError(msg)
     err.status = status  # type: ignore[attr-defined]  # read by run_rollout
@@ -70,7 +90,8 @@ class KubernetesLauncher(Launcher):
     ``run_id``, ``proxy_url`` (in-cluster URL of the proxy), ``proxy_cidr`` / ``proxy_pod_labels``
     (``k=v,k=v``) / ``proxy_namespace`` / ``allow_dns`` (NetworkPolicy), ``network_policy``,
     ``creates_per_s``, ``ready_timeout_s``, ``workdir`` / ``home`` (``{pod}`` is replaced by the
-    pod name), ``service_account``."""
+    pod name), ``service_account``, ``service_ports`` (``FIRST-LAST``) / ``service_host`` /
+    ``service_url_host`` (where environment services are published: see the module docstring)."""
 
     name = "kubernetes"
 
@@ -79,7 +100,9 @@ class KubernetesLauncher(Launcher):
                  proxy_url: str | None = None, proxy_cidr: str | None = None, proxy_pod_labels: Any = None,
                  proxy_namespace: str | None = None, allow_dns: Any = False, network_policy: Any = True,
                  creates_per_s: Any = 5.0, ready_timeout_s: Any = 300.0, workdir: str = "/work",
-                 home: str = "/home/agent", service_account: str | None = None, api_client: Any = None):
+                 home: str = "/home/agent", service_account: str | None = None, api_client: Any = None,
+                 service_ports: Any = "18100-18299", service_host: str | None = None,
+                 service_url_host: str | None = None):
         try:
             from kubernetes import client, config
         except ImportError as e:  # pragma: no cover - the k8s extra is missing
@@ -112,6 +135,9 @@ class KubernetesLauncher(Launcher):
         self.creates_per_s = float(creates_per_s)
         self.ready_timeout_s = float(ready_timeout_s)
         self.workdir, self.home, self.service_account = workdir, home, service_account
+        self.service_ports = _port_range(service_ports)
+        self.service_host, self.service_url_host = service_host, service_url_host
+        self._service_ports_used: set[int] = set()
         self._pods: dict[str, dict[str, Any]] = {}  # name -> latest pod dict (from the watch)
         self._waiters: dict[str, asyncio.Event] = {}
         self._owned: set[str] = set()
@@ -216,7 +242,8 @@ class KubernetesLauncher(Launcher):
                 return
         body = build_network_policy(name=f"{self.run_id}-egress"[:63], namespace=self.namespace, run_id=self.run_id,
                                     proxy_port=url.port or 80, proxy_cidr=cidr, proxy_pod_labels=labels,
-                                    proxy_namespace=self.proxy_namespace, allow_dns=self.allow_dns)
+                                    proxy_namespace=self.proxy_namespace, allow_dns=self.allow_dns,
+                                    service_ports=self.service_ports)
         try:
             await asyncio.to_thread(self.net.create_namespaced_network_policy, self.namespace, body)
         except Exception as e:
@@ -289,6 +316,7 @@ class KubernetesSandbox(Sandbox):
         self.lost_reason: str | None = None
         self._local: Path | None = None
         self._closed = False
+        self._published: list[tuple[int, asyncio.AbstractServer]] = []
 
     async def _wait_ready(self, timeout_s: float) -> None:
         la = self.launcher
@@ -425,6 +453,39 @@ class KubernetesSandbox(Sandbox):
                                               if not m.name.startswith("/") and ".." not in m.name])
         return dest
 
+    async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:
+        """Publish a host Unix-socket service to the pod (see the module docstring)."""
+        from ._fwd import _pipe
+
+        la, sock = self.launcher, str(uds_path)
+        proxy_host = urlparse(self.proxy_url).hostname or "127.0.0.1"
+        try:
+            socket.inet_aton(proxy_host)
+            bind = la.service_host or proxy_host
+        except OSError:
+            bind = la.service_host or "0.0.0.0"
+
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                ur, uw = await asyncio.open_unix_connection(sock)
+            except OSError:
+                w.close()
+                return
+            await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
+
+        first, last = la.service_ports
+        for p in ([port] if port else range(first, last + 1)):
+            if p in la._service_ports_used:
+                continue
+            try:
+                server = await asyncio.start_server(handle, bind, p)
+            except OSError:
+                continue
+            la._service_ports_used.add(p)
+            self._published.append((p, server))
+            return f"http://{la.service_url_host or proxy_host}:{p}"
+        raise SandboxError(f"no free port in service_ports {first}-{last} on {bind} to publish a service for pod {self.pod}")
+
     async def logs(self) -> str:
         return await asyncio.to_thread(self.launcher.core.read_namespaced_pod_log, self.pod, self.launcher.namespace)
 
@@ -432,6 +493,10 @@ class KubernetesSandbox(Sandbox):
         if self._closed:
             return
         self._closed = True
+        for p, server in self._published:
+            server.close()
+            self.launcher._service_ports_used.discard(p)
+        self._published.clear()
         await asyncio.to_thread(self.launcher._delete, self.pod)
         self.launcher._waiters.pop(self.pod, None)
         self.launcher._pods.pop(self.pod, None)

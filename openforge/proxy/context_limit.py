@@ -28,7 +28,7 @@ __all__ = ["PromptTooLong", "context_overflow", "max_token_bytes", "min_tokens"]
 _KEEP_PRE = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "UnicodeScripts"}
 
 
-class PromptTooLong(Exception):
+class PromptTooLong(ValueError):
     """The rendered prompt has at least ``min_tokens`` tokens (proved from its bytes, not tokenized)."""
 
     def __init__(self, min_tokens: int, n_bytes: int):

@@ -49,7 +49,7 @@ def _size(req: CanonicalRequest) -> int:
     return sum(len(m.get("content") or "") for m in req.messages) + 200 * len(req.tools)
 
 
-class ClientGone(Exception):
+class ClientGone(ConnectionError):
     """The client disconnected before the answer was ready; the call was recorded as cancelled."""
 
 
@@ -295,6 +295,8 @@ class Engine:
     async def _generate(self, ids: list[int], params: SamplingParams, ctx: GenContext) -> Generation:
         try:
             gen = await asyncio.wait_for(self.backend.generate(ids, params, ctx), params.timeout_s)
+        except BackendTimeout:  # the back-end's own (a TimeoutError too): keep its message
+            raise
         except asyncio.TimeoutError:
             raise BackendTimeout(f"no answer within {params.timeout_s:g}s") from None
         if len(gen.logprobs) != len(gen.output_ids):
@@ -327,6 +329,8 @@ class Engine:
             ctx.on_text = sink.push_text
         try:
             out = await asyncio.wait_for(self.backend.complete(req, params, ctx), params.timeout_s)
+        except BackendTimeout:
+            raise
         except asyncio.TimeoutError:
             raise BackendTimeout(f"no answer within {params.timeout_s:g}s") from None
         calls = [ToolCallOut(id=t.get("id") or new_id("call_"), name=t["name"], arguments=t.get("arguments") or "{}")

@@ -52,7 +52,7 @@ class Limits:
     max_depth: int = 64
 
 
-class BodyDisconnect(Exception):
+class BodyDisconnect(ConnectionError):
     """The client went away while sending the body."""
 
 

@@ -35,6 +35,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from ..errors import PicklableError
 from .context_limit import PromptTooLong
 from .render import Head, Rendered, Renderer
 
@@ -55,11 +56,11 @@ def default_workers() -> int:
     return min(2, os.cpu_count() or 1)
 
 
-class WorkerCrashed(Exception):
+class WorkerCrashed(RuntimeError):
     """A token worker died (or could not start) while serving a call; the call may be retried."""
 
 
-class RemoteError(Exception):
+class RemoteError(PicklableError, RuntimeError):
     """The chat template or tokenizer raised in a worker: ``type_name`` is the exception's class name."""
 
     def __init__(self, type_name: str, message: str):

@@ -2,7 +2,8 @@
 
 Owns: :func:`list_recipes`, :func:`recipe_dir`, :func:`recipe_config`, :func:`load_recipe_config`
 and :func:`copy_recipe`. Recipe names use dashes (``claw-grpo``), folders underscores
-(``claw_grpo/``). Third-party recipes register a folder path (or a ``module:attr`` returning one)
+(``claw_grpo/``). Recipes are looked up in :data:`openforge.plugins.RECIPES` (the shipped folders are
+its built-ins); third-party recipes register a ``module:attr`` that is a folder path or returns one
 under the ``openforge.recipes`` entry-point group.
 """
 
@@ -14,53 +15,53 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError
+from ..errors import ConfigError, PluginNotFound
 
 __all__ = ["copy_recipe", "list_recipes", "load_recipe_config", "recipe_config", "recipe_dir"]
 
-_HERE = Path(__file__).resolve().parent
 
-
-def _builtin() -> dict[str, Path]:
-    return {p.name.replace("_", "-"): p for p in sorted(_HERE.iterdir())
-            if p.is_dir() and (p / "config.yaml").is_file()}
-
-
-def _plugins() -> dict[str, Path]:
+def _folder(name: str) -> Path | None:
+    """The folder of the registered recipe ``name`` (a path, or a callable returning one), if usable."""
     from ..plugins import RECIPES
 
-    out: dict[str, Path] = {}
-    for name in RECIPES.names():
-        try:
-            obj = RECIPES.get(name)
-            path = Path(obj() if callable(obj) else obj)
-        except Exception:
-            continue
-        if (path / "config.yaml").is_file():
-            out[name] = path
-    return out
+    try:
+        obj = RECIPES.get(name)
+        path = Path(obj() if callable(obj) else obj)
+    except Exception:  # a broken plugin hides only itself
+        return None
+    return path if (path / "config.yaml").is_file() else None
 
 
 def list_recipes() -> dict[str, Path]:
-    """Recipe name → folder (built-ins, then plugins that do not shadow them)."""
-    found = _plugins()
-    found.update(_builtin())
-    return dict(sorted(found.items()))
+    """Recipe name → folder: the shipped ones and ``openforge.recipes`` plugins, under the registry's
+    shadowing rule (a plugin never replaces a shipped recipe of the same name)."""
+    from ..plugins import RECIPES
+
+    found = {name: _folder(name) for name in RECIPES.names()}
+    return {name: path for name, path in sorted(found.items()) if path is not None}
 
 
 def recipe_dir(name: str) -> Path:
-    """The folder of recipe ``name`` (``claw-grpo`` or ``claw_grpo``), or a folder path itself."""
+    """The folder of recipe ``name`` (``claw-grpo`` or ``claw_grpo``), or a folder path itself. A
+    recipe name wins over a folder of the same name in the working directory (write ``./name``)."""
     p = Path(name)
-    if p.is_dir() and (p / "config.yaml").is_file():
-        return p
     recipes = list_recipes()
     key = name.replace("_", "-")
+    if p.is_dir() and (p / "config.yaml").is_file():
+        if key not in recipes or "/" in name or name.startswith("."):
+            return p
+        import warnings
+
+        from ..plugins import PluginShadowWarning
+
+        warnings.warn(f"recipe {name!r} is the registered one, not the folder {name}/ here; write ./{name} "
+                      f"for the folder", PluginShadowWarning, stacklevel=2)
     if key not in recipes:
         import difflib
 
         close = difflib.get_close_matches(key, recipes, n=2)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ConfigError(f"unknown recipe {name!r}{hint}; known: {', '.join(recipes)}")
+        raise PluginNotFound(f"unknown recipe {name!r}{hint}; known: {', '.join(recipes)}")
     return recipes[key]
 
 

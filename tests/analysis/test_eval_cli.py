@@ -53,9 +53,9 @@ def eval_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _task(tasks, "hello", 'split = "eval"\ncategory = "files"\ntimeout_s = 60\n'
           'required_tools = ["shell", "read_file"]\nsubgoals = ["file_exists", "content_ok"]\n',
           "Create hello.txt containing hi.", HELLO_VERIFY)
-    _task(tasks, "kernel", 'split = "eval"\ncategory = "shell"\ntimeout_s = 60\n',
+    _task(tasks, "kernel", 'split = "eval"\ncategory = "shell"\ntimeout_s = 60\nexit_code_reward = true\n',
           "Write the kernel version into kernel.txt.", '#!/bin/sh\ntest -s "$1/kernel.txt"\n')
-    _task(tasks, "train-only", 'split = "train"\n', "x", "#!/bin/sh\nexit 0\n")
+    _task(tasks, "train-only", 'split = "train"\nexit_code_reward = true\n', "x", "#!/bin/sh\nexit 0\n")
     (root / "script.yaml").write_text(SCRIPT)
     out = root / "out"
     res = CliRunner().invoke(app, [
@@ -124,9 +124,9 @@ def test_eval_on_the_claw_environment_with_reference_solutions(tmp_path: Path) -
     """The built-in claw tasks (real services, real verifiers) through react, replaying the tasks'
     reference solutions (`--backend reference`): every trial passes and the HTTP capability is used."""
     pytest.importorskip("openai", reason="the react harness needs the openai package")
-    from openforge.environment import get_environment
+    from openforge.plugins import make_environment
 
-    env = get_environment("claw")
+    env = make_environment("claw")
     http_task = next(t for t in env.tasks("eval") if "http" in t.required_tools and env.reference_solution(t))
     file_task = next(t for t in env.tasks("eval") if t.required_tools == ("shell",) and env.reference_solution(t))
     out = tmp_path / "claw"

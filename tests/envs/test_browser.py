@@ -9,10 +9,10 @@ import shutil
 import pytest
 from testdeps import missing, smollm2_tokenizer
 
-from openforge.environment import get_environment
 from openforge.envs.browser import BrowserEnvironment
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
 
 ENV = BrowserEnvironment()
 
@@ -42,7 +42,7 @@ async def _run(launcher, task, cmds, *, check=True):
 
 
 def test_inventory():
-    assert isinstance(get_environment("browser"), BrowserEnvironment)
+    assert isinstance(make_environment("browser"), BrowserEnvironment)
     assert len(ENV.tasks()) >= 8 and ENV.tasks("eval") and ENV.tasks("train")
     assert {t.category for t in ENV.tasks()} == {"form", "shop", "navigation"}
 

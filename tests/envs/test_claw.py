@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from openforge.environment import get_environment
 from openforge.envs.claw import SPECS, ClawEnvironment, reference_solution
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
 
 ENV = ClawEnvironment()
 
@@ -45,7 +45,7 @@ def test_task_inventory():
     assert ENV.tasks("train") and ENV.tasks("eval") and len(ENV.tasks("easy")) >= 5
     cats = {t.category for t in tasks}
     assert {"files", "shell", "git", "sqlite", "data", "mail", "calendar", "notes", "issues"} <= cats
-    assert isinstance(get_environment("claw"), ClawEnvironment)
+    assert isinstance(make_environment("claw"), ClawEnvironment)
     assert all(reference_solution(t) for t in tasks)
 
 

@@ -8,10 +8,10 @@ import shutil
 import pytest
 from testdeps import missing, smollm2_tokenizer
 
-from openforge.environment import get_environment
 from openforge.envs.desktop import DesktopEnvironment
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
 
 
 @pytest.fixture(autouse=True)
@@ -49,7 +49,7 @@ async def _run(launcher, task, cmds):
 
 
 def test_inventory():
-    assert isinstance(get_environment("desktop"), DesktopEnvironment)
+    assert isinstance(make_environment("desktop"), DesktopEnvironment)
     assert len(ENV.tasks()) >= 6 and ENV.tasks("eval") and ENV.tasks("easy")
 
 

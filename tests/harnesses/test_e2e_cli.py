@@ -10,7 +10,7 @@ from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
 from testdeps import missing
 
 from openforge.errors import HarnessError
-from openforge.plugins import get_harness
+from openforge.plugins import harness_class
 
 CASES = [
     # (harness, constructor kwargs, expected shell tool name, its command argument, wire api)
@@ -27,7 +27,7 @@ CASES = [
 
 
 def _harness(name, kwargs):
-    h = get_harness(name)(**kwargs)
+    h = harness_class(name)(**kwargs)
     try:
         h.check_installed()
     except HarnessError as e:

@@ -50,9 +50,9 @@ async def test_react_crash_is_harness_error(tmp_path, tokenizer):
 
 @pytest.mark.parametrize("missing", ["codex"])
 async def test_not_installed_gives_harness_error_trajectory(tmp_path, tokenizer, monkeypatch, missing):
-    from openforge.plugins import get_harness
+    from openforge.plugins import harness_class
 
     monkeypatch.setenv("OPENFORGE_CODEX_BIN", str(tmp_path / "no-codex"))
-    run = await run_e2e(get_harness(missing)(), [{"text": "hi"}], "say hi", tmp_path=tmp_path, tokenizer=tokenizer)
+    run = await run_e2e(harness_class(missing)(), [{"text": "hi"}], "say hi", tmp_path=tmp_path, tokenizer=tokenizer)
     assert run.traj.status == RolloutStatus.HARNESS_ERROR and "codex is not installed" in run.traj.error
     assert run.traj.calls == []

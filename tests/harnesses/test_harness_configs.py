@@ -17,7 +17,7 @@ from openforge.harnesses.openclaw import OpenClawHarness
 from openforge.harnesses.pi import PiHarness
 from openforge.harnesses.versions import NODE, NPM_PINS
 from openforge.harnesses.zeroclaw import ZeroClawHarness
-from openforge.plugins import get_harness
+from openforge.plugins import harness_class
 from openforge.task import Task
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11+")
@@ -115,4 +115,4 @@ def test_pins_in_one_place_and_registry_classes():
     assert NPM_PINS["openclaw"].min_node <= NODE.major_minor and NODE.major_minor >= (24, 16)
     for name, cls in [("codex", CodexHarness), ("claude-code", ClaudeCodeHarness), ("pi", PiHarness),
                       ("openclaw", OpenClawHarness), ("zeroclaw", ZeroClawHarness)]:
-        assert get_harness(name) is cls and cls.name == name
+        assert harness_class(name) is cls and cls.name == name

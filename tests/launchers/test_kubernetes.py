@@ -126,7 +126,8 @@ async def test_pod_exec_files_logs_and_cleanup(cluster, tmp_path):
         client.NetworkingV1Api(cluster.api).list_namespaced_network_policy("default").items)
         if p["metadata"]["name"] == "k1-egress"]
     assert pol["spec"]["egress"][0]["to"] == [{"ipBlock": {"cidr": "127.0.0.1/32"}}]
-    assert pol["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 9}]
+    assert pol["spec"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 9},  # the proxy, and the services
+                                                 {"protocol": "TCP", "port": 18100, "endPort": 18299}]
     manifest = cluster.api.sanitize_for_serialization(cluster.core.read_namespaced_pod(sbx.pod, "default"))
     assert manifest["spec"]["containers"][0]["resources"]["limits"] == {"cpu": "1000m", "memory": "512Mi",
                                                                         "ephemeral-storage": "4Gi"}
@@ -228,3 +229,61 @@ async def test_real_cluster_pod_roundtrip(tmp_path):
         await sbx.close()
     finally:
         await la.aclose()
+
+
+async def test_task_dir_services_reach_the_pod(cluster, tmp_path):
+    """[[services]] on Kubernetes: published by the driver on a port of ``service_ports`` (which the
+    NetworkPolicy allows), reached from the pod at ``${NAME}_URL``; reference 1.0, no-op 0."""
+    from pathlib import Path
+
+    from openforge.envs.taskdir import TaskDirEnvironment
+
+    env = TaskDirEnvironment(Path(__file__).resolve().parents[2] / "examples" / "tasks", log_dir=tmp_path / "logs")
+    la = make_launcher(cluster, tmp_path, run_id="k-svc", service_ports="18300-18309")
+    try:
+        for task in (env.task("mail-reply"), env.task("ticket-triage")):
+            for script, want in ((env.reference_solution(task)[0], 1.0), (None, 0.0)):
+                sbx = await la.start(SandboxSpec(rollout_id=f"r-{task.id}-{want:g}", task=task,
+                                                 proxy_url="http://127.0.0.1:9", api_key="k"))
+                try:
+                    await env.setup(task, sbx)
+                    url = next(iter(env.harness_env(task, sbx).values()))
+                    assert url.startswith("http://127.0.0.1:1830"), url
+                    if script is not None:
+                        r = await sbx.exec(["bash", "-c", script], env=env.harness_env(task, sbx), timeout_s=60)
+                        assert r.returncode == 0, r.stderr
+                    res = await env.verify(task, sbx)
+                    assert res.reward == want, (task.id, res)
+                finally:
+                    await env.teardown(task, sbx)
+                    await sbx.close()
+        assert not la._service_ports_used, "published ports are released with their pod"
+    finally:
+        await la.aclose()
+
+
+async def test_claw_mock_services_reach_the_pod(cluster, tmp_path):
+    from openforge.envs.claw import ClawEnvironment
+
+    env = ClawEnvironment()
+    task = next(t for t in env.tasks() if t.metadata["services"])
+    la = make_launcher(cluster, tmp_path, run_id="k-claw", service_ports="18310-18319")
+    sbx = await la.start(SandboxSpec(rollout_id="r-claw", task=task, proxy_url="http://127.0.0.1:9", api_key="k"))
+    try:
+        await env.setup(task, sbx)
+        for cmd in env.reference_solution(task):
+            r = await sbx.exec(["sh", "-c", cmd], env=env.harness_env(task, sbx), timeout_s=60)
+            assert r.returncode == 0, r.stderr
+        assert (await env.verify(task, sbx)).reward == 1.0
+    finally:
+        await env.teardown(task, sbx)
+        await sbx.close()
+        await la.aclose()
+
+
+def test_service_ports_must_be_a_range(cluster, tmp_path):
+    with pytest.raises(SandboxError, match="service_ports must be FIRST-LAST"):
+        make_launcher(cluster, tmp_path, service_ports="lots")
+    p = build_network_policy(name="np", namespace="ns", run_id="run", proxy_port=8765, proxy_cidr="10.0.0.5",
+                             service_ports=(18100, 18199))
+    assert p["spec"]["egress"][0]["ports"][1] == {"protocol": "TCP", "port": 18100, "endPort": 18199}

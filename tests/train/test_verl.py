@@ -295,7 +295,7 @@ async def test_agent_loop_real_rollout_through_proxy_and_react(smollm2):
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
-    from openforge.environment import get_environment
+    from openforge.plugins import make_environment
     from openforge.train.verl import agent_loop as al
     from openforge.train.verl.agent_loop import OpenForgeAgentLoop
 
@@ -303,7 +303,7 @@ async def test_agent_loop_real_rollout_through_proxy_and_react(smollm2):
     server = _HFServer(model)
     conf = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": 2, "max_model_len": 4096}}})
     al._RUNTIMES.clear()
-    task = get_environment("claw").task("files-create-hello")
+    task = make_environment("claw").task("files-create-hello")
 
     def make():
         return OpenForgeAgentLoop(trainer_config=DictConfigWrap(conf), server_manager=server, tokenizer=tok,

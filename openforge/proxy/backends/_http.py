@@ -91,10 +91,10 @@ class JsonClient:
     def _errors(self):
         try:
             yield
+        except BackendError:  # before TimeoutError: a BackendTimeout is one, and keeps its message
+            raise
         except asyncio.TimeoutError:
             raise BackendTimeout(f"{self.label} timed out after {self.timeout_s:g}s") from None
-        except BackendError:
-            raise
         except Exception as e:
             if type(e).__name__ in ("TimeoutException", "ReadTimeout", "ConnectTimeout", "PoolTimeout", "WriteTimeout"):
                 raise BackendTimeout(f"{self.label} timed out: {e}") from None
