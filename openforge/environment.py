@@ -129,6 +129,11 @@ class Environment(abc.ABC):
         """Stop what :meth:`setup` started (called always, before the sandbox is closed)."""
         return None
 
+    async def rollout_metadata(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:
+        """Facts about this rollout to record in the trajectory's metadata (e.g. the injected faults,
+        ``openforge.faults``); called always, after the verifier and before :meth:`teardown`."""
+        return {}
+
     def use_run_dir(self, run_dir: Path) -> None:
         """The run directory of the caller (``forge rollout --out``, ``forge eval --out``, a training
         run): an environment may write logs there (task-dir services do). Default: nothing."""

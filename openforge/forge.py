@@ -217,12 +217,12 @@ class Forge:
         return lambda: cls(**opts)
 
     async def rollouts(self, tasks: list[Task], group_size: int, *, proxy: Any = None,
-                       min_group: int = 2) -> Any:
+                       min_group: int = 2, environment: Any = None) -> Any:
         from .rollout import run_groups
 
         return await run_groups(
             tasks, group_size, self.cfg.rollout.concurrency, harness=self.harness_factory(),
-            environment=self.env, launcher=self.launcher, proxy=proxy or self.proxy, store=self.store,
+            environment=environment or self.env, launcher=self.launcher, proxy=proxy or self.proxy, store=self.store,
             budget_s=self.cfg.rollout.timeout_s, progress=self.progress, min_group=min_group)
 
     def _log_metrics(self, line: dict[str, Any]) -> None:

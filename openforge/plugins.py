@@ -349,16 +349,21 @@ def environment_class(name: str | Path) -> type[Environment]:
 
 def make_environment(name: str | Path, **options: Any) -> Environment:
     """An environment instance by registered name, ``module:Class`` reference, or a path to a task
-    directory / a folder of task directories."""
+    directory / a folder of task directories. ``faults=`` (``env.options.faults``) is taken by the
+    fault-injection layer (:mod:`openforge.faults`), which also wraps an environment whose tasks
+    declare ``[[faults]]``; every other option goes to the environment."""
+    from .faults.env import with_faults
+
+    faults = options.pop("faults", None)
     path = _task_dir(name)
     if path is not None:
         from .envs.taskdir import TaskDirEnvironment
 
-        return TaskDirEnvironment(path, **options)
+        return with_faults(TaskDirEnvironment(path, **options), faults)
     if str(name) not in ENVIRONMENTS and ":" not in str(name):
         raise ENVIRONMENTS.unknown(str(name), also=", or a path to a task directory")
     environment_class(name)
-    return ENVIRONMENTS.create(str(name), **options)
+    return with_faults(ENVIRONMENTS.create(str(name), **options), faults)
 
 
 def backend_factory(kind: str) -> Callable[..., Backend]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import random
 import time
 import traceback
 import uuid
@@ -146,6 +147,11 @@ async def run_rollout(
             "harness": traj.harness or harness.name, "environment": environment.name,
             "metrics": {**traj.metrics, **extra_metrics}, "metadata": {**traj.metadata, **extra_meta},
         })
+    if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
+        from .faults.record import record_faults
+
+        traj = record_faults(traj)
+        stored = False  # known only from the finished trajectory: stored again with them
     sink = store if store is not None else getattr(proxy, "store", None)
     if not stored or sink is not getattr(proxy, "store", None):
         await _shielded(_store(sink, traj))
@@ -161,6 +167,10 @@ def _launch_status(e: BaseException, default: RolloutStatus = S.INFRA_ERROR) -> 
 
 
 async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta: dict[str, Any]) -> None:
+    try:
+        meta.update(await asyncio.wait_for(environment.rollout_metadata(task, sandbox), 30))
+    except Exception as e:
+        meta["rollout_metadata_error"] = _err(e)
     try:
         await asyncio.wait_for(environment.teardown(task, sandbox), 30)
     except Exception as e:
@@ -294,6 +304,7 @@ async def run_groups(
     min_group: int = 2,
     budget_s: float | None = None,
     progress: bool = True,
+    seed: int | None = None,
     **rollout_kw: Any,
 ) -> GroupResults:
     """Run ``group_size`` rollouts of each task, at most ``concurrency`` at a time.
@@ -302,7 +313,11 @@ async def run_groups(
     failed attempt is kept in ``discarded`` with its reason (and stored). Non-trainable members
     (harness/env/infra errors, cancelled) never enter a group; policy failures and timeouts do. A
     group with fewer than ``min_group`` trainable members is dropped, never handed over as a group
-    of one (GRPO would see no variance), and recorded in ``dropped``."""
+    of one (GRPO would see no variance), and recorded in ``dropped``.
+
+    Every group gets a seed (``task.metadata["group_seed"]``, the same for all its members and
+    retries; drawn from ``seed`` when given, else fresh), which seeds what the environment varies
+    per group, such as injected faults (:mod:`openforge.faults`)."""
     if group_size < 1 or concurrency < 1:
         from .errors import ConfigError
 
@@ -317,6 +332,8 @@ async def run_groups(
         results.discarded.append(t)
         await _store(sink, t)
     members: dict[int, list[Trajectory | None]] = {i: [None] * group_size for i in range(len(tasks))}
+    rng = random.Random(seed)
+    tasks = [t.model_copy(update={"metadata": {**t.metadata, "group_seed": rng.getrandbits(48)}}) for t in tasks]
     bar = _Progress(len(tasks) * group_size, enabled=progress)
 
     async def member(ti: int, slot: int) -> None:

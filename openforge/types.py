@@ -20,11 +20,15 @@ __all__ = [
     "ModelCall",
     "RolloutStatus",
     "Segment",
+    "ServedAPI",
     "WireAPI",
 ]
 
 TRAJECTORY_VERSION = 1
 
+#: The model APIs the proxy serves: a wire adapter's ``api``, a canonical request's ``api``.
+ServedAPI = Literal["chat", "responses", "messages"]
+#: A recorded call's ``api``.
 WireAPI = Literal["chat", "responses", "messages", "completions", "unknown"]
 
 

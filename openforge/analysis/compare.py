@@ -39,10 +39,18 @@ COMPARE_ROWS: list[tuple[str, str, str]] = [
     ("behaviour.plan_completion_rate", "plan completion", "pct"),
     ("behaviour.error_recovery_rate", "error recovery", "pct"),
     ("behaviour.success_after_failure_rate", "success after a failed step", "pct"),
+    ("behaviour.pass_rate_with_faults", "pass rate with faults", "pct"),
+    ("behaviour.pass_rate_without_faults", "pass rate without faults", "pct"),
+    ("behaviour.fault_met_rate", "faults met", "pct"),
+    ("behaviour.fault_recovery_rate", "fault recovery", "pct"),
+    ("behaviour.steps_to_recover", "steps to recover", "float"),
+    ("behaviour.fault_repeat_rate", "repeats failing action after fault", "pct"),
     ("behaviour.steps_per_task", "steps / task", "float"),
     ("behaviour.tokens_per_task", "tokens / task", "int"),
     ("behaviour.wall_time_per_task_s", "wall time / task (s)", "float"),
 ]
+#: Rows shown only when some run injected faults (openforge.faults).
+FAULT_ROWS = frozenset(k for k, _, _ in COMPARE_ROWS if "fault" in k or k == "behaviour.steps_to_recover")
 
 _INFRA = ("harness_error", "env_error", "infra_error", "cancelled")
 
@@ -145,7 +153,10 @@ def behaviour_table(summary: EvalSummary, title: str = "behaviour") -> Any:
     values = summary.behaviour.model_dump() if summary.behaviour else {}
     for key, label, kind in COMPARE_ROWS:
         if key.startswith("behaviour."):
-            table.add_row(label, fmt_value(values.get(key.split(".", 1)[1]), kind))
+            value = values.get(key.split(".", 1)[1])
+            if value is None and key in FAULT_ROWS:
+                continue
+            table.add_row(label, fmt_value(value, kind))
     return table
 
 
@@ -161,6 +172,8 @@ def compare_table(rows: Sequence[dict[str, Any]]) -> Any:
     for key, label, kind in COMPARE_ROWS:
         if all_k1 and key in ("pass_at_k", "pass_hat_k"):
             continue  # pass@1 = pass^1: shown once
+        if key in FAULT_ROWS and all(r.get(key) is None for r in rows):
+            continue  # no run injected faults
         ks = {r.get("k") for r in rows}
         same_k = len(ks) == 1
         if key in ("pass_at_k", "pass_hat_k") and rows:

@@ -49,6 +49,8 @@ class EvalRequest(BaseModel):
     launcher: str = "local"
     harness_options: dict[str, Any] = Field(default_factory=dict)  # keyword arguments of the harness
     max_retries: int = Field(1, ge=0)
+    faults: Any = None  # env.options.faults (openforge.faults): inject faults into the tasks
+    seed: int = 0  # seeds each task group (the injected faults): the same faults on every eval of a model
 
 
 def _select_tasks(env: Any, req: EvalRequest) -> list[Task]:
@@ -94,7 +96,7 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
     from ..proxy.server import ProxyServer
     from ..rollout import run_groups
 
-    env = make_environment(req.env)
+    env = make_environment(req.env, **({"faults": req.faults} if req.faults is not None else {}))
     if run_dir is not None:
         env.use_run_dir(Path(run_dir))
     tasks = _select_tasks(env, req)
@@ -124,7 +126,7 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
             results = await run_groups(
                 tasks, req.trials, req.concurrency, harness=harness, environment=env, launcher=launcher,
                 proxy=server, store=store, max_retries=req.max_retries, min_group=1,
-                budget_s=req.budget_s, progress=progress,
+                budget_s=req.budget_s, progress=progress, seed=req.seed,
             )
     finally:
         close = getattr(launcher, "aclose", None)

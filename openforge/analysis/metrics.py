@@ -23,6 +23,7 @@ from ..task import Task
 from ..trajectory import Trajectory
 from ..types import ModelCall, RolloutStatus
 from .actions import Action, step_actions, url_like
+from .recovery import recovers_after, repeats_next, summarize_faults
 from .steps import ToolStep, base_tool_name, extract_steps
 
 __all__ = [
@@ -221,12 +222,8 @@ def rollout_behaviour(traj: Trajectory, task: Task | None = None) -> RolloutBeha
     verifications = verification_actions(actions)
 
     failed = [s for s in steps if s.error]
-    recovered = sum(
-        any(not t.error and t.signature != f.signature for t in steps[f.index + 1 :]) for f in failed
-    )
-    repeated = sum(
-        f.index + 1 < len(steps) and steps[f.index + 1].signature == f.signature for f in failed
-    )
+    recovered = sum(recovers_after(steps, f.index) for f in failed)
+    repeated = sum(repeats_next(steps, f.index) for f in failed)
 
     required, subgoals = task_spec(traj, task)
     covered = [r for r in required if _covered(r, steps)]
@@ -274,6 +271,13 @@ class BehaviourSummary(BaseModel):
     tokens_per_task: float | None
     completion_tokens_per_task: float | None
     wall_time_per_task_s: float | None
+    # injected faults (openforge.faults; docs/metrics.md, "Injected faults"): None without faults
+    fault_met_rate: float | None = None
+    fault_recovery_rate: float | None = None
+    steps_to_recover: float | None = None
+    fault_repeat_rate: float | None = None
+    pass_rate_with_faults: float | None = None
+    pass_rate_without_faults: float | None = None
 
 
 def _mean(xs: Iterable[float]) -> float | None:
@@ -290,8 +294,10 @@ def summarize_behaviour(
 ) -> BehaviourSummary:
     """Aggregate behaviour over trainable rollouts; infra failures are left out."""
     rows: list[RolloutBehaviour] = []
+    trajs: list[Trajectory] = []
     for t in trajectories:
         if isinstance(t, Trajectory):
+            trajs.append(t)
             if not t.status.trainable:
                 continue
             rows.append(rollout_behaviour(t, (tasks or {}).get(t.task_id)))
@@ -313,4 +319,14 @@ def summarize_behaviour(
         tokens_per_task=_mean(r.prompt_tokens + r.completion_tokens for r in rows),
         completion_tokens_per_task=_mean(r.completion_tokens for r in rows),
         wall_time_per_task_s=_mean(r.wall_time_s for r in rows),
+        **_fault_fields(trajs),
     )
+
+
+def _fault_fields(trajs: list[Trajectory]) -> dict[str, float | None]:
+    fs = summarize_faults(trajs)
+    if fs is None:
+        return {}
+    return {"fault_met_rate": fs.fault_met_rate, "fault_recovery_rate": fs.fault_recovery_rate,
+            "steps_to_recover": fs.steps_to_recover, "fault_repeat_rate": fs.fault_repeat_rate,
+            "pass_rate_with_faults": fs.pass_rate_with_faults, "pass_rate_without_faults": fs.pass_rate_without_faults}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..trajectory import Trajectory
-from .compare import COMPARE_ROWS, fmt_value, run_summary
+from .compare import COMPARE_ROWS, FAULT_ROWS, fmt_value, run_summary
 from .metrics import summarize_behaviour
 from .rundir import RunData, trajectory_step
 from .steps import is_error_result
@@ -46,6 +46,7 @@ _BEHAVIOUR_CURVES = [
     ("required_tool_coverage", "required tools"),
     ("error_recovery_rate", "error recovery"),
     ("plan_completion_rate", "plan completion"),
+    ("fault_recovery_rate", "fault recovery"),
 ]
 _MAX_CONTEXT_CHARS = 1200
 _MAX_TRAINED_CHARS = 6000
@@ -224,6 +225,8 @@ def _summary_rows(run: RunData) -> tuple[list[tuple[str, str]], dict[str, Any] |
             continue
         if key.startswith("behaviour."):
             value = (flat.get("behaviour") or {}).get(key.split(".", 1)[1])
+            if value is None and key in FAULT_ROWS:
+                continue
         else:
             value = flat.get(key)
         label = label.replace("@k", f"@{summary.k}").replace("^k", f"^{summary.k}")

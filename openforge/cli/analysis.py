@@ -70,12 +70,17 @@ def register(app: typer.Typer) -> None:
         harness_opt: list[str] = typer.Option([], "--harness-opt",
                                               help="KEY=VALUE option of the harness, e.g. max_turns=4 (repeatable)"),
         launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
+        faults: str = typer.Option(None, "--faults", help="inject faults: 'default' (every recoverable kind), a "
+                                   "YAML file or inline YAML in the env.options.faults format (README: Fault injection)"),
+        fault_fraction: float = typer.Option(None, "--fault-fraction", min=0.0, max=1.0,
+                                             help="share of the task groups that get faults (with --faults)"),
     ) -> None:
         """Run every task k times; report pass@k, pass^k, mean reward per category and the failure taxonomy."""
         import asyncio
         import datetime as dt
 
         from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
+        from ..faults.cli import fault_option
         from ._opts import either, parse_options
 
         harness = either(harness, harness_old, "--harness/-H", "-h", required=True)
@@ -83,7 +88,8 @@ def register(app: typer.Typer) -> None:
         req = EvalRequest(harness=harness, env=env, backend=backend, trials=trials,
                           split=None if split == "all" else split, tasks=list(task), concurrency=concurrency,
                           budget_s=budget_s, tokenizer=tokenizer, launcher=launcher,
-                          harness_options=parse_options(harness_opt, "--harness-opt"))
+                          harness_options=parse_options(harness_opt, "--harness-opt"),
+                          faults=fault_option(faults, fault_fraction))
         if out is None:
             out = Path("runs") / f"eval-{harness}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
         summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))

@@ -43,6 +43,7 @@ TASK_TOML_KEYS = {
     "services": "[[services]] name, command, ready, ready_timeout_s",
     "exit_code_reward": "score by the verifier's exit status when it prints no result line",
     "environment": "environment name recorded on trajectories (default: the folder's name)",
+    "faults": "[[faults]] kind, ...: faults injected on every episode (openforge.faults, README 'Fault injection')",
     "metadata": "[metadata]: anything else, free-form",
 }
 _SUBGOAL_KEYS = {"text", "score"}
@@ -126,6 +127,10 @@ def load_task_dir(path: Path, environment: str = "taskdir") -> Task:
     metadata["task_dir"] = str(path.resolve())
     metadata["taskdir"] = {"services": [s.__dict__ for s in services], "exit_code_reward": exit_code_reward,
                            "subgoal_scores": links}
+    if "faults" in meta:  # [[faults]]: checked here, injected by openforge.faults
+        from ..faults.spec import parse_faults
+
+        metadata["faults"] = [f.model_dump() for f in parse_faults(meta.pop("faults"), f"{toml}: faults")]
     sol = path / "solution.sh"
     if sol.is_file():
         metadata["solution"] = [sol.read_text()]

@@ -140,7 +140,9 @@ class CliHarness(Harness):
     # -- the run ------------------------------------------------------------------------------
     async def run(self, ctx: RolloutContext) -> HarnessResult:
         exe = self.resolve_executable()
-        path = os.pathsep.join([*self.node_path_dirs(), str(Path(exe).parent), os.environ.get("PATH", "")])
+        # the environment's PATH (e.g. fault-injection shims first) when it gives one, else the host's
+        path = os.pathsep.join([*self.node_path_dirs(), str(Path(exe).parent),
+                                ctx.env.get("PATH") or os.environ.get("PATH", "")])
         for rel, content in self.config_files(ctx).items():
             await ctx.write_home_file(rel, content)
         env = {"PATH": path, **self.runtime_env(), **self.environment(ctx), **self.extra_env}

@@ -89,7 +89,7 @@ def prompt_tokens(harness: str, model: str) -> PromptSize | None:
 
 
 def _model_context(model: str) -> int | None:
-    from ..proxy.backends.transformers import _CACHE_NAME, SMOLLM2_ALIASES, cache_dir
+    from ..proxy.backends.hf_loading import _CACHE_NAME, SMOLLM2_ALIASES, cache_dir
 
     smollm2 = model.lower() in SMOLLM2_ALIASES
     config = (cache_dir() / _CACHE_NAME if smollm2 else Path(model).expanduser()) / "config.json"

@@ -17,16 +17,22 @@ API summary (names other modules rely on)::
         proxy.open_rollouts()                                 # unfinished, incl. those a dead proxy left in the store
         await proxy.pause(); ...; await proxy.resume()        # weight sync: new calls wait, in-flight finish
 
-- :class:`Backend` (``backends.base``): ``tokenizer``, ``exact``, ``async generate(prompt_ids, params,
-  ctx=None) -> Generation(output_ids, logprobs, finish_reason)``, ``async aclose()``.
-- ``backends.transformers``: :func:`load_smollm2` ``(dtype=float32) -> (model, tokenizer)`` (one-time
+- :class:`Backend` (``backends.base``): ``tokenizer``, ``max_context``, ``async aclose()``; subclass one of
+  its two kinds: :class:`TokenBackend` (``async generate(prompt_ids, params, ctx=None) ->
+  Generation(output_ids, logprobs, finish_reason)``, recorded exact) or :class:`MessageBackend`
+  (``async complete(request, params, ctx=None) -> TextCompletion``, a pass-through, recorded inexact).
+- ``backends.hf_loading``: :func:`load_smollm2` ``(dtype=float32) -> (model, tokenizer)`` (one-time
   safetensors cache under ``$OPENFORGE_CACHE`` or ``~/.cache/openforge/models``), ``load_tokenizer``,
-  ``TransformersBackend(model, tokenizer)`` (``.model`` is the live torch module; ``swap_weights``).
+  ``load_model``; ``backends.transformers``: ``TransformersBackend(model, tokenizer)`` (``.model`` is the
+  live torch module; ``swap_weights``).
 - ``backends.scripted.ScriptedBackend`` — YAML turns replayed per rollout (test double users want).
 - ``render.Renderer`` — chat template → ids, parser, history splicing.
 - ``stream`` — incremental SSE: a streaming request's ``GenContext.emit(ids)`` (thread-safe) feeds a
   ``TokenSink``; ``DeltaDecoder`` turns ids into safe text/reasoning deltas (no ``<tool_call>`` leaks).
-- HTTP: ``app.build_app`` (routes under ``/r/{rollout_id}`` + ``/admin``); CLI: ``forge proxy serve``.
+- HTTP: ``app.build_app`` and the route table (routes under ``/r/{rollout_id}`` + ``/admin``), handlers in
+  ``routes_model`` (model API routes), ``routes_admin`` (control plane) and ``live`` (live SSE), sharing
+  ``routing.AppState`` and the error shapes; ``wire`` is the adapter seam (``wire_chat``, ``wire_responses``,
+  ``wire_messages``); CLI: ``forge proxy serve``.
 - ``intake`` — bounded request intake (size, JSON depth, strict UTF-8, output-bounded decompression,
   defensive header parsing); ``conn_guard`` — the uvicorn protocol with header/body deadlines.
 
@@ -41,11 +47,13 @@ __all__ = [
     "Backend",
     "GenContext",
     "Generation",
+    "MessageBackend",
     "ProxyServer",
     "Renderer",
     "RolloutHandle",
     "SamplingParams",
     "ScriptedBackend",
+    "TokenBackend",
     "TransformersBackend",
     "load_smollm2",
     "load_tokenizer",
@@ -54,17 +62,19 @@ __all__ = [
 
 _WHERE = {
     "Backend": "backends.base", "GenContext": "backends.base", "Generation": "backends.base",
-    "SamplingParams": "backends.base", "ProxyServer": "server", "Renderer": "render",
+    "SamplingParams": "backends.base", "TokenBackend": "backends.base", "MessageBackend": "backends.base",
+    "ProxyServer": "server", "Renderer": "render",
     "RolloutHandle": "recorder", "ScriptedBackend": "backends.scripted",
-    "TransformersBackend": "backends.transformers", "load_smollm2": "backends.transformers",
-    "load_tokenizer": "backends.transformers", "parse_backend_spec": "backends",
+    "TransformersBackend": "backends.transformers", "load_smollm2": "backends.hf_loading",
+    "load_tokenizer": "backends.hf_loading", "parse_backend_spec": "backends",
 }
 
 if TYPE_CHECKING:
     from .backends import parse_backend_spec
-    from .backends.base import Backend, GenContext, Generation, SamplingParams
+    from .backends.base import Backend, GenContext, Generation, MessageBackend, SamplingParams, TokenBackend
+    from .backends.hf_loading import load_smollm2, load_tokenizer
     from .backends.scripted import ScriptedBackend
-    from .backends.transformers import TransformersBackend, load_smollm2, load_tokenizer
+    from .backends.transformers import TransformersBackend
     from .recorder import RolloutHandle
     from .render import Renderer
     from .server import ProxyServer

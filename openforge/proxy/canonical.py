@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ProxyError
+from ..types import ServedAPI
 
 __all__ = [
     "CanonicalRequest",
@@ -90,7 +91,7 @@ def stop_strings(value: Any, param: str, *, most: int) -> list[str]:
 
 @dataclass
 class CanonicalRequest:
-    api: str
+    api: ServedAPI
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] = field(default_factory=list)

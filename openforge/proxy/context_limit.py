@@ -22,6 +22,7 @@ import json
 from typing import Any
 
 from ..errors import ContextOverflow
+from ..types import ServedAPI
 
 __all__ = ["PromptTooLong", "context_overflow", "max_token_bytes", "min_tokens"]
 
@@ -41,7 +42,7 @@ def min_tokens(n_bytes: int, max_bytes: int) -> int:
     return -(-n_bytes // max_bytes)
 
 
-def context_overflow(api: str, limit: int, n_tokens: int, *, n_bytes: int | None = None) -> ContextOverflow:
+def context_overflow(api: ServedAPI, limit: int, n_tokens: int, *, n_bytes: int | None = None) -> ContextOverflow:
     """The error for a prompt of ``n_tokens`` (``n_bytes`` given: at least that many, counted from its
     bytes without tokenizing) that does not fit a context of ``limit`` tokens, in ``api``'s terms."""
     how = f" (at least: counted from its {n_bytes} bytes without tokenizing)" if n_bytes is not None else ""

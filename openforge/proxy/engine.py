@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import BackendError, BackendTimeout, ContextOverflow, ProxyError
 from ..types import CallStatus, ModelCall
-from .backends.base import Backend, GenContext, Generation, SamplingParams
+from .backends.base import Backend, GenContext, Generation, MessageBackend, SamplingParams, TokenBackend
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
 from .context_limit import PromptTooLong, context_overflow
 from .recorder import Recorder, RolloutState
@@ -293,8 +293,10 @@ class Engine:
             await self.pool.aclose()
 
     async def _generate(self, ids: list[int], params: SamplingParams, ctx: GenContext) -> Generation:
+        backend = self.backend
+        assert isinstance(backend, TokenBackend)  # the back-end's kind chose this path
         try:
-            gen = await asyncio.wait_for(self.backend.generate(ids, params, ctx), params.timeout_s)
+            gen = await asyncio.wait_for(backend.generate(ids, params, ctx), params.timeout_s)
         except BackendTimeout:  # the back-end's own (a TimeoutError too): keep its message
             raise
         except asyncio.TimeoutError:
@@ -327,8 +329,10 @@ class Engine:
             n_prompt = len(call.prompt_ids)
             ctx.on_text_start = lambda: sink.start(n_prompt, call_index=call.index, text=True)
             ctx.on_text = sink.push_text
+        backend = self.backend
+        assert isinstance(backend, MessageBackend)  # the back-end's kind chose this path
         try:
-            out = await asyncio.wait_for(self.backend.complete(req, params, ctx), params.timeout_s)
+            out = await asyncio.wait_for(backend.complete(req, params, ctx), params.timeout_s)
         except BackendTimeout:
             raise
         except asyncio.TimeoutError:

@@ -114,7 +114,7 @@ def load_light_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
     """SmolLM2's tokenizer as a :class:`LightTokenizer` once its cache exists (the first call, or any
     other model, gets the transformers tokenizer: a model-specific tokenizer may post-process in
     Python, which only transformers reproduces)."""
-    from .backends.transformers import _CACHE_NAME, SMOLLM2_ALIASES, cache_dir, load_tokenizer
+    from .backends.hf_loading import _CACHE_NAME, SMOLLM2_ALIASES, cache_dir, load_tokenizer
 
     d = cache_dir() / _CACHE_NAME
     if name_or_path.lower() in SMOLLM2_ALIASES and (d / "tokenizer.json").is_file() \

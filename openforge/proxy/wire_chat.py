@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ProxyError
+from ..types import ServedAPI
 from .canonical import (
     CanonicalRequest,
     CanonicalResult,
@@ -88,7 +89,7 @@ def _convert_messages(messages: Any) -> list[dict[str, Any]]:
 
 
 class ChatAdapter:
-    api = "chat"
+    api: ClassVar[ServedAPI] = "chat"
 
     def parse(self, body: dict[str, Any], st: Any = None) -> CanonicalRequest:
         fields = check_fields("chat", body)

@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ProxyError
+from ..types import ServedAPI
 
 __all__ = ["FIELDS", "HONOURED", "OVERRIDDEN", "REFUSED", "FieldCheck", "WireField", "check_fields", "markdown_table"]
 
 log = logging.getLogger("openforge.proxy")
 HONOURED, OVERRIDDEN, REFUSED = "honoured", "overridden", "refused"
-_LOGGED: set[tuple[str, str]] = set()  # (api, field) already warned about
-API_NAMES = {"chat": "Chat Completions", "responses": "Responses", "messages": "Messages"}
+_LOGGED: set[tuple[ServedAPI, str]] = set()  # (api, field) already warned about
+API_NAMES: dict[ServedAPI, str] = {"chat": "Chat Completions", "responses": "Responses", "messages": "Messages"}
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ MESSAGES: dict[str, WireField] = {
     "container": _r("containers are not supported", harmless=_falsy),
 }
 
-FIELDS: dict[str, dict[str, WireField]] = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES}
+FIELDS: dict[ServedAPI, dict[str, WireField]] = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES}
 
 
 @dataclass
@@ -196,7 +197,7 @@ class FieldCheck:
         return out
 
 
-def check_fields(api: str, body: dict[str, Any]) -> FieldCheck:
+def check_fields(api: ServedAPI, body: dict[str, Any]) -> FieldCheck:
     """Refuse the fields of ``body`` the proxy cannot serve (400 naming the field); return the
     overridden and the unrecognized ones for the call record."""
     table = FIELDS[api]
@@ -219,7 +220,7 @@ def check_fields(api: str, body: dict[str, Any]) -> FieldCheck:
     return out
 
 
-def markdown_table(api: str) -> str:
+def markdown_table(api: ServedAPI) -> str:
     """The docs/wire-fields.md table of ``api`` (kept equal to it by the tests)."""
     rows = ["| field | treatment | what the proxy does |", "|---|---|---|"]
     for name in sorted(FIELDS[api]):

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ProxyError
+from ..types import ServedAPI
 from .canonical import CanonicalRequest, CanonicalResult, new_id, require, stop_strings, text_of
 from .sse import sse
 from .stream import remainder
@@ -151,7 +152,7 @@ def _tool_id(call_id: str) -> str:
 
 
 class MessagesAdapter:
-    api = "messages"
+    api: ClassVar[ServedAPI] = "messages"
 
     def parse(self, body: dict[str, Any], st: Any = None, *, count_only: bool = False) -> CanonicalRequest:
         fields = check_fields("messages", body)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from ..errors import ProxyError
+from ..types import ServedAPI
 from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, text_of
 from .sse import sse
 from .stream import remainder
@@ -125,7 +126,7 @@ def _input(items: Any) -> list[dict[str, Any]]:
 
 
 class ResponsesAdapter:
-    api = "responses"
+    api: ClassVar[ServedAPI] = "responses"
 
     def parse(self, body: dict[str, Any], st: Any = None) -> CanonicalRequest:
         fields = check_fields("responses", body)

@@ -94,7 +94,9 @@ async def collect_teacher(forge: Forge, tasks: Sequence[Task], *, teacher: str, 
                         sampling={"max_tokens": forge.cfg.rollout.max_tokens})
     await proxy.start()
     try:
-        groups = await forge.rollouts(todo, k, proxy=proxy, min_group=1)
+        from ..faults.env import without_faults  # demonstrations are recorded on clean episodes
+
+        groups = await forge.rollouts(todo, k, proxy=proxy, min_group=1, environment=without_faults(forge.env))
     finally:
         await proxy.stop()
     good = [t for g in groups for t in g.trajectories if t.status == RolloutStatus.SUCCESS]

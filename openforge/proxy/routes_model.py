@@ -1,0 +1,170 @@
+"""The per-rollout model API routes under ``/r/{rollout_id}``.
+
+Owns: :class:`ModelRoutes` — per-rollout authentication (the rollout's own key; a finished rollout
+takes no more calls), ``POST /v1/chat/completions``, ``/v1/responses``, ``/v1/messages`` (served by
+the :class:`~.engine.Engine`, answered as JSON, as one SSE write, or live through :mod:`.live`),
+``POST /v1/messages/count_tokens``, ``GET /v1/models[/{model}]``, the ``GET|HEAD /`` probes and the
+404 for any other path under a rollout. The three serving routes answer every error themselves, in
+their API's shape; the others are wrapped by :func:`~.routing.guard`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import ProxyError
+from .canonical import CanonicalRequest
+from .engine import ClientGone
+from .intake import BodyDisconnect, header_map, header_uint
+from .live import SSE_HEADERS, LiveSSE, live_events, wait_disconnect
+from .recorder import RolloutState
+from .routing import (
+    AppState,
+    Handler,
+    JsonResponse,
+    LeanRequest,
+    api_of,
+    error_response,
+    internal_error,
+    read_json,
+    request_key,
+)
+from .stream import TokenSink
+from .wire import WireAdapter
+from .wire_chat import ChatAdapter
+from .wire_messages import MessagesAdapter
+from .wire_responses import ResponsesAdapter
+
+__all__ = ["ModelRoutes", "checked_parse"]
+
+log = logging.getLogger("openforge.proxy")
+_CHAT, _RESP, _MSG = ChatAdapter(), ResponsesAdapter(), MessagesAdapter()
+
+
+def checked_parse(parse: Callable[[], CanonicalRequest]) -> CanonicalRequest:
+    """``parse()``; a shape the validators missed is still the caller's input: a 400, not a 500."""
+    try:
+        return parse()
+    except ProxyError:
+        raise
+    except Exception as e:
+        raise ProxyError(f"invalid request: {type(e).__name__}: {e}", 400) from None
+
+
+class ModelRoutes:
+    """The handlers of the model API routes, reading everything from one :class:`~.routing.AppState`."""
+
+    def __init__(self, state: AppState):
+        self.state = state
+
+    def hot(self) -> dict[str, Handler]:
+        """The serving routes by path below ``/r/{rollout_id}/``, dispatched straight from the ASGI scope."""
+        return {"v1/chat/completions": self.chat, "v1/responses": self.responses, "v1/messages": self.messages}
+
+    def auth(self, request: LeanRequest, live: bool = True) -> RolloutState:
+        """The rollout a request's key opens (401 without a key or for an unknown rollout, 403 for another
+        rollout's key, 409 when ``live`` and the rollout is finished)."""
+        rid = request.path_params["rollout_id"]
+        key = request_key(request)
+        if not key:
+            raise ProxyError("missing API key: send 'Authorization: Bearer <key>' or 'x-api-key'", 401,
+                             kind="authentication_error")
+        st = self.state.recorder.get(rid)
+        if st is None:
+            raise ProxyError(f"unknown rollout {rid!r}", 401, kind="authentication_error")
+        if not secrets.compare_digest(key.encode(), st.api_key.encode()):
+            raise ProxyError(f"this API key is not valid for rollout {rid!r}", 403, kind="permission_error")
+        if live and not st.accepting:
+            raise ProxyError(f"rollout {rid!r} is finished: it takes no more calls", 409)
+        return st
+
+    async def serve(self, request: LeanRequest, adapter: WireAdapter) -> Response:
+        """One model call in ``adapter``'s wire API; every error answered in its shape."""
+        api, engine = adapter.api, self.state.engine
+        try:
+            st = self.auth(request)
+            retry = header_uint(request.headers, "x-stainless-retry-count")
+            body, data = await read_json(request, self.state.limits)
+            req = checked_parse(lambda: adapter.parse(data, st))
+            kw: dict[str, Any] = {"body": body, "retry_count": retry,
+                                  "idempotency_key": request.headers.get("idempotency-key"),
+                                  "disconnect": lambda: wait_disconnect(request)}
+            if req.stream:
+                sink = TokenSink()
+                task = asyncio.ensure_future(engine.serve(st, req, sink=sink, **kw))
+                sink.watch(task)
+                try:
+                    await sink.ready()
+                except asyncio.CancelledError:
+                    task.cancel()
+                    raise
+                if not task.done():  # generation has begun: stream it as it comes
+                    return LiveSSE(live_events(adapter, req, st, sink, task, engine.renderer), sink.call_index)
+                result = task.result()
+            else:
+                result = await engine.serve(st, req, **kw)
+        except ProxyError as e:
+            return error_response(api, e)
+        except (ClientGone, BodyDisconnect):
+            return Response(status_code=499)
+        except Exception as e:  # a bug: log it, answer in the API's shape
+            log.exception("proxy error")
+            return error_response(api, internal_error(e))
+        if req.stream:
+            # The answer is already complete (a replay, a back-end that does not stream, or a generation that
+            # ended before the response could start) and durable: the whole event sequence goes out in
+            # one write — same SSE bytes, far fewer syscalls than chunk-by-chunk.
+            return Response(b"".join(adapter.stream(req, result, st)), media_type="text/event-stream",
+                            headers={**SSE_HEADERS, "x-openforge-call": str(result.call_index)})
+        return JsonResponse(adapter.respond(req, result, st), headers={"x-openforge-call": str(result.call_index)})
+
+    async def chat(self, request: LeanRequest) -> Response:
+        return await self.serve(request, _CHAT)
+
+    async def responses(self, request: LeanRequest) -> Response:
+        return await self.serve(request, _RESP)
+
+    async def messages(self, request: LeanRequest) -> Response:
+        return await self.serve(request, _MSG)
+
+    async def count_tokens(self, request: LeanRequest) -> Response:
+        self.auth(request)
+        _, data = await read_json(request, self.state.limits)
+        req = checked_parse(lambda: _MSG.parse(data, None, count_only=True))
+        r = self.state.engine.renderer
+        try:
+            n = len(r.encode_rendered(r.text(req.messages, req.tools)))
+        except Exception as e:
+            raise ProxyError(f"the conversation cannot be rendered: {type(e).__name__}: {e}", 400) from None
+        return JsonResponse({"input_tokens": n})
+
+    async def models(self, request: LeanRequest) -> Response:
+        self.auth(request, live=False)
+        name = self.state.engine.backend.describe()
+        return JsonResponse({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
+                                                         "owned_by": "openforge", "type": "model",
+                                                         "display_name": name}]})
+
+    async def model(self, request: LeanRequest) -> Response:
+        self.auth(request, live=False)
+        name = request.path_params["model"]  # the proxy serves whatever model name a harness sends
+        return JsonResponse({"id": name, "object": "model", "created": 0, "owned_by": "openforge", "type": "model",
+                             "display_name": name})
+
+    @staticmethod
+    async def unknown(request: Request) -> Response:
+        return error_response(api_of(request.url.path, header_map(request.scope["headers"])),
+                              ProxyError(f"no route {request.method} {request.url.path}: the proxy serves "
+                                         "/v1/chat/completions, /v1/responses, /v1/messages, /v1/models", 404,
+                                         kind="not_found_error"))
+
+    @staticmethod
+    async def root(request: Request) -> Response:
+        return Response(status_code=200)
