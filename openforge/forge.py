@@ -9,6 +9,7 @@ uses).
 A CPU GRPO run (``trainer.backend=cpu``)::
 
     run dir ← config.yaml (resolved) · metrics.jsonl · trajectories.db · checkpoints/step-N · summary.json
+    (checkpoints: complete model directories, kept and indexed by :mod:`openforge.train.checkpoint`)
     [SFT warm-start: teacher rollouts (reference solutions replayed through the real harness + proxy)
      → supervised steps; cached under the cache dir by a key of everything that shapes it]
     for each step: pick tasks_per_step tasks → group_size rollouts each through the real proxy →
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import RunConfig, dump_config, load_config
 from .errors import ConfigError
+from .harness_mix import HarnessMix, harness_breakdown
 from .task import Task
 from .train.grpo import count_mixed_groups
 from .trajectory import Trajectory
@@ -46,6 +48,7 @@ from .trajectory import Trajectory
 if TYPE_CHECKING:
     from .proxy.recorder import RolloutHandle
     from .proxy.server import ProxyServer
+    from .train.checkpoint import Checkpoints
 
 __all__ = ["Forge", "arun", "episode_runner", "load_tasks", "run"]
 
@@ -128,6 +131,7 @@ def step_metrics(groups: Any, *, step: int, elapsed: dict[str, float]) -> dict[s
         "generated_tokens": sum(len(c.output_ids) for c in calls),
         "tool_calls": sum(len((c.response or {}).get("tool_calls") or []) for c in calls),
         **{k: round(v, 3) for k, v in elapsed.items()},
+        **harness_breakdown(trajs),
     }
 
 
@@ -155,6 +159,7 @@ class Forge:
         self.env: Any = None
         self.launcher: Any = None
         self.trainer: Any = None
+        self.mix = HarnessMix.from_config(config.harness, seed=config.seed)
         self._t0 = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -209,19 +214,26 @@ class Forge:
             self._sockdir = tempfile.mkdtemp(prefix="openforge-")
         return f"{self._sockdir}/{name}.sock"
 
-    def harness_factory(self) -> Callable[[], Any]:
+    def harness_factory(self, name: str | None = None) -> Callable[[], Any]:
+        """A factory of harness ``name`` of the run (default: its only or first harness)."""
         from .plugins import harness_class
 
-        cls = harness_class(self.cfg.harness.name)
-        opts = dict(self.cfg.harness.options)
+        name = name or self.mix.names[0]
+        cls = harness_class(name)
+        opts = self.cfg.harness.options_for(name)
         return lambda: cls(**opts)
 
     async def rollouts(self, tasks: list[Task], group_size: int, *, proxy: Any = None,
-                       min_group: int = 2, environment: Any = None) -> Any:
+                       min_group: int = 2, harnesses: list[str] | None = None, environment: Any = None) -> Any:
+        """``group_size`` rollouts of each task; group ``i`` runs harness ``harnesses[i]`` (default: the
+        mix's pick for slots ``0..len(tasks)-1``; one harness: that one)."""
+        from .harness_mix import GroupHarnesses
         from .rollout import run_groups
 
+        names = harnesses or self.mix.assign(range(len(tasks)))
+        harness = GroupHarnesses({n: self.harness_factory(n) for n in set(names)}, names)
         return await run_groups(
-            tasks, group_size, self.cfg.rollout.concurrency, harness=self.harness_factory(),
+            tasks, group_size, self.cfg.rollout.concurrency, harness=harness,
             environment=environment or self.env, launcher=self.launcher, proxy=proxy or self.proxy, store=self.store,
             budget_s=self.cfg.rollout.timeout_s, progress=self.progress, min_group=min_group)
 
@@ -229,25 +241,37 @@ class Forge:
         with (self.run_dir / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
 
-    def _latest_checkpoint(self) -> Path | None:
-        ck = self.run_dir / "checkpoints"
-        steps = sorted((int(p.name.split("-")[1]), p) for p in ck.glob("step-*") if (p / "trainer.json").is_file())
-        return steps[-1][1] if steps else None
+    def checkpoints(self) -> Checkpoints:
+        """The run's :class:`~openforge.train.checkpoint.Checkpoints` (complete model dirs, retention)."""
+        from .train.checkpoint import Checkpoints
+
+        return Checkpoints(self.run_dir, self.cfg, trainer=self.trainer, tokenizer=self.tokenizer,
+                           template=self.proxy.renderer.template, parser=self.proxy.renderer.parser.name)
 
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
-        """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary."""
+        """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary. With
+        ``eval.heldout.enabled`` the policy is evaluated on held-out tasks before and after."""
+        from .analysis.heldout import check_heldout, heldout_before
 
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "recipe": cfg.recipe, "tasks": len(tasks),
                                    "steps": []}
-        start = 0
-        ck = self._latest_checkpoint() if cfg.trainer.resume else None
+        ckpts = self.checkpoints()
+        ck, start = ckpts.resume_point() if cfg.trainer.resume else (None, 0)
+        held = check_heldout(cfg, self.env, tasks)  # before/after on tasks the run never trains on
+        if held and (ck is not None or start):
+            self.console.log("resumed run: no held-out before/after (the starting model is not the base)")
+            held = []
+        if held:
+            summary["heldout"] = await heldout_before(self, held)
         if ck is not None:
-            meta = self.trainer.load(ck)
-            start = int(meta.get("grpo_step", 0))
+            self.trainer.load(ck)
+            ckpts.resumed()
             self.console.log(f"resumed from {ck} (GRPO step {start})")
+        elif start:
+            self.console.log(f"resumed at GRPO step {start} (no step has changed the starting model)")
         elif cfg.sft.enabled:
             from .train.sft import warm_start
 
@@ -255,8 +279,11 @@ class Forge:
             if cfg.sft.task_scope == "split":
                 sft_tasks = list(self.env.tasks(cfg.env.split))
             summary["sft"] = await warm_start(self, sft_tasks)
+            ckpts.weights_changed_before_training()
         if cfg.algorithm == "sft":
-            self._finish(summary)
+            if ck is None:
+                ckpts.save(0)
+            await self._end(summary, held)
             return summary
         rng = random.Random(cfg.seed)
         order = list(tasks)
@@ -265,10 +292,20 @@ class Forge:
             line = await self._grpo_step(step, order)
             summary["steps"].append(line)
             every = cfg.trainer.checkpoint_every
-            if (every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps:
-                self.trainer.save(self.run_dir / "checkpoints" / f"step-{step + 1}", extra={"grpo_step": step + 1})
-        self._finish(summary)
+            due = bool(every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps
+            saved = ckpts.after_step(step + 1, line, due=due)
+            if due:
+                self.console.log(f"checkpoint {saved}" if saved else f"step {step + 1}: weights unchanged, "
+                                 f"no checkpoint written (they are {ckpts.current})")
+        await self._end(summary, held)
         return summary
+
+    async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
+        if held:
+            from .analysis.heldout import heldout_after
+
+            await heldout_after(self, held, summary["heldout"])
+        self._finish(summary)
 
     async def _sample_step(self, step: int, order: list[Task]) -> tuple[Any, int]:
         """The step's groups, with dynamic sampling: more tasks while too few groups are mixed.
@@ -280,16 +317,20 @@ class Forge:
         tcfg = cfg.trainer.cpu
         stride = k * (1 + tcfg.max_resample_rounds)  # no two steps draw the same slots
 
-        def draw(r: int) -> list[Task]:
-            return [order[(step * stride + r * k + i) % len(order)] for i in range(k)]
+        def slots(r: int) -> list[int]:
+            return [step * stride + r * k + i for i in range(k)]
 
-        groups = await self.rollouts(draw(0), cfg.rollout.group_size)
+        def draw(r: int) -> list[Task]:
+            return [order[s % len(order)] for s in slots(r)]
+
+        groups = await self.rollouts(draw(0), cfg.rollout.group_size, harnesses=self.mix.assign(slots(0)))
         rounds = 0
         while count_mixed_groups(groups) < tcfg.min_mixed_groups and rounds < tcfg.max_resample_rounds:
             rounds += 1
             self.console.log(f"step {step + 1}: {count_mixed_groups(groups)} of {len(groups)} groups mixed "
                              f"(< {tcfg.min_mixed_groups}): resample round {rounds}/{tcfg.max_resample_rounds}")
-            merge_groups(groups, await self.rollouts(draw(rounds), cfg.rollout.group_size))
+            merge_groups(groups, await self.rollouts(draw(rounds), cfg.rollout.group_size,
+                                                     harnesses=self.mix.assign(slots(rounds))))
         return groups, rounds
 
     async def _grpo_step(self, step: int, order: list[Task]) -> dict[str, Any]:
@@ -369,6 +410,12 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
                       _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
                       f"{s['step_time_s']:.0f}")
     console.print(table)
+    from .analysis.heldout import heldout_table
+    from .harness_mix import per_harness_table
+
+    for extra in (per_harness_table(summary.get("steps", [])), heldout_table(summary.get("heldout"))):
+        if extra is not None:
+            console.print(extra)
     idle = [s["step"] for s in summary.get("steps", []) if not s.get("gradient_step", True)]
     if idle:
         console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: every group was tied (same reward "
@@ -385,9 +432,15 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
     cfg = load_config(config, preset=preset, overrides=overrides)
     await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
     if cfg.trainer.backend == "cpu":  # so is a harness that is not installed here (veRL runs it on its nodes)
+        if cfg.eval.heldout.enabled:  # and a held-out task the run trains on
+            from .analysis.heldout import check_heldout
+
+            env = _environment(cfg)
+            check_heldout(cfg, env, load_tasks(cfg, env))
         from .plugins import make_harness
 
-        make_harness(cfg.harness.name, **cfg.harness.options).check_installed()
+        for name in cfg.harness.names():
+            make_harness(name, **cfg.harness.options_for(name)).check_installed()
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 

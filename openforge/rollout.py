@@ -35,6 +35,7 @@ from typing import Any
 
 from .environment import Environment, VerifyResult
 from .harness import Harness, HarnessResult, RolloutContext, tail
+from .harness_mix import PerGroupHarness
 from .launchers.base import Launcher, Sandbox, SandboxSpec
 from .outcome import OutcomeFacts, classify_outcome
 from .task import Task
@@ -294,7 +295,7 @@ async def run_groups(
     group_size: int,
     concurrency: int,
     *,
-    harness: Harness | Callable[[], Harness],
+    harness: Harness | Callable[[], Harness] | PerGroupHarness,
     environment: Environment,
     launcher: Launcher,
     proxy: Any,
@@ -340,7 +341,8 @@ async def run_groups(
         task = tasks[ti]
         for attempt in range(max_retries + 1):
             async with sem:
-                h = harness() if callable(harness) and not isinstance(harness, Harness) else harness
+                h = (harness.for_group(ti) if isinstance(harness, PerGroupHarness) else
+                     harness() if callable(harness) and not isinstance(harness, Harness) else harness)
                 traj = await run_rollout(harness=h, environment=environment, task=task, launcher=launcher,
                                          proxy=proxy, store=store, budget_s=budget_s,
                                          metadata={"group": ti, "slot": slot, "attempt": attempt}, **rollout_kw)

@@ -143,14 +143,19 @@ async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True
     return summarize_eval(trajs, k=req.trials, tasks=by_id), trajs
 
 
-def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, trajs: list[Trajectory]) -> Path:
-    """Write ``config.yaml`` (the request), ``eval.json`` (the summary) and ``trajectories.jsonl``."""
+def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, trajs: list[Trajectory], *,
+                   per_harness: dict[str, EvalSummary] | None = None) -> Path:
+    """Write ``config.yaml`` (the request), ``eval.json`` (the summary; with several harnesses their
+    pooled summary plus ``per_harness``) and ``trajectories.jsonl``."""
     import yaml
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump({"kind": "eval", **req.model_dump()}, sort_keys=False))
-    (out / "eval.json").write_text(json.dumps(summary.model_dump(mode="json"), indent=1))
+    data = summary.model_dump(mode="json")
+    if per_harness:
+        data["per_harness"] = {h: s.model_dump(mode="json", exclude={"per_task", "behaviour"}) for h, s in per_harness.items()}
+    (out / "eval.json").write_text(json.dumps(data, indent=1))
     tmp = out / "trajectories.jsonl.tmp"
     with tmp.open("w", encoding="utf-8") as f:
         for t in trajs:

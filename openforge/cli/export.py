@@ -1,4 +1,6 @@
-"""``forge export sft``: successful trajectories as SFT data (chat or token format, JSONL or Parquet).
+"""``forge export sft``: successful trajectories as SFT data (chat or token format, JSONL or Parquet);
+``forge export model``: a run's checkpoint as a Hugging Face model with a model card
+(:mod:`openforge.train.export_model`).
 
 Owns the ``export`` command group. Trajectories come from a file (a run's ``trajectories.db``, a
 ``trajectory.json``, or a JSONL/Parquet export) or are produced on the spot by a teacher back-end
@@ -18,8 +20,9 @@ __all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Export training data.", no_args_is_help=True)
+    group = typer.Typer(help="Export training data (sft) or a trained model (model).", no_args_is_help=True)
     app.add_typer(group, name="export")
+    _register_model(group)
 
     @group.command("sft")
     def sft(
@@ -71,6 +74,29 @@ def register(app: typer.Typer) -> None:
                    else "the successful trajectories hold no chat-API call / generated token to export")
             console.print(f"[red]error:[/] no {fmt} row written: {why}")
             raise typer.Exit(1)
+
+
+def _register_model(group: typer.Typer) -> None:
+    @group.command("model")
+    def model(
+        run_dir: Path = typer.Argument(..., help="a run directory (or one of its checkpoints/step-N)"),
+        out: Path = typer.Option(..., "--out", "-o", help="new directory for the Hugging Face model"),
+        step: int = typer.Option(None, "--step", min=0, help="the weights after this GRPO step (default: the last)"),
+        best: bool = typer.Option(False, "--best", help="the kept checkpoint with the best mean reward"),
+    ) -> None:
+        """Export a checkpoint as a Hugging Face model with a model card (veRL runs: merged from shards)."""
+        from ..train.export_model import export_model
+        from ..train.model_card import vllm_flags
+
+        res = export_model(run_dir, out, step=step, best=best)
+        from ..modeldir import read_meta
+
+        meta = read_meta(res.out)
+        added = f" (added from the base model: {', '.join(res.completed)})" if res.completed else ""
+        typer.echo(f"exported {res.source} (step {res.step}) to {res.out}{added}")
+        if res.command:
+            typer.echo(f"merged with: {' '.join(res.command)}")
+        typer.echo(f"serve: vllm serve {res.out} {vllm_flags(meta.tool_call_parser if meta else 'hermes')}")
 
 
 async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: int, harness: str,

@@ -83,7 +83,7 @@ def teacher_backend(spec: str, *, env: Any, tasks: Sequence[Task], tokenizer: An
 
 
 async def collect_teacher(forge: Forge, tasks: Sequence[Task], *, teacher: str, k: int) -> tuple[list[Trajectory], Any]:
-    """Run the teacher ``k`` times per task through the run's harness and a proxy of its own.
+    """Run the teacher ``k`` times per task through each of the run's harnesses and a proxy of its own.
 
     Returns (successful trajectories, the ``run_groups`` result)."""
     from ..proxy.server import ProxyServer
@@ -96,7 +96,9 @@ async def collect_teacher(forge: Forge, tasks: Sequence[Task], *, teacher: str, 
     try:
         from ..faults.env import without_faults  # demonstrations are recorded on clean episodes
 
-        groups = await forge.rollouts(todo, k, proxy=proxy, min_group=1, environment=without_faults(forge.env))
+        names = forge.cfg.harness.names()  # a multi-harness run replays the teacher through each harness
+        groups = await forge.rollouts([t for _ in names for t in todo], k, proxy=proxy, min_group=1,
+                                      harnesses=[n for n in names for _ in todo], environment=without_faults(forge.env))
     finally:
         await proxy.stop()
     good = [t for g in groups for t in g.trajectories if t.status == RolloutStatus.SUCCESS]

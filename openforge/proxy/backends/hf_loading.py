@@ -60,6 +60,11 @@ def load_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
     from transformers import AutoTokenizer
 
     if name_or_path.lower() not in SMOLLM2_ALIASES:
+        from ...modeldir import resolve_model_name
+
+        name_or_path = resolve_model_name(name_or_path)  # RUN@last / @best / @N: that checkpoint
+        if name_or_path.lower() in SMOLLM2_ALIASES:  # RUN@base of a run that started from the default
+            return load_tokenizer(name_or_path)
         return AutoTokenizer.from_pretrained(name_or_path, local_files_only=True)
     d = cache_dir() / _CACHE_NAME
     with _load_lock:
@@ -111,7 +116,11 @@ def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
 
 
 def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
-    """``smollm2-135m`` (and aliases) or a local HF model directory → ``(model, tokenizer)``."""
+    """``smollm2-135m`` (and aliases), a local HF model directory, or ``RUN@last`` / ``@best`` / ``@N`` /
+    ``@base`` (a run's checkpoint, :func:`openforge.modeldir.resolve_model_name`) → ``(model, tokenizer)``."""
+    from ...modeldir import check_model_dir, resolve_model_name
+
+    name_or_path = resolve_model_name(name_or_path)
     if name_or_path.lower() in SMOLLM2_ALIASES:
         return load_smollm2(dtype)
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -122,8 +131,12 @@ def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
             f"transformers:{name_or_path}: not a local model directory and not a known alias "
             f"({', '.join(sorted(SMOLLM2_ALIASES))}); openforge never downloads models"
         )
-    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), local_files_only=True)
+    check_model_dir(p)  # what is missing, named, instead of transformers' traceback
+    try:
+        tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), local_files_only=True)
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"transformers:{name_or_path}: cannot load the model: {e}") from None
     model.eval()
     return model, tok
 
