@@ -84,7 +84,7 @@ async def run_rollout(
         traj = Trajectory(rollout_id=f"failed-{uuid.uuid4().hex[:12]}", task_id=task.id, harness=harness.name,
                           environment=environment.name, status=S.INFRA_ERROR, reward=0.0,
                           error=f"proxy could not open the rollout: {_err(e)}", metadata=meta)
-        _store(store, traj)
+        await _shielded(_store(store, traj))
         return traj
     rid = handle.rollout_id
     t_start = time.monotonic()
@@ -137,20 +137,25 @@ async def run_rollout(
     facts = OutcomeFacts(failure=failure, error=error, harness_status=hres.status if hres else None,
                          harness_error=hres.error if hres else None, reward=verdict.reward if verdict else None,
                          success_threshold=success_threshold, budget_s=budget, cancelled=cancelled)
-    traj = await _shielded(_finish(proxy, rid, facts, rewards, environment.name))
+    extra_metrics = {k: round(v, 4) for k, v in timings.items()}
+    extra_meta = {**meta, "budget_s": budget, "launcher": launcher.name}
+    traj, stored = await _shielded(_finish(proxy, rid, facts, rewards, environment.name, extra_meta, extra_metrics))
     if traj is None:
         traj = Trajectory(rollout_id=rid, task_id=task.id, harness=harness.name, environment=environment.name,
                           status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or 'no error'})")
-    traj = traj.model_copy(update={
-        "harness": traj.harness or harness.name, "environment": environment.name,
-        "metrics": {**traj.metrics, **{k: round(v, 4) for k, v in timings.items()}},
-        "metadata": {**traj.metadata, **meta, "budget_s": budget, "launcher": launcher.name},
-    })
+    if not stored:
+        traj = traj.model_copy(update={
+            "harness": traj.harness or harness.name, "environment": environment.name,
+            "metrics": {**traj.metrics, **extra_metrics}, "metadata": {**traj.metadata, **extra_meta},
+        })
     if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
         from .faults.record import record_faults
 
         traj = record_faults(traj)
-    _store(store if store is not None else getattr(proxy, "store", None), traj)
+        stored = False  # known only from the finished trajectory: stored again with them
+    sink = store if store is not None else getattr(proxy, "store", None)
+    if not stored or sink is not getattr(proxy, "store", None):
+        await _shielded(_store(sink, traj))
     if cancelled:
         raise asyncio.CancelledError
     return traj
@@ -216,21 +221,26 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
         timings["verify_s"] = time.monotonic() - t
 
 
-async def _finish(proxy: Any, rid: str, facts: OutcomeFacts, rewards: dict[str, float],
-                  env_name: str) -> Trajectory | None:
+async def _finish(proxy: Any, rid: str, facts: OutcomeFacts, rewards: dict[str, float], env_name: str,
+                  metadata: dict[str, Any], metrics: dict[str, Any]) -> tuple[Trajectory | None, bool]:
     """Finish through the proxy, which applies the outcome rule with the calls it recorded. An
     in-process proxy's ``afinish_rollout`` waits for calls still in flight (a 200 is never missing
-    from the trajectory) and takes the facts; a remote one gets the rule's answer without the calls,
-    and applies the call-based rows itself."""
+    from the trajectory), takes the facts and stores the trajectory with ``metadata`` / ``metrics``
+    added (one write); a remote one gets the rule's answer without the calls, and applies the
+    call-based rows itself. Returns the trajectory (None if the proxy failed) and whether it already
+    holds ``metadata`` / ``metrics`` (and so is stored as final by the proxy's store)."""
     try:
         finish = getattr(proxy, "afinish_rollout", None) or proxy.finish_rollout
-        if "facts" in inspect.signature(finish).parameters:
-            return await _maybe_await(finish(rid, facts=facts, rewards=rewards, environment=env_name))
+        params = inspect.signature(finish).parameters
+        if "facts" in params:
+            more = {"metadata": metadata, "metrics": metrics} if "metadata" in params else {}
+            traj = await _maybe_await(finish(rid, facts=facts, rewards=rewards, environment=env_name, **more))
+            return traj, bool(more)
         pre = classify_outcome(facts)
         return await _maybe_await(finish(rid, reward=pre.reward, status=pre.status, rewards=rewards,
-                                         error=pre.error, environment=env_name))
+                                         error=pre.error, environment=env_name)), False
     except Exception:
-        return None
+        return None, False
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -247,10 +257,14 @@ async def _shielded(coro: Any) -> Any:
         return await task
 
 
-def _store(store: Any, traj: Trajectory) -> None:
-    if store is not None:
-        with contextlib.suppress(Exception):
-            store.put_trajectory(traj)
+async def _store(store: Any, traj: Trajectory) -> None:
+    """Keep ``traj`` in ``store`` (if any) without blocking the event loop; a store error never fails
+    the rollout."""
+    if store is None:
+        return
+    with contextlib.suppress(Exception):
+        aput = getattr(store, "aput_trajectory", None)
+        await (aput(traj) if aput is not None else asyncio.to_thread(store.put_trajectory, traj))
 
 
 # -- groups ------------------------------------------------------------------------------------
@@ -313,11 +327,11 @@ async def run_groups(
     results = GroupResults()
     sink = store if store is not None else getattr(proxy, "store", None)
 
-    def discard(traj: Trajectory, reason: str) -> None:
+    async def discard(traj: Trajectory, reason: str) -> None:
         """Keep a non-trainable attempt with its reason, in the results and in the store."""
         t = traj.model_copy(update={"metadata": {**traj.metadata, "discard_reason": reason}})
         results.discarded.append(t)
-        _store(sink, t)
+        await _store(sink, t)
     members: dict[int, list[Trajectory | None]] = {i: [None] * group_size for i in range(len(tasks))}
     rng = random.Random(seed)
     tasks = [t.model_copy(update={"metadata": {**t.metadata, "group_seed": rng.getrandbits(48)}}) for t in tasks]
@@ -334,11 +348,11 @@ async def run_groups(
                                          metadata={"group": ti, "slot": slot, "attempt": attempt}, **rollout_kw)
             results.attempts += 1
             if traj.status in retry_on and attempt < max_retries:
-                discard(traj, f"{traj.status.value}, retried: {traj.error}")
+                await discard(traj, f"{traj.status.value}, retried: {traj.error}")
                 bar.note(traj)
                 continue
             if not traj.trainable:
-                discard(traj, f"{traj.status.value}: {traj.error}")
+                await discard(traj, f"{traj.status.value}: {traj.error}")
             else:
                 members[ti][slot] = traj
             bar.advance(traj)
@@ -354,7 +368,7 @@ async def run_groups(
                                               f"(need ≥ {min(min_group, group_size)})",
                                     "rollout_ids": [t.rollout_id for t in valid]})
             for t in valid:
-                discard(t, f"group dropped: {results.dropped[-1]['reason']}")
+                await discard(t, f"group dropped: {results.dropped[-1]['reason']}")
             continue
         results.append(TrajectoryGroup(task_id=task.id, trajectories=valid))
     return results

@@ -54,7 +54,8 @@ def test_export_names_and_skips_a_bad_row(tmp_path):
     with TrajectoryStore(db) as s:
         s.put_trajectory(_traj("a"))
     c = sqlite3.connect(db)  # what an older version stored for a verifier that printed Infinity
-    c.execute("INSERT INTO trajectories VALUES ('inf', 't', 'success', 1.0, ?, 9)",
+    c.execute("INSERT INTO trajectories (rollout_id, task_id, status, reward, data, finished_at) "
+              "VALUES ('inf', 't', 'success', 1.0, ?, 9)",
               (_traj("inf").to_json().replace('"reward":1.0', '"reward":null', 1),))
     c.commit()
     c.close()
