@@ -2,7 +2,7 @@
 
 Owns: :class:`RunConfig` and its sections (:class:`ModelConfig`, :class:`EnvConfig`,
 :class:`HarnessConfig`, :class:`LauncherConfig`, :class:`RolloutConfig`, :class:`SFTConfig`,
-:class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`VerlConfig`), :func:`parse_overrides`, :func:`apply_overrides`,
+:class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`VerlConfig`, :class:`EvalConfig`), :func:`parse_overrides`, :func:`apply_overrides`,
 :func:`load_config` (YAML file or dict + preset + overrides → validated config) and
 :func:`dump_config`.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
 from .errors import ConfigError
@@ -26,7 +26,9 @@ from .errors import ConfigError
 __all__ = [
     "CPUTrainerConfig",
     "EnvConfig",
+    "EvalConfig",
     "HarnessConfig",
+    "HeldoutConfig",
     "LauncherConfig",
     "LossAgg",
     "ModelConfig",
@@ -57,7 +59,7 @@ class EnvConfig(_Section):
     """Which tasks: an environment name, its split, an optional named subset, explicit ids."""
 
     name: str = "claw"
-    split: Literal["train", "eval"] = "train"
+    split: Literal["train", "eval", "heldout"] = "train"
     subset: str | None = Field(None, description="a named subset of the environment, e.g. 'easy'")
     task_ids: list[str] | None = None
     max_tasks: int | None = Field(None, ge=1)
@@ -65,39 +67,97 @@ class EnvConfig(_Section):
 
 
 class HarnessConfig(_Section):
-    """Which harness and its constructor options.
+    """Which harness (or harnesses) and their constructor options.
 
-    ``per_harness`` holds option blocks for several harnesses (``{react: {max_turns: 4}, pi: {}}``);
-    the block of the chosen ``name`` is merged over ``options`` at validation, so ``options`` is what
-    the harness gets (``per_harness`` is not written to the resolved config). A key set in both
-    places to different values is an error, never a silent override. The options are checked
-    against the chosen harness's constructor by :func:`load_config`.
+    ``name`` is one harness, a list of harnesses (equal weights) or a weighted mix
+    (``{react: 2, pi: 1}``): each GRPO group then runs one harness of the mix (see
+    :mod:`openforge.harness_mix`). ``per_harness`` holds option blocks for several harnesses
+    (``{react: {max_turns: 4}, pi: {}}``). With one harness its block is merged over ``options`` at
+    validation, so ``options`` is what the harness gets (``per_harness`` is not written to the resolved
+    config); with a mix ``options`` are common to all and each harness gets them with its block over
+    them (:meth:`options_for`; the blocks stay in the resolved config). A key set in both places to
+    different values is an error, never a silent override. The options are checked against each
+    chosen harness's constructor by :func:`load_config`.
     """
 
-    name: str = "react"
+    name: str | list[str] | dict[str, int] = "react"
     options: dict[str, Any] = Field(default_factory=dict)
     per_harness: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, exclude=True, description="option blocks per harness name; the chosen one is merged "
-        "over options")
+        default_factory=dict, description="option blocks per harness name; the chosen ones are merged over options")
 
-    def block_key(self) -> str | None:
-        """The ``per_harness`` key of the chosen harness (names compare like the registry's)."""
-        norm = _harness_key(self.name)
+    def names(self) -> list[str]:
+        """The chosen harnesses, in the order given."""
+        return list(self.weights())
+
+    def weights(self) -> dict[str, int]:
+        """Harness → integer weight (1 each for a single name or a list)."""
+        if isinstance(self.name, str):
+            return {self.name: 1}
+        if isinstance(self.name, list):
+            return dict.fromkeys(self.name, 1)
+        return dict(self.name)
+
+    @property
+    def is_mix(self) -> bool:
+        return not isinstance(self.name, str)
+
+    def block_key(self, name: str | None = None) -> str | None:
+        """The ``per_harness`` key of harness ``name`` (default: the single chosen one); names compare
+        like the registry's."""
+        name = name if name is not None else (self.name if isinstance(self.name, str) else "")
+        norm = _harness_key(name)
         return next((k for k in self.per_harness if _harness_key(k) == norm), None)
+
+    def options_for(self, name: str) -> dict[str, Any]:
+        """The constructor options harness ``name`` of this config gets."""
+        if not self.is_mix:
+            return dict(self.options)
+        key = self.block_key(name)
+        return {**self.options, **(self.per_harness[key] if key is not None else {})}
+
+    def _clashes(self, key: str) -> list[str]:
+        block = self.per_harness[key]
+        return [f"options.{k}={self.options[k]!r} clashes with per_harness.{key}.{k}={v!r} (the harness's "
+                f"block wins): set harness.per_harness.{key}.{k} instead"
+                for k, v in block.items() if k in self.options and self.options[k] != v]
 
     @model_validator(mode="after")
     def _merge_block(self) -> HarnessConfig:
+        if self.is_mix:
+            problems = _mix_problems(self.weights(), list(self.name))
+            keys = [k for k in (self.block_key(n) for n in self.names()) if k is not None]
+            problems += [c for k in keys for c in self._clashes(k)]
+            if problems:
+                raise PydanticCustomError("harness_options", "; ".join(problems))
+            return self
         key = self.block_key()
         if key is None:
             return self
-        block = self.per_harness[key]
-        clashes = [f"options.{k}={self.options[k]!r} clashes with per_harness.{key}.{k}={v!r} (the harness's "
-                   f"block wins): set harness.per_harness.{key}.{k} instead"
-                   for k, v in block.items() if k in self.options and self.options[k] != v]
+        clashes = self._clashes(key)
         if clashes:
             raise PydanticCustomError("harness_options", "; ".join(clashes))
-        self.options = {**self.options, **block}
+        self.options = {**self.options, **self.per_harness[key]}
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if not self.is_mix:  # one harness: its block is already merged into options
+            out.pop("per_harness", None)
+        return out
+
+
+def _mix_problems(weights: dict[str, int], given: list[str]) -> list[str]:
+    """What is wrong with a list or mix of harness names (empty, repeated, weight < 1)."""
+    if not given:
+        return ["name: an empty list of harnesses; give at least one"]
+    problems = [f"name.{n}: weight {w!r} must be an integer >= 1" for n, w in weights.items()
+                if not isinstance(w, int) or isinstance(w, bool) or w < 1]
+    norm = [_harness_key(n) for n in given]
+    dupes = sorted({n for n in norm if norm.count(n) > 1})
+    if dupes:
+        problems.append(f"name: harness {', '.join(dupes)} given more than once")
+    return problems
 
 
 def _harness_key(name: str) -> str:
@@ -213,6 +273,22 @@ class VerlConfig(_Section):
     extra_overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
 
 
+class HeldoutConfig(_Section):
+    """The before/after of a CPU run on tasks it does not train on (see :mod:`openforge.analysis.heldout`):
+    the tasks of ``split`` (or ``tasks``), ``trials`` rollouts each through every harness of the run,
+    once before the warm-start and once at the end. A task the run trains on is refused."""
+
+    enabled: bool = False
+    split: str = Field("heldout", description="environment split of the held-out tasks")
+    tasks: list[str] | None = Field(None, description="explicit task ids instead of the split")
+    max_tasks: int | None = Field(None, ge=1)
+    trials: int = Field(3, ge=1, description="rollouts per task and harness at each point")
+
+
+class EvalConfig(_Section):
+    heldout: HeldoutConfig = Field(default_factory=HeldoutConfig)
+
+
 class TrainerConfig(_Section):
     backend: Literal["cpu", "verl"] = "cpu"
     steps: int = Field(2, ge=0, description="GRPO steps (0: rollouts and metrics only)")
@@ -240,6 +316,7 @@ class RunConfig(_Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
 
     @model_validator(mode="after")
     def _consistent(self) -> RunConfig:
@@ -251,6 +328,9 @@ class RunConfig(_Section):
                 f"trainer.cpu.temperature ({self.trainer.cpu.temperature}) must equal rollout.temperature "
                 f"({self.rollout.temperature}): the trainer rescales logits by the sampling temperature"
             )
+        if self.harness.is_mix and self.trainer.backend == "verl":
+            problems.append(f"harness.name: the veRL back-end runs one harness per run, named as a string (got "
+                            f"{self.harness.name}); multi-harness runs use trainer.backend=cpu")
         if self.algorithm == "sft" and self.trainer.backend == "verl":
             problems.append("algorithm=sft runs on the cpu trainer; use trainer.backend=cpu")
         if problems:
@@ -319,12 +399,23 @@ def _harness_problems(raw: Any) -> list[str]:
         h = HarnessConfig.model_validate(raw or {})
     except ValidationError:
         return []  # already reported by the RunConfig validation
-    chosen = h.block_key()
-    problems = option_problems(h.name, h.options, "harness.options", name_key="harness.name")
+    if h.is_mix:  # each harness of the mix with the options it gets; the common ones named as such
+        problems: list[str] = []
+        for name in h.names():
+            key = h.block_key(name)
+            common = {k: v for k, v in h.options.items() if key is None or k not in h.per_harness[key]}
+            problems += option_problems(name, common, "harness.options", name_key=f"harness.name.{name}")
+            if key is not None:
+                problems += option_problems(name, h.per_harness[key], f"harness.per_harness.{key}",
+                                            name_key=f"harness.name.{name}")
+        chosen = {h.block_key(n) for n in h.names()}
+    else:
+        chosen = {h.block_key()}
+        problems = option_problems(h.name, h.options, "harness.options", name_key="harness.name")
     for key, block in h.per_harness.items():
-        if key != chosen:
+        if key not in chosen:
             problems += option_problems(key, block, f"harness.per_harness.{key}")
-    return problems
+    return list(dict.fromkeys(problems))  # a common option wrong for two harnesses: once per harness
 
 
 def load_config(

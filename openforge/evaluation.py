@@ -1,6 +1,7 @@
 """``forge eval``: run every task of an environment split k times and score the runs.
 
-Owns: :class:`EvalRequest`, :func:`run_eval` (a :class:`~openforge.session.Session` — back-end,
+Owns: :class:`EvalRequest`, :func:`run_eval_harnesses` (one :func:`run_eval` per harness, same tasks
+and trials), :func:`eval_backends` (one per back-end, each written to ``OUT/<i>-<label>/``), :func:`run_eval` (a :class:`~openforge.session.Session` — back-end,
 proxy, launcher, harness, environment — running the groups) and :func:`write_eval_dir` (the output
 directory ``forge compare`` / ``forge report`` read). Scoring is analysis
 (:func:`openforge.analysis.passk.summarize_eval`); running the rollouts is not, so it lives here.
@@ -16,6 +17,7 @@ without the environment.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +40,7 @@ from .trajectory import Trajectory
 if TYPE_CHECKING:
     from .store import TrajectoryStore
 
-__all__ = ["EvalRequest", "run_eval", "write_eval_dir"]
+__all__ = ["EvalRequest", "eval_backends", "run_eval", "run_eval_harnesses", "write_eval_dir"]
 
 
 class EvalRequest(BaseModel):
@@ -110,17 +112,53 @@ async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None, pr
     return summarize_eval(trajs, k=req.trials, tasks=by_id), trajs
 
 
-def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, trajs: list[Trajectory]) -> Path:
-    """Write ``config.yaml`` (the request), ``eval.json`` (the summary) and ``trajectories.jsonl``."""
+def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, trajs: list[Trajectory], *,
+                   per_harness: dict[str, EvalSummary] | None = None) -> Path:
+    """Write ``config.yaml`` (the request), ``eval.json`` (the summary; with several harnesses their
+    pooled summary plus ``per_harness``) and ``trajectories.jsonl``."""
     import yaml
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump({"kind": "eval", **req.model_dump()}, sort_keys=False))
-    (out / "eval.json").write_text(json.dumps(summary.model_dump(mode="json"), indent=1))
+    data = summary.model_dump(mode="json")
+    if per_harness:
+        data["per_harness"] = {h: s.model_dump(mode="json", exclude={"per_task", "behaviour"}) for h, s in per_harness.items()}
+    (out / "eval.json").write_text(json.dumps(data, indent=1))
     tmp = out / "trajectories.jsonl.tmp"
     with tmp.open("w", encoding="utf-8") as f:
         for t in trajs:
             f.write(t.to_json() + "\n")
     tmp.replace(out / "trajectories.jsonl")
     return out
+
+
+async def run_eval_harnesses(req: EvalRequest, names: Sequence[str], options: Mapping[str, dict[str, Any]], *,
+                             progress: bool = True, run_dir: Any = None,
+                             ) -> tuple[dict[str, EvalSummary], EvalSummary, list[Trajectory]]:
+    """Evaluate the same tasks through each harness; returns (per harness, pooled, all trajectories)."""
+    per: dict[str, EvalSummary] = {}
+    trajs: list[Trajectory] = []
+    for name in names:
+        summary, ts = await run_eval(req.model_copy(update={"harness": name, "harness_options": dict(options[name])}),
+                                     progress=progress, run_dir=run_dir)
+        per[name] = summary
+        trajs += ts
+    return per, summarize_eval(trajs, k=req.trials), trajs
+
+
+async def eval_backends(req: EvalRequest, backends: Sequence[str], out: str | Path, *,
+                        progress: bool = True) -> list[tuple[str, Path, EvalSummary]]:
+    """Evaluate each back-end on ``req``'s tasks; ``(label, directory, summary)`` per back-end."""
+    from .analysis.eval_many import backend_label, normalize_backend
+
+    results = []
+    for i, spec in enumerate(backends):
+        spec = normalize_backend(spec)
+        label = backend_label(spec)
+        one = req.model_copy(update={"backend": spec})
+        d = Path(out) / f"{i + 1}-{label}"
+        summary, trajs = await run_eval(one, progress=progress, run_dir=d)
+        write_eval_dir(d, one, summary, trajs)
+        results.append((label, d, summary))
+    return results

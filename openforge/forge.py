@@ -33,13 +33,15 @@ import json
 import math
 import random
 import time
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import RunConfig, dump_config, load_config
+from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
 from .rollout import GroupResults
-from .session import Session, load_environment, select_tasks
+from .session import Session, group_harnesses, load_environment, select_tasks
 from .task import Task
 from .train.grpo import count_mixed_groups
 from .trajectory import Trajectory
@@ -88,6 +90,7 @@ def step_metrics(groups: GroupResults, *, step: int, elapsed: dict[str, float]) 
         "generated_tokens": sum(len(c.output_ids) for c in calls),
         "tool_calls": sum(len((c.response or {}).get("tool_calls") or []) for c in calls),
         **{k: round(v, 3) for k, v in elapsed.items()},
+        **harness_breakdown(trajs),
     }
 
 
@@ -112,6 +115,7 @@ class Forge:
         self.backend: Any = None
         self.session: Session | None = None
         self.trainer: Any = None
+        self.mix = HarnessMix.from_config(config.harness, seed=config.seed)
         self._t0 = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -161,8 +165,16 @@ class Forge:
         assert env is not None
         return env
 
-    async def rollouts(self, tasks: list[Task], group_size: int, *, min_group: int = 2) -> GroupResults:
-        return await self.runtime.groups(tasks, group_size, min_group=min_group)
+    def group_harnesses(self, names: Sequence[str]) -> GroupHarnesses:
+        """Group ``i`` runs harness ``names[i]`` of the run (with that harness's options)."""
+        return group_harnesses(self.cfg.harness, names)
+
+    async def rollouts(self, tasks: list[Task], group_size: int, *, min_group: int = 2,
+                       harnesses: Sequence[str] | None = None) -> GroupResults:
+        """``group_size`` rollouts of each task; group ``i`` runs harness ``harnesses[i]`` (default: the
+        mix's pick for slots ``0..len(tasks)-1``; one harness: that one)."""
+        names = list(harnesses or self.mix.assign(range(len(tasks))))
+        return await self.runtime.groups(tasks, group_size, min_group=min_group, harness=self.group_harnesses(names))
 
     def _log_metrics(self, line: dict[str, Any]) -> None:
         with (self.run_dir / "metrics.jsonl").open("a") as f:
@@ -178,7 +190,10 @@ class Forge:
 
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
-        """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary."""
+        """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary. With
+        ``eval.heldout.enabled`` the policy is evaluated on held-out tasks before and after."""
+        from .analysis.heldout import check_heldout
+        from .heldout_eval import heldout_before
 
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
@@ -186,6 +201,12 @@ class Forge:
                                    "steps": []}
         ckpts = self.checkpoints()
         ck, start = ckpts.resume_point() if cfg.trainer.resume else (None, 0)
+        held = check_heldout(cfg, self.env, tasks)  # before/after on tasks the run never trains on
+        if held and (ck is not None or start):
+            self.console.log("resumed run: no held-out before/after (the starting model is not the base)")
+            held = []
+        if held:
+            summary["heldout"] = await heldout_before(self, held)
         if ck is not None:
             self.trainer.load(ck)
             ckpts.resumed()
@@ -204,7 +225,7 @@ class Forge:
         if cfg.algorithm == "sft":
             if ck is None:
                 ckpts.save(0)
-            self._finish(summary)
+            await self._end(summary, held)
             return summary
         rng = random.Random(cfg.seed)
         order = list(tasks)
@@ -218,8 +239,15 @@ class Forge:
             if due:
                 self.console.log(f"checkpoint {saved}" if saved else f"step {step + 1}: weights unchanged, "
                                  f"no checkpoint written (they are {ckpts.current})")
-        self._finish(summary)
+        await self._end(summary, held)
         return summary
+
+    async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
+        if held:
+            from .heldout_eval import heldout_after
+
+            await heldout_after(self, held, summary["heldout"])
+        self._finish(summary)
 
     async def _sample_step(self, step: int, order: list[Task]) -> tuple[GroupResults, int]:
         """The step's groups, with dynamic sampling: more tasks while too few groups are mixed.
@@ -231,16 +259,20 @@ class Forge:
         tcfg = cfg.trainer.cpu
         stride = k * (1 + tcfg.max_resample_rounds)  # no two steps draw the same slots
 
-        def draw(r: int) -> list[Task]:
-            return [order[(step * stride + r * k + i) % len(order)] for i in range(k)]
+        def slots(r: int) -> list[int]:
+            return [step * stride + r * k + i for i in range(k)]
 
-        groups = await self.rollouts(draw(0), cfg.rollout.group_size)
+        def draw(r: int) -> list[Task]:
+            return [order[s % len(order)] for s in slots(r)]
+
+        groups = await self.rollouts(draw(0), cfg.rollout.group_size, harnesses=self.mix.assign(slots(0)))
         rounds = 0
         while count_mixed_groups(groups) < tcfg.min_mixed_groups and rounds < tcfg.max_resample_rounds:
             rounds += 1
             self.console.log(f"step {step + 1}: {count_mixed_groups(groups)} of {len(groups)} groups mixed "
                              f"(< {tcfg.min_mixed_groups}): resample round {rounds}/{tcfg.max_resample_rounds}")
-            groups.extend_with(await self.rollouts(draw(rounds), cfg.rollout.group_size))
+            groups.extend_with(await self.rollouts(draw(rounds), cfg.rollout.group_size,
+                                                   harnesses=self.mix.assign(slots(rounds))))
         return groups, rounds
 
     async def _grpo_step(self, step: int, order: list[Task]) -> dict[str, Any]:
@@ -317,6 +349,12 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
                       _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
                       f"{s['step_time_s']:.0f}")
     console.print(table)
+    from .analysis.heldout import heldout_table
+    from .harness_mix import per_harness_table
+
+    for extra in (per_harness_table(summary.get("steps", [])), heldout_table(summary.get("heldout"))):
+        if extra is not None:
+            console.print(extra)
     idle = [s["step"] for s in summary.get("steps", []) if not s.get("gradient_step", True)]
     if idle:
         console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: every group was tied (same reward "
@@ -333,9 +371,15 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
     cfg = load_config(config, preset=preset, overrides=overrides)
     await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
     if cfg.trainer.backend == "cpu":  # so is a harness that is not installed here (veRL runs it on its nodes)
+        if cfg.eval.heldout.enabled:  # and a held-out task the run trains on
+            from .analysis.heldout import check_heldout
+
+            env = load_environment(cfg.env.name, cfg.env.options)
+            check_heldout(cfg, env, load_tasks(cfg, env))
         from .plugins import make_harness
 
-        make_harness(cfg.harness.name, **cfg.harness.options).check_installed()
+        for name in cfg.harness.names():
+            make_harness(name, **cfg.harness.options_for(name)).check_installed()
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 

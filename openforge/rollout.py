@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from .environment import Environment, VerifyResult
 from .harness import Harness, HarnessResult, RolloutContext, tail
+from .harness_mix import PerGroupHarness
 from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
 from .outcome import OutcomeFacts
 from .seams import RolloutProxy, TrajectorySink
@@ -111,7 +112,7 @@ class _Rollout:
             traj = Trajectory(rollout_id=f"failed-{uuid.uuid4().hex[:12]}", task_id=task.id, harness=harness.name,
                               environment=environment.name, status=S.INFRA_ERROR, reward=0.0,
                               error=f"proxy could not open the rollout: {_err(e)}", metadata=meta)
-            _store(req.store, traj)
+            await _shielded(_store(req.store, traj))
             return traj
         rid = handle.rollout_id
         t_start = time.monotonic()
@@ -165,20 +166,21 @@ class _Rollout:
         facts = OutcomeFacts(failure=failure, error=error, harness_status=hres.status if hres else None,
                              harness_error=hres.error if hres else None, reward=verdict.reward if verdict else None,
                              success_threshold=req.success_threshold, budget_s=self.budget, cancelled=cancelled)
-        traj = await _shielded(_finish(proxy, rid, facts, rewards, environment.name))
+        extra_metrics = {k: round(v, 4) for k, v in timings.items()}
+        extra_meta = {**meta, "budget_s": self.budget, "launcher": launcher.name}
+        traj = await _shielded(_finish(proxy, rid, facts, rewards, environment.name, extra_meta, extra_metrics))
+        stored = traj is not None  # the proxy stored it, with extra_meta / extra_metrics, in its own store
         if traj is None:
             traj = Trajectory(rollout_id=rid, task_id=task.id, harness=harness.name, environment=environment.name,
-                              status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or 'no error'})")
-        traj = traj.model_copy(update={
-            "harness": traj.harness or harness.name, "environment": environment.name,
-            "metrics": {**traj.metrics, **{k: round(v, 4) for k, v in timings.items()}},
-            "metadata": {**traj.metadata, **meta, "budget_s": self.budget, "launcher": launcher.name},
-        })
+                              status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or 'no error'})",
+                              metrics=extra_metrics, metadata=extra_meta)
         if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
             from .faults.record import record_faults
 
             traj = record_faults(traj)
-        _store(req.store, traj)
+            stored = False  # known only from the finished trajectory: stored again with them
+        if not stored or req.store is not proxy.store:
+            await _shielded(_store(req.store, traj))
         if cancelled:
             raise asyncio.CancelledError
         return traj
@@ -244,11 +246,13 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
 
 
 async def _finish(proxy: RolloutProxy, rid: str, facts: OutcomeFacts, rewards: dict[str, float],
-                  env_name: str) -> Trajectory | None:
+                  env_name: str, metadata: dict[str, Any], metrics: dict[str, Any]) -> Trajectory | None:
     """Finish through the proxy, which applies the outcome rule to ``facts`` and the calls it recorded,
-    after waiting for calls still in flight (a 200 is never missing from the trajectory)."""
+    after waiting for calls still in flight (a 200 is never missing from the trajectory), adds
+    ``metadata`` / ``metrics`` and stores the trajectory once in its own store. None: the proxy failed."""
     try:
-        return await proxy.afinish_rollout(rid, facts=facts, rewards=rewards, environment=env_name)
+        return await proxy.afinish_rollout(rid, facts=facts, rewards=rewards, environment=env_name,
+                                           metadata=metadata, metrics=metrics)
     except Exception:
         return None
 
@@ -262,10 +266,12 @@ async def _shielded(coro: Awaitable[T]) -> T:
         return await task
 
 
-def _store(store: TrajectorySink | None, traj: Trajectory) -> None:
+async def _store(store: TrajectorySink | None, traj: Trajectory) -> None:
+    """Keep ``traj`` in ``store`` (if any) without blocking the event loop; a store error never fails
+    the rollout."""
     if store is not None:
         with contextlib.suppress(Exception):
-            store.put_trajectory(traj)
+            await store.aput_trajectory(traj)
 
 
 # -- groups ------------------------------------------------------------------------------------
@@ -302,13 +308,14 @@ class GroupResults(list):  # list[TrajectoryGroup] with the bookkeeping of what 
 @dataclass(frozen=True)
 class GroupRequest:
     """``group_size`` rollouts of each of ``tasks``, at most ``concurrency`` at a time. ``harness`` is a
-    factory (a fresh harness per rollout) or one instance; the rest is what :class:`RolloutRequest`
+    factory (a fresh harness per rollout), one instance, or a :class:`PerGroupHarness` (group ``i``
+    runs ``harness.for_group(i)``: a multi-harness step); the rest is what :class:`RolloutRequest`
     takes, plus the retry and group rules (see :func:`run_groups`)."""
 
     tasks: Sequence[Task]
     group_size: int
     concurrency: int
-    harness: Harness | Callable[[], Harness]
+    harness: Harness | Callable[[], Harness] | PerGroupHarness
     environment: Environment
     launcher: Launcher
     proxy: RolloutProxy
@@ -323,12 +330,16 @@ class GroupRequest:
     provision_timeout_s: float = 300.0
     seed: int | None = None  # seeds each group's group_seed (e.g. its injected faults); None: fresh
 
-    def make_harness(self) -> Harness:
-        return self.harness if isinstance(self.harness, Harness) else self.harness()
+    def make_harness(self, group: int) -> Harness:
+        if isinstance(self.harness, Harness):
+            return self.harness
+        if isinstance(self.harness, PerGroupHarness):
+            return self.harness.for_group(group)
+        return self.harness()
 
-    def rollout(self, task: Task, metadata: Mapping[str, Any]) -> RolloutRequest:
-        """The request of one member of a group."""
-        return RolloutRequest(task=task, harness=self.make_harness(), environment=self.environment,
+    def rollout(self, task: Task, group: int, metadata: Mapping[str, Any]) -> RolloutRequest:
+        """The request of one member of group ``group``."""
+        return RolloutRequest(task=task, harness=self.make_harness(group), environment=self.environment,
                               launcher=self.launcher, proxy=self.proxy, store=self.store, budget_s=self.budget_s,
                               model=self.model, metadata=metadata, success_threshold=self.success_threshold,
                               provision_timeout_s=self.provision_timeout_s)
@@ -371,11 +382,11 @@ async def _run_groups(req: GroupRequest) -> GroupResults:
     sem = asyncio.Semaphore(req.concurrency)
     results = GroupResults()
 
-    def discard(traj: Trajectory, reason: str) -> None:
+    async def discard(traj: Trajectory, reason: str) -> None:
         """Keep a non-trainable attempt with its reason, in the results and in the store."""
         t = traj.model_copy(update={"metadata": {**traj.metadata, "discard_reason": reason}})
         results.discarded.append(t)
-        _store(req.store, t)
+        await _store(req.store, t)
     members: dict[int, list[Trajectory | None]] = {i: [None] * group_size for i in range(len(tasks))}
     bar = _Progress(len(tasks) * group_size, enabled=req.progress)
 
@@ -383,14 +394,14 @@ async def _run_groups(req: GroupRequest) -> GroupResults:
         task = tasks[ti]
         for attempt in range(req.max_retries + 1):
             async with sem:
-                traj = await run_rollout(req.rollout(task, {"group": ti, "slot": slot, "attempt": attempt}))
+                traj = await run_rollout(req.rollout(task, ti, {"group": ti, "slot": slot, "attempt": attempt}))
             results.attempts += 1
             if traj.status in req.retry_on and attempt < req.max_retries:
-                discard(traj, f"{traj.status.value}, retried: {traj.error}")
+                await discard(traj, f"{traj.status.value}, retried: {traj.error}")
                 bar.note(traj)
                 continue
             if not traj.trainable:
-                discard(traj, f"{traj.status.value}: {traj.error}")
+                await discard(traj, f"{traj.status.value}: {traj.error}")
             else:
                 members[ti][slot] = traj
             bar.advance(traj)
@@ -407,7 +418,7 @@ async def _run_groups(req: GroupRequest) -> GroupResults:
                                               f"(need ≥ {need})",
                                     "rollout_ids": [t.rollout_id for t in valid]})
             for t in valid:
-                discard(t, f"group dropped: {results.dropped[-1]['reason']}")
+                await discard(t, f"group dropped: {results.dropped[-1]['reason']}")
             continue
         results.append(TrajectoryGroup(task_id=task.id, trajectories=valid))
     return results

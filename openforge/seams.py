@@ -38,9 +38,17 @@ class RolloutProxy(Protocol):
         """Register a rollout (``rollout_id`` names it; default a fresh id) and return its handle."""
         ...
 
+    @property
+    def store(self) -> TrajectorySink | None:
+        """The store the proxy logs calls and finished trajectories to, if any."""
+        ...
+
     async def afinish_rollout(self, rollout_id: str, *, rewards: dict[str, float] | None = None,
-                              environment: str | None = None, facts: OutcomeFacts | None = None) -> Trajectory:
-        """Close the rollout: apply the outcome rule to ``facts`` and the recorded calls, build segments."""
+                              environment: str | None = None, facts: OutcomeFacts | None = None,
+                              metadata: dict[str, Any] | None = None,
+                              metrics: dict[str, Any] | None = None) -> Trajectory:
+        """Close the rollout: apply the outcome rule to ``facts`` and the recorded calls, build segments,
+        add ``metadata`` / ``metrics``, and store the trajectory once in :attr:`store` (durable on return)."""
         ...
 
 
@@ -50,4 +58,8 @@ class TrajectorySink(Protocol):
 
     def put_trajectory(self, traj: Trajectory) -> None:
         """Store (or replace) one trajectory durably."""
+        ...
+
+    async def aput_trajectory(self, traj: Trajectory) -> None:
+        """:meth:`put_trajectory` without blocking the event loop (durable on return)."""
         ...

@@ -36,15 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
+from .harness_mix import PerGroupHarness
 from .rollout import GroupRequest, GroupResults, RolloutRequest, run_groups, run_rollout
 from .seams import RolloutProxy
 from .task import Task
 from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from .config import HarnessConfig, RunConfig
     from .environment import Environment
     from .harness import Harness
+    from .harness_mix import GroupHarnesses
     from .launchers.base import Launcher
     from .proxy.backends.base import Backend, SamplingParams
     from .proxy.server import ProxyServer
@@ -146,12 +148,13 @@ class Session:
         return store
 
     async def _start_proxy(self, backend: Backend, name: str, stack: contextlib.AsyncExitStack,
-                           settings: ProxySettings) -> ProxyServer:
-        """The one construction site of :class:`ProxyServer` outside tests."""
+                           settings: ProxySettings, *, keep: bool = True) -> ProxyServer:
+        """The one construction site of :class:`ProxyServer` outside tests (``keep``: log to the
+        session's store)."""
         from .proxy.server import ProxyServer
 
         assert self._sockdir is not None
-        proxy = ProxyServer(backend, store=self.store, host=settings.host, port=settings.port, uds=settings.uds,
+        proxy = ProxyServer(backend, store=self.store if keep else None, host=settings.host, port=settings.port, uds=settings.uds,
                             agent_uds=os.path.join(self._sockdir, f"{name}.sock"),
                             admin_token=settings.admin_token, public_url=settings.public_url,
                             sampling=dict(settings.sampling) if isinstance(settings.sampling, Mapping)
@@ -183,11 +186,13 @@ class Session:
 
     @contextlib.asynccontextmanager
     async def side_proxy(self, backend: Backend, name: str, *,
-                         sampling: SamplingParams | Mapping[str, Any] | None = None) -> AsyncIterator[ProxyServer]:
-        """A second proxy over ``backend`` (e.g. an SFT teacher) sharing this session's store, launcher,
-        environment and harness; loopback only, stopped on exit."""
+                         sampling: SamplingParams | Mapping[str, Any] | None = None,
+                         keep: bool = True) -> AsyncIterator[ProxyServer]:
+        """A second proxy over ``backend`` (e.g. an SFT teacher) sharing this session's launcher,
+        environment and harness — and its store unless ``keep=False`` (e.g. a held-out evaluation
+        that must not land among the run's trajectories); loopback only, stopped on exit."""
         async with contextlib.AsyncExitStack() as stack:
-            yield await self._start_proxy(backend, name, stack, ProxySettings(sampling=sampling))
+            yield await self._start_proxy(backend, name, stack, ProxySettings(sampling=sampling), keep=keep)
 
     async def pause(self) -> None:
         """New calls wait; returns when calls in flight are done (safe to change weights)."""
@@ -213,15 +218,19 @@ class Session:
     # -- running ---------------------------------------------------------------------------------
     async def groups(self, tasks: Sequence[Task], group_size: int, *, min_group: int = 2, max_retries: int = 2,
                      proxy: RolloutProxy | None = None, environment: Environment | None = None,
-                     seed: int | None = None) -> GroupResults:
+                     harness: PerGroupHarness | None = None, seed: int | None = None,
+                     keep: bool = True) -> GroupResults:
         """``group_size`` rollouts of each task (see :func:`~openforge.rollout.run_groups`), through
         ``proxy`` (default: the session's) and ``environment`` (default: the session's; e.g. a teacher's
-        fault-free view of it); ``seed`` seeds each group's ``group_seed``."""
-        env, launcher, harness = self._require()
+        fault-free view of it); ``harness`` picks each group's harness (a multi-harness step; default:
+        the session's for every group); ``seed`` seeds each group's ``group_seed``; ``keep=False``:
+        nothing goes to the session's store."""
+        env, launcher, default = self._require()
         rs = self.rollout_settings
         return await run_groups(GroupRequest(
-            tasks=list(tasks), group_size=group_size, concurrency=rs.concurrency, harness=harness,
-            environment=environment or env, launcher=launcher, proxy=proxy or self.proxy, store=self.store,
+            tasks=list(tasks), group_size=group_size, concurrency=rs.concurrency, harness=harness or default,
+            environment=environment or env, launcher=launcher, proxy=proxy or self.proxy,
+            store=self.store if keep else None,
             max_retries=max_retries, min_group=min_group, budget_s=rs.budget_s, progress=rs.progress,
             model=rs.model, success_threshold=rs.success_threshold, seed=seed))
 
@@ -252,7 +261,8 @@ class Session:
                     close_backend: bool = False) -> Session:
         """The session of a training run's config (its sampling, concurrency and budget)."""
         env = environment or load_environment(cfg.env.name, cfg.env.options)
-        make = harness_factory(cfg.harness.name, cfg.harness.options)
+        first = cfg.harness.names()[0]  # a multi-harness run picks each group's through groups(harness=...)
+        make = harness_factory(first, cfg.harness.options_for(first))
         return cls(backend, environment=env, harness=make, launcher=load_launcher(cfg.launcher.name, cfg.launcher.options),
                    store=store,
                    proxy=ProxySettings(sampling={"temperature": cfg.rollout.temperature,
@@ -289,6 +299,19 @@ def harness_factory(name: str, options: Mapping[str, Any] | None = None) -> Call
     except TypeError as e:
         raise ConfigError(f"harness {name!r}: {e}") from None
     return lambda: cls(**opts)
+
+
+def group_harnesses(cfg: HarnessConfig, names: Sequence[str]) -> GroupHarnesses:
+    """Group ``i`` runs harness ``names[i]`` of ``cfg`` (each with its own options)."""
+    from .harness_mix import GroupHarnesses
+
+    return GroupHarnesses({n: harness_factory(n, cfg.options_for(n)) for n in set(names)}, names)
+
+
+def each_harness(cfg: HarnessConfig, tasks: Sequence[Task]) -> tuple[list[Task], GroupHarnesses]:
+    """Every task once per harness of ``cfg`` (a teacher replayed through each harness of a run)."""
+    names = cfg.names()
+    return [t for _ in names for t in tasks], group_harnesses(cfg, [n for n in names for _ in tasks])
 
 
 # ------------------------------------------------------------------------------------ tasks

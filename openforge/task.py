@@ -28,7 +28,7 @@ class Task(BaseModel):
     id: str
     instruction: str
     environment: str = "custom"
-    split: Literal["train", "eval"] = "train"
+    split: Literal["train", "eval", "heldout"] = "train"
     category: str = "general"
     resources: Resources = Field(default_factory=Resources)
     timeout_s: float = 300.0  # wall-clock budget of the harness run

@@ -26,7 +26,7 @@ from .config import RunConfig, dump_config
 from .errors import ConfigError
 from .paths import cache_root
 from .rollout import GroupResults
-from .session import Session, backend_for, load_environment, select_tasks
+from .session import Session, backend_for, each_harness, load_environment, select_tasks
 from .task import Task
 from .train.cpu import use_bf16_autocast
 from .train.sft import _no_samples, export_sft, load_token_samples, policy_renderer, sft_samples, sft_train
@@ -34,7 +34,9 @@ from .trajectory import Trajectory
 from .types import RolloutStatus
 
 if TYPE_CHECKING:
+    from .config import HarnessConfig
     from .environment import Environment
+    from .harness_mix import PerGroupHarness
 
 __all__ = ["collect_teacher", "export_teacher_rollouts", "teacher_tasks", "warm_start", "warm_start_key"]
 
@@ -49,9 +51,10 @@ def _successes(groups: GroupResults) -> list[Trajectory]:
 
 
 async def collect_teacher(session: Session, tasks: Sequence[Task], *, teacher: str, k: int, tokenizer: Any,
-                          max_tokens: int) -> tuple[list[Trajectory], GroupResults]:
-    """Run the teacher ``k`` times per task through the session's harness and a proxy of its own
-    (same store, launcher, environment). Returns (successful trajectories, the group results)."""
+                          max_tokens: int, harnesses: HarnessConfig | None = None) -> tuple[list[Trajectory], GroupResults]:
+    """Run the teacher ``k`` times per task through a proxy of its own (same store, launcher,
+    environment) and the session's harness — or through each harness of ``harnesses`` (a multi-harness
+    run replays the teacher through every one). Returns (successful trajectories, the group results)."""
     env = session.environment
     if env is None:
         raise ConfigError("teacher rollouts need a session with an environment")
@@ -59,9 +62,16 @@ async def collect_teacher(session: Session, tasks: Sequence[Task], *, teacher: s
     from .faults.env import without_faults  # demonstrations are recorded on clean episodes
 
     async with session.side_proxy(backend, "teacher", sampling={"max_tokens": max_tokens}) as proxy:
-        groups = await session.groups(teacher_tasks(env, tasks, teacher), k, proxy=proxy, min_group=1,
+        todo, per_group = _through_each(harnesses, teacher_tasks(env, tasks, teacher))
+        groups = await session.groups(todo, k, proxy=proxy, min_group=1, harness=per_group,
                                       environment=without_faults(env))
     return _successes(groups), groups
+
+
+def _through_each(harnesses: HarnessConfig | None, tasks: list[Task]) -> tuple[list[Task], PerGroupHarness | None]:
+    if harnesses is None or len(harnesses.names()) < 2:
+        return tasks, None
+    return each_harness(harnesses, tasks)
 
 
 async def export_teacher_rollouts(cfg: RunConfig, *, teacher: str, k: int, progress: bool = True) -> list[Trajectory]:
@@ -80,8 +90,8 @@ async def export_teacher_rollouts(cfg: RunConfig, *, teacher: str, k: int, progr
     from .faults.env import without_faults  # demonstrations are recorded on clean episodes
 
     async with session:
-        groups = await session.groups(teacher_tasks(env, tasks, teacher), k, min_group=1,
-                                      environment=without_faults(env))
+        todo, per_group = _through_each(cfg.harness, teacher_tasks(env, tasks, teacher))
+        groups = await session.groups(todo, k, min_group=1, harness=per_group, environment=without_faults(env))
     return [t for g in groups for t in g.trajectories]
 
 
@@ -126,7 +136,7 @@ async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *,
     else:
         log(f"SFT warm-start: teacher {scfg.teacher!r}, {scfg.k} rollout(s) per task")
         good, groups = await collect_teacher(session, tasks, teacher=scfg.teacher, k=scfg.k, tokenizer=tokenizer,
-                                             max_tokens=cfg.rollout.max_tokens)
+                                             max_tokens=cfg.rollout.max_tokens, harnesses=cfg.harness)
         total = sum(len(g.trajectories) for g in groups) + len(groups.discarded)
         pass_rate = len(good) / total if total else 0.0
         renderer = policy_renderer(tokenizer)

@@ -35,15 +35,20 @@ def solve(task_id: str) -> list[dict]:
     return [{"shell": c} for c in reference_solution(task_id)] + [FINISH]
 
 
-async def test_success_and_stored(rig):
+async def test_success_and_stored(rig, monkeypatch):
     proxy, launcher, store = await rig({"turns": solve("files-create-hello")})
+    puts = []  # the trajectory is written once, with the run's timings and facts in it
+    for name in ("put_trajectory", "aput_trajectory"):
+        monkeypatch.setattr(store, name, lambda t, _real=getattr(store, name), **kw: (puts.append(t.rollout_id),
+                                                                                     _real(t, **kw))[1])
     task = ENV.task("files-create-hello")
     traj = await run_rollout(harness=react(), environment=ENV, task=task, launcher=launcher, proxy=proxy, store=store)
     assert traj.status == S.SUCCESS, (traj.error, traj.metadata)
     assert traj.reward == 1.0 and traj.rewards == {"hello": 1.0}
     assert len(traj.calls) == 2 and traj.segments and traj.environment == "claw" and traj.harness == "react"
     assert {"provision_s", "setup_s", "harness_s", "verify_s"} <= set(traj.metrics)
-    assert store.get_trajectory(traj.rollout_id).status == S.SUCCESS
+    assert puts == [traj.rollout_id]
+    assert store.get_trajectory(traj.rollout_id) == traj
     assert traj.metadata["isolation"] == launcher.isolation == "bwrap"  # the run records how each rollout was sandboxed
     # the task's analysis facts travel with the trajectory (per-category results, tool coverage)
     assert traj.metadata["category"] == task.category and traj.metadata["split"] == task.split

@@ -141,9 +141,9 @@ async def test_requests_are_value_objects():
                        budget=3)  # a misspelt field is refused, not ignored
     g = GroupRequest(tasks=[task], group_size=2, concurrency=1, harness=ReactHarness, environment=ENV,
                      launcher=LocalLauncher(), proxy=None, budget_s=5.0)
-    one = g.rollout(task, {"slot": 1})
+    one = g.rollout(task, 0, {"slot": 1})
     assert one.budget_s == 5.0 and one.metadata == {"slot": 1} and isinstance(one.harness, ReactHarness)
-    assert g.rollout(task, {}).harness is not one.harness  # a fresh harness per member
+    assert g.rollout(task, 0, {}).harness is not one.harness  # a fresh harness per member
 
 
 def test_one_task_selection_rule():

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from .fmt import fmt_value
 from .passk import EvalSummary, summarize_eval
 from .rundir import RunData, trajectory_step
 
@@ -53,18 +54,9 @@ COMPARE_ROWS: list[tuple[str, str, str]] = [
 FAULT_ROWS = frozenset(k for k, _, _ in COMPARE_ROWS if "fault" in k or k == "behaviour.steps_to_recover")
 
 _INFRA = ("harness_error", "env_error", "infra_error", "cancelled")
-
-
-def fmt_value(value: Any, kind: str) -> str:
-    if value is None:
-        return "–"
-    if kind == "pct":
-        return f"{100 * float(value):.1f} %"
-    if kind == "int":
-        return f"{round(float(value)):,}"
-    if kind == "float":
-        return f"{float(value):.2f}"
-    return str(value)
+#: Metrics shown per harness (rows ``pass@1 · react`` ...) when a run mixes harnesses.
+PER_HARNESS_ROWS: dict[str, tuple[str, str]] = {"pass_at_1": ("pass@1", "pct"), "pass_at_k": ("pass@k", "pct"),
+                                                "mean_reward": ("mean reward", "float")}
 
 
 def _select(run: RunData, step: str) -> list:
@@ -126,10 +118,24 @@ def compare_runs(runs: Sequence[RunData], *, k: int | None = None, step: str = "
     out = []
     for i, run in enumerate(runs):
         own = steps[i] if steps is not None and steps[i] else step
-        flat = _flatten(run_summary(run, k=k, step=own), run)
+        summary = run_summary(run, k=k, step=own)
+        flat = _flatten(summary, run)
         flat["name"] = run.name if own == "all" else f"{run.name}@{own}"
+        flat["task_ids"] = sorted({t.task_id for t in summary.per_task})
+        flat.update(_per_harness(_select(run, own) if run.trajectories else [], summary.k))
         out.append(flat)
     return out
+
+
+def _per_harness(trajs: list, k: int) -> dict[str, Any]:
+    """``harness.<name>.<metric>`` keys when the trajectories ran under more than one harness."""
+    from .per_harness import harness_summaries
+
+    per = harness_summaries(trajs, k)
+    if len(per) < 2:
+        return {}
+    return {f"harness.{h}.{key}": getattr(s, key) for h, s in per.items()
+            for key in ("valid_trials", *PER_HARNESS_ROWS)}
 
 
 def split_run_arg(arg: str) -> tuple[str, str | None]:
@@ -183,4 +189,16 @@ def compare_table(rows: Sequence[dict[str, Any]]) -> Any:
         if key in ("pass_at_k", "pass_hat_k") and not same_k:
             values = [f"{v} (k={r.get('k')})" for v, r in zip(values, rows)]
         table.add_row(label, *values)
+        if key == "pass_hat_k" or (all_k1 and key == "pass_at_1"):
+            _harness_rows(table, rows)
     return table
+
+
+def _harness_rows(table: Any, rows: Sequence[dict[str, Any]]) -> None:
+    """The per-harness rows (``pass@1 · react``, ...) of runs that mixed harnesses."""
+    names = sorted({key.split(".")[1] for r in rows for key in r if key.startswith("harness.")})
+    for name in names:
+        for metric, (label, kind) in PER_HARNESS_ROWS.items():
+            if metric == "pass_at_k" and all(r.get("k", 1) == 1 for r in rows):
+                continue
+            table.add_row(f"  {label} · {name}", *[fmt_value(r.get(f"harness.{name}.{metric}"), kind) for r in rows])

@@ -234,6 +234,49 @@ def _summary_rows(run: RunData) -> tuple[list[tuple[str, str]], dict[str, Any] |
     return rows, flat
 
 
+def _harness_rows(run: RunData, k: int) -> list[dict[str, str]]:
+    """One row per harness when the run's policy rollouts ran under more than one."""
+    from .per_harness import harness_summaries
+
+    per = harness_summaries(run.policy_trajectories, k) if run.trajectories else {}
+    if len(per) < 2 and run.eval and run.eval.get("per_harness"):
+        from .passk import EvalSummary
+
+        per = {h: EvalSummary.model_validate(v) for h, v in run.eval["per_harness"].items()}
+    if len(per) < 2:
+        return []
+    return [{"harness": h, "tasks": str(s.tasks), "trials": str(s.valid_trials), "pass1": fmt_value(s.pass_at_1, "pct"),
+             "passk": fmt_value(s.pass_at_k, "pct"), "passhk": fmt_value(s.pass_hat_k, "pct"),
+             "reward": fmt_value(s.mean_reward, "float")} for h, s in per.items()]
+
+
+def _heldout_rows(run: RunData) -> list[dict[str, str]]:
+    """The held-out before/after of a training run (``RUN_DIR/heldout/``), one row per harness."""
+    from .heldout import compare_points, load_point
+
+    if not run.path.is_dir():
+        return []
+    before, after = load_point(run.path, "before"), load_point(run.path, "after")
+    if not before:
+        return []
+    diff = compare_points(before, after) if after else {}
+
+    def rate(m: dict[str, Any] | None) -> str:
+        if not m or not m.get("trials"):
+            return "–"
+        return f"{m['successes']}/{m['trials']} ({100 * m['pass_rate']:.0f} %, CI {100 * m['ci95'][0]:.0f}–{100 * m['ci95'][1]:.0f} %)"
+
+    rows = []
+    for h in [*before.get("per_harness", {}), *(["all"] if "all" in before else [])]:
+        b = before["all"] if h == "all" else before["per_harness"][h]
+        a = ((after or {}).get("all") if h == "all" else (after or {}).get("per_harness", {}).get(h))
+        d = diff.get(h)
+        rows.append({"harness": h, "before": rate(b), "after": rate(a),
+                     "change": f"{100 * d['delta']:+.0f} pts [{100 * d['ci95'][0]:+.0f}, {100 * d['ci95'][1]:+.0f}]" if d else "–",
+                     "verdict": d["verdict"] if d else "not run"})
+    return rows
+
+
 def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_trajectories: int = 200) -> str:
     """Render the report of ``run`` as one self-contained HTML document."""
     import jinja2
@@ -265,6 +308,7 @@ def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_traj
         statuses=sorted(statuses.items(), key=lambda kv: -kv[1]),
         steps=len(_policy_rows(run)) or len(run.steps), sft=_sft_row(run), rollouts=len(run.trajectories),
         summary_rows=summary_rows, summary=flat,
+        harness_rows=_harness_rows(run, int((flat or {}).get("k") or 1)), heldout_rows=_heldout_rows(run),
         trajectories=views, shown=len(views), detokenized=detokenize is not None,
         teacher=len(run.trajectories) - len(run.policy_trajectories),
         by_step=any(v["step"] is not None for v in views),

@@ -56,7 +56,8 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
     import asyncio
 
     from ..analysis.compare import compare_table
-    from ..analysis.eval_many import comparison_rows, eval_backends
+    from ..analysis.eval_many import comparison_rows
+    from ..evaluation import eval_backends
 
     results = asyncio.run(eval_backends(req, backends, out, progress=not as_json))
     rows = comparison_rows(results, k=req.trials)
@@ -74,8 +75,9 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("eval")
     def eval_cmd(
-        harness: str = typer.Option(None, "--harness", "-H", help="harness name (forge harness list)  [required]"),
-        harness_old: str = typer.Option(None, "-h", hidden=True, help="old spelling of -H"),
+        harness: list[str] = typer.Option(None, "--harness", "-H", help="harness name (forge harness list); "
+                                          "several: repeat it or comma-separate (-H react -H pi)  [required]"),
+        harness_old: list[str] = typer.Option(None, "-h", hidden=True, help="old spelling of -H"),
         env: str = typer.Option(..., "--env", "-e", help="environment name, module:Class, or a task directory"),
         backend: list[str] = typer.Option(..., "--backend", "-b", help="scripted:FILE | transformers:MODEL | vllm:URL | openai:URL | reference (replay the tasks' reference solutions) | RUN@last / @best / @N / @base (a run's checkpoint); repeat to compare back-ends in one table"),
         trials: int = typer.Option(3, "--trials", "-k", min=1, help="runs per task (k of pass@k / pass^k)"),
@@ -88,41 +90,60 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, "--out", "-o", help="output directory (default: runs/eval-<harness>-<UTC time>)"),
         as_json: bool = typer.Option(False, "--json", help="print the summary as JSON instead of tables"),
         harness_opt: list[str] = typer.Option([], "--harness-opt",
-                                              help="KEY=VALUE option of the harness, e.g. max_turns=4 (repeatable)"),
+                                              help="KEY=VALUE option of the harness, e.g. max_turns=4, or "
+                                              "HARNESS.KEY=VALUE for one of several (repeatable)"),
         launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
         faults: str = typer.Option(None, "--faults", help="inject faults: 'default' (every recoverable kind), a "
                                    "YAML file or inline YAML in the env.options.faults format (README: Fault injection)"),
         fault_fraction: float = typer.Option(None, "--fault-fraction", min=0.0, max=1.0,
                                              help="share of the task groups that get faults (with --faults)"),
     ) -> None:
-        """Run every task k times; report pass@k, pass^k, mean reward per category and the failure taxonomy."""
+        """Run every task k times (through each harness given); report pass@k, pass^k, mean reward per category
+        (and per harness) and the failure taxonomy."""
         import asyncio
         import datetime as dt
 
+        from ..analysis.per_harness import harness_names, options_by_harness
         from ..evaluation import EvalRequest, run_eval, write_eval_dir
         from ..faults.cli import fault_option
         from ._opts import either, parse_options
 
-        harness = either(harness, harness_old, "--harness/-H", "-h", required=True)
+        given = either(harness_names(harness or []) or None, harness_names(harness_old or []) or None,
+                       "--harness/-H", "-h", required=True)
         budget_s = either(budget_s, budget_old, "--budget-s", "--budget")
         from ..analysis.eval_many import normalize_backend
 
-        req = EvalRequest(harness=harness, env=env, backend=normalize_backend(backend[0]), trials=trials,
+        if len(backend) > 1 and len(given) > 1:
+            raise typer.BadParameter("several --backend values are compared through one harness at a time; "
+                                     f"got harnesses {', '.join(given)} — run forge eval once per harness",
+                                     param_hint="--backend/--harness")
+        options = options_by_harness(parse_options(harness_opt, "--harness-opt"), given)
+        req = EvalRequest(harness=",".join(given), env=env, backend=normalize_backend(backend[0]), trials=trials,
                           split=None if split == "all" else split, tasks=list(task), concurrency=concurrency,
                           budget_s=budget_s, tokenizer=tokenizer, launcher=launcher,
-                          harness_options=parse_options(harness_opt, "--harness-opt"),
+                          harness_options=options[given[0]] if len(given) == 1 else {},
                           faults=fault_option(faults, fault_fraction))
         if out is None:
-            out = Path("runs") / f"eval-{harness}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
+            out = Path("runs") / f"eval-{'+'.join(given)}-{dt.datetime.now(dt.timezone.utc):%Y%m%d-%H%M%S}"
         if len(backend) > 1:
             _eval_many(req, backend, out, as_json)
             return
-        summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
-        write_eval_dir(out, req, summary, trajs)
+        per: dict[str, Any] = {}
+        if len(given) == 1:
+            summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
+        else:
+            from ..evaluation import run_eval_harnesses
+
+            per, summary, trajs = asyncio.run(run_eval_harnesses(req, given, options, progress=not as_json, run_dir=out))
+        write_eval_dir(out, req, summary, trajs, per_harness=per)
         if as_json:
-            typer.echo(json.dumps(summary.model_dump(mode="json"), indent=1))
+            typer.echo((out / "eval.json").read_text())
             return
         con = _console()
+        if per:
+            from ..analysis.per_harness import harness_table
+
+            con.print(harness_table(per, f"forge eval · {summary.tasks} tasks × {trials} trials, per harness"))
         con.print(_eval_table(summary))
         con.print(f"statuses: {_status_line(summary.statuses)}")
         if summary.scored_tasks < summary.tasks:
@@ -152,10 +173,15 @@ def register(app: typer.Typer) -> None:
             if names.count(names[i]) > 1:
                 r.name = f"{r.name} ({r.path.parent.name or i})"
         rows = compare_runs(loaded, k=k, step=step, steps=[s for _, s in parsed])
-        if as_json:
+        if as_json:  # each row carries its task_ids and harness: a script can make the same check
             typer.echo(json.dumps(rows, indent=1, default=str))
-        else:
-            _console().print(compare_table(rows))
+            return
+        from ..analysis.per_harness import comparability_warnings
+
+        con = _console()
+        con.print(compare_table(rows))
+        for warning in comparability_warnings(rows):
+            con.print(f"[yellow]warning: {warning}[/]")
 
     @app.command("report")
     def report_cmd(

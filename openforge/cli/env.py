@@ -35,14 +35,14 @@ def list_(as_json: bool = typer.Option(False, "--json", help="print JSON for scr
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
         return
-    table = Table("environment", "train", "eval", "total", "description")
+    table = Table("environment", "train", "eval", "held-out", "total", "description")
     for r in rows:
         sp = r["splits"]
         if sp is None:
-            table.add_row(r["name"], "-", "-", "-", f"[red]unavailable: {escape(r['error'])}[/]")
+            table.add_row(r["name"], "-", "-", "-", "-", f"[red]unavailable: {escape(r['error'])}[/]")
         else:
-            table.add_row(r["name"], str(sp.get("train", 0)), str(sp.get("eval", 0)), str(sum(sp.values())),
-                          r["description"])
+            table.add_row(r["name"], str(sp.get("train", 0)), str(sp.get("eval", 0)), str(sp.get("heldout", 0)),
+                          str(sum(sp.values())), r["description"])
     Console().print(table)
 
 

@@ -91,16 +91,18 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
     from rich.console import Console
 
     from ..forge import arun, print_summary
-    from ..harnesses.prompt_fit import check_prompt_fits
+    from ..harnesses.prompt_fit import check_prompt_fits, prompt_tokens
     from ..recipes import load_recipe_config
 
     cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
     if dry_run:
         import yaml
 
-        size = check_prompt_fits(cfg)
+        check_prompt_fits(cfg)
         typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
-        typer.echo(f"# {cfg.harness.name}'s prompt: " + (f"~{size.tokens} tokens ({size.how})" if size else "not known"))
+        for h in cfg.harness.names():
+            size = prompt_tokens(h, cfg.model.name)
+            typer.echo(f"# {h}'s prompt: " + (f"~{size.tokens} tokens ({size.how})" if size else "not known"))
         if cfg.trainer.backend == "verl":
             import shlex
 

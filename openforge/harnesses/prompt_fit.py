@@ -109,17 +109,23 @@ def context_length(cfg: RunConfig) -> int | None:
 
 def check_prompt_fits(cfg: RunConfig) -> PromptSize | None:
     """Refuse (:class:`ConfigError`) a harness whose first prompt plus ``rollout.max_tokens`` does not
-    fit the context; returns the size it compared (None: size or context unknown, nothing checked)."""
-    size = prompt_tokens(cfg.harness.name, cfg.model.name)
+    fit the context (every harness of a mix is checked); returns the largest size it compared (None:
+    no size or context known, nothing checked)."""
     ctx = context_length(cfg)
-    if size is None or ctx is None:
-        return size
-    need = size.tokens + cfg.rollout.max_tokens
-    if need > ctx:
-        fits = ", ".join(f"{h} ~{n / 1000:.1f}k" for (h, _), n in MEASURED_PROMPT_TOKENS.items() if n < ctx) or "none"
-        raise ConfigError(
-            f"harness.name: {cfg.harness.name}'s prompt is ~{size.tokens} tokens ({size.how}); with "
-            f"rollout.max_tokens={cfg.rollout.max_tokens} its first call needs {need} tokens, more than the "
-            f"{ctx}-token context of {cfg.model.name}. Use a model with a longer context, or a harness whose "
-            f"prompt fits (react ~0.5k; measured CLI harnesses that fit: {fits})")
-    return size
+    sizes = [(name, prompt_tokens(name, cfg.model.name)) for name in cfg.harness.names()]
+    problems = []
+    for name, size in sizes:
+        if size is None or ctx is None:
+            continue
+        need = size.tokens + cfg.rollout.max_tokens
+        if need > ctx:
+            fits = ", ".join(f"{h} ~{n / 1000:.1f}k" for (h, _), n in MEASURED_PROMPT_TOKENS.items() if n < ctx)
+            problems.append(
+                f"harness.name: {name}'s prompt is ~{size.tokens} tokens ({size.how}); with "
+                f"rollout.max_tokens={cfg.rollout.max_tokens} its first call needs {need} tokens, more than the "
+                f"{ctx}-token context of {cfg.model.name}. Use a model with a longer context, or a harness whose "
+                f"prompt fits (react ~0.5k; measured CLI harnesses that fit: {fits or 'none'})")
+    if problems:
+        raise ConfigError(problems)
+    known = [s for _, s in sizes if s is not None]
+    return max(known, key=lambda s: s.tokens) if known else None

@@ -8,7 +8,9 @@ when one is given — ``append_call`` returns only once the call is durable — 
 Every acknowledged call reaches the trajectory. Finishing a rollout (:meth:`Recorder.afinish`) first
 closes it — a call that arrives from then on is refused with a 409 before it is served — then waits
 up to ``wait_s`` for the calls already in flight and includes them; one still running after that is
-cancelled, recorded ``cancelled`` (also included) and answered with a 409 instead of a 200. A rollout
+cancelled, recorded ``cancelled`` (also included) and answered with a 409 instead of a 200. Then the
+segments are built and validated once (in a worker thread) and the trajectory is written once, the
+finish awaiting its durability without blocking the event loop (other rollouts keep streaming). A rollout
 that was open when its proxy died is finished (or cancelled) from the store's call log by a proxy
 restarted on the same store (:meth:`Recorder.open_rollouts` lists them).
 """
@@ -73,6 +75,7 @@ class RolloutState:
     closing: bool = False  # finish has begun: new calls are refused (409)
     serving: set[asyncio.Future[Any]] = field(default_factory=set)  # calls being served (cancellable)
     writing: set[asyncio.Future[Any]] = field(default_factory=set)  # durable writes under way (never cancelled)
+    finishing: asyncio.Future[Trajectory] | None = None  # afinish under way: later finishes wait for it
 
     @property
     def accepting(self) -> bool:
@@ -200,16 +203,37 @@ class Recorder:
     async def afinish(self, rollout_id: str, *, wait_s: float | None = None, reward: float | None = None,
                       status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
                       error: str | None = None, environment: str | None = None,
-                      facts: OutcomeFacts | None = None, success_threshold: float = 1.0) -> Trajectory:
+                      facts: OutcomeFacts | None = None, success_threshold: float = 1.0,
+                      metadata: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None) -> Trajectory:
         """Close the rollout (new calls get 409), wait up to ``wait_s`` (default ``finish_wait_s``) for
-        the calls in flight, cancel (and record) any still running, then :meth:`finish`."""
+        the calls in flight, cancel (and record) any still running, then build the trajectory (segments
+        built and validated once, in a worker thread) and store it once; returns when it is durable.
+        Nothing of this blocks the event loop. ``metadata`` / ``metrics`` are added to the trajectory's
+        own (the driver's timings and facts, stored with it rather than by a second write). A second
+        finish of the same rollout waits for the first and returns its trajectory."""
         _check_rewards(reward, rewards)
         st = self._open_state(rollout_id)
-        if st.finished is None:
+        if st.finished is None and st.finishing is None:
             st.closing = True
-            await _drain(st, self.finish_wait_s if wait_s is None else wait_s)
-        return self.finish(rollout_id, reward=reward, status=status, rewards=rewards, error=error,
-                           environment=environment, facts=facts, success_threshold=success_threshold)
+            outcome = _Outcome(reward, status, rewards, error, environment, facts, success_threshold, metadata, metrics)
+            st.finishing = asyncio.ensure_future(self._afinish(st, self.finish_wait_s if wait_s is None else wait_s,
+                                                               outcome))
+        if st.finishing is not None:
+            return await asyncio.shield(st.finishing)  # the caller may give up; the finish still completes
+        return self._done(st)
+
+    async def _afinish(self, st: RolloutState, wait_s: float, outcome: _Outcome) -> Trajectory:
+        try:
+            await _drain(st, wait_s)
+            traj = await asyncio.to_thread(self._build, st, outcome)
+            self._seal(st, traj)
+            if self.store is not None:
+                await self.store.aput_trajectory(traj, validated=True)
+                self._stub(st, traj)
+            return traj
+        except BaseException:  # not stored: a later finish tries again (the rollout stays closed)
+            st.finished, st.finishing = None, None
+            raise
 
     def _open_state(self, rollout_id: str) -> RolloutState:
         st = self._state(rollout_id)
@@ -227,46 +251,80 @@ class Recorder:
         for an external driver, to its ``reward`` / ``status`` / ``error``, with the recorded calls."""
         _check_rewards(reward, rewards)
         st = self._open_state(rollout_id)
-        if st.finished is not None:
-            done = self._finished(st)
-            if done is None:
-                raise ProxyError(f"rollout {rollout_id!r} is finished and no longer held", 404, kind="not_found_error")
-            return done
+        pending = st.finishing is not None and not st.finishing.done()
+        if st.finished is not None and not pending:
+            return self._done(st)
         busy = st.busy()
-        if busy:
-            raise ProxyError(f"rollout {rollout_id!r} has {len(busy)} call(s) in flight; finish it with "
+        if busy or pending:
+            what = f"has {len(busy)} call(s) in flight" if busy else "is being finished"
+            raise ProxyError(f"rollout {rollout_id!r} {what}; finish it with "
                              "`await afinish_rollout(...)` (or POST /admin/rollouts/{id}/finish), which waits "
                              "for them", 409)
+        traj = self._build(st, _Outcome(reward, status, rewards, error, environment, facts, success_threshold))
+        self._seal(st, traj)
+        if self.store is not None:
+            self.store.put_trajectory(traj, validated=True)
+            self._stub(st, traj)
+        return traj
+
+    def _build(self, st: RolloutState, o: _Outcome) -> Trajectory:
+        """The trajectory of ``st``'s recorded calls, with segments built and validated (once)."""
         calls = sorted(st.calls, key=lambda c: c.index)
         errors = [c.index for c in calls if c.status == CallStatus.ERROR]
+        facts = o.facts
         if facts is None:  # an external driver: its own words, through the same rule
-            given = RolloutStatus(status) if status is not None else (RolloutStatus.SUCCESS if reward is None else None)
-            facts = OutcomeFacts(failure=given, error=error, reward=reward, success_threshold=success_threshold)
+            given = (RolloutStatus(o.status) if o.status is not None
+                     else (RolloutStatus.SUCCESS if o.reward is None else None))
+            facts = OutcomeFacts(failure=given, error=o.error, reward=o.reward, success_threshold=o.success_threshold)
         outcome = classify_outcome(facts.with_calls(calls))
-        traj = Trajectory(
+        return Trajectory(
             rollout_id=st.rollout_id, task_id=st.task_id, harness=st.harness,
-            environment=environment or st.environment, status=outcome.status,
-            reward=outcome.reward, rewards=dict(rewards or {}), calls=calls, error=outcome.error,
-            metadata=st.metadata,
+            environment=o.environment or st.environment, status=outcome.status,
+            reward=outcome.reward, rewards=dict(o.rewards or {}), calls=calls, error=outcome.error,
+            metadata={**st.metadata, **(o.metadata or {})},
             metrics={"num_calls": len(calls), "backend_errors": errors,
-                     "cancelled_calls": [c.index for c in calls if c.status == CallStatus.CANCELLED]},
+                     "cancelled_calls": [c.index for c in calls if c.status == CallStatus.CANCELLED],
+                     **(o.metrics or {})},
         ).build(detokenize=self.detokenize)
+
+    @staticmethod
+    def _seal(st: RolloutState, traj: Trajectory) -> None:
         st.finished = traj
         st.heads.clear()
         st.replay.clear()
         st.responses.clear()
-        if self.store is not None:
-            self.store.put_trajectory(traj)
-            # The store has it: keep only a stub in memory, so long runs do not grow without bound.
-            self.rollouts[rollout_id] = RolloutState(rollout_id=st.rollout_id, task_id=st.task_id, api_key=st.api_key,
-                                                     harness=st.harness, environment=st.environment,
-                                                     finished=_Stub(traj.rollout_id))
-        return traj
+
+    def _stub(self, st: RolloutState, traj: Trajectory) -> None:
+        """The store has it: keep only a stub in memory, so long runs do not grow without bound."""
+        self.rollouts[st.rollout_id] = RolloutState(rollout_id=st.rollout_id, task_id=st.task_id, api_key=st.api_key,
+                                                    harness=st.harness, environment=st.environment,
+                                                    finished=_Stub(traj.rollout_id))
+
+    def _done(self, st: RolloutState) -> Trajectory:
+        done = self._finished(st)
+        if done is None:
+            raise ProxyError(f"rollout {st.rollout_id!r} is finished and no longer held", 404, kind="not_found_error")
+        return done
 
     def _finished(self, st: RolloutState) -> Trajectory | None:
         if isinstance(st.finished, _Stub):
             return self.store.get_trajectory(st.rollout_id) if self.store is not None else None
         return st.finished
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a finish was told: the driver's verdict and what it adds to the trajectory."""
+
+    reward: float | None = None
+    status: RolloutStatus | str | None = None
+    rewards: dict[str, float] | None = None
+    error: str | None = None
+    environment: str | None = None
+    facts: OutcomeFacts | None = None
+    success_threshold: float = 1.0
+    metadata: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
 
 
 def _check_rewards(reward: float | None, rewards: dict[str, float] | None) -> None:

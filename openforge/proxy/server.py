@@ -201,6 +201,11 @@ class ProxyServer:
     async def __aexit__(self, *exc: Any) -> None:
         await self.stop()
 
+    @property
+    def store(self) -> Any:
+        """The store this proxy records calls and finished trajectories into (None: memory only)."""
+        return self.recorder.store
+
     # -- rollouts (sync: callable from sync and async code) -----------------------------------
     def create_rollout(self, task_id: str, harness: str | None = None, metadata: dict[str, Any] | None = None,
                        *, environment: str | None = None, base_url: str | None = None,
@@ -235,15 +240,17 @@ class ProxyServer:
                               status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,
                               error: str | None = None, environment: str | None = None,
                               wait_s: float | None = None, facts: OutcomeFacts | None = None,
-                              success_threshold: float = 1.0) -> Trajectory:
+                              success_threshold: float = 1.0, metadata: dict[str, Any] | None = None,
+                              metrics: dict[str, Any] | None = None) -> Trajectory:
         """:meth:`finish_rollout` for a rollout that may still have calls in flight: new calls are
         refused (409) at once, the ones in flight are awaited (up to ``wait_s``, default
         ``finish_wait_s``) and included; one still running then is recorded ``cancelled`` (included
         too) and its client gets a 409. Also finishes a rollout an earlier proxy on the same store
-        left open (from the store's call log)."""
+        left open (from the store's call log). ``metadata`` / ``metrics`` are added to the trajectory's
+        own before it is stored (once: the store has it when this returns)."""
         return await self.recorder.afinish(rollout_id, wait_s=wait_s, reward=reward, status=status, rewards=rewards,
                                            error=error, environment=environment, facts=facts,
-                                           success_threshold=success_threshold)
+                                           success_threshold=success_threshold, metadata=metadata, metrics=metrics)
 
     def open_rollouts(self) -> list[dict[str, Any]]:
         """Rollouts not finished yet, including those an earlier proxy on the same store left open

@@ -280,11 +280,12 @@ def test_export_skips_a_bad_stored_row_with_a_warning_naming_it(tmp_path):
     ok = [Trajectory(rollout_id=f"ok{i}", task_id="t", reward=1.0, calls=conversation(2)).build() for i in range(2)]
     with TrajectoryStore(db) as store:
         store.put_trajectory(ok[0])
-    c = sqlite3.connect(db)  # rows as older versions wrote them: Infinity as null, and a literal Infinity
+    c = sqlite3.connect(db)  # rows as older versions wrote them (layout 1): Infinity as null, and a literal Infinity
     broken = ok[0].model_dump(mode="json") | {"rollout_id": "inf-as-null", "reward": None}
-    c.execute("INSERT INTO trajectories VALUES (?, 't', 'success', 1.0, ?, 1)", ("inf-as-null", json.dumps(broken)))
+    cols = "INSERT INTO trajectories (rollout_id, task_id, status, reward, data, finished_at) VALUES "
+    c.execute(cols + "(?, 't', 'success', 1.0, ?, 1)", ("inf-as-null", json.dumps(broken)))
     literal = ok[0].to_json().replace('"reward":1.0', '"reward":Infinity').replace('"ok0"', '"inf-literal"')
-    c.execute("INSERT INTO trajectories VALUES ('inf-literal', 't', 'success', 1.0, ?, 2)", (literal,))
+    c.execute(cols + "('inf-literal', 't', 'success', 1.0, ?, 2)", (literal,))
     c.commit()
     c.close()
     with TrajectoryStore(db) as store:

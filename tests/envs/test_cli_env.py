@@ -9,7 +9,7 @@ def test_env_list_shows_counts():
     r = CliRunner().invoke(app, ["env", "list"], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     line = next(ln for ln in r.output.splitlines() if "claw" in ln)
-    assert "37" in line and "12" in line and "49" in line
+    assert "37" in line and "12" in line and " 9 " in line and "58" in line  # train, eval, held-out, total
 
 
 def test_env_tasks_by_split():

@@ -29,7 +29,7 @@ class ScriptedRewards(Forge):
         self.draws = draws
         self.drawn: list[list[str]] = []
 
-    async def rollouts(self, tasks, group_size, *, proxy=None, min_group=2):
+    async def rollouts(self, tasks, group_size, *, proxy=None, min_group=2, **_):
         rewards = self.draws[len(self.drawn)]
         self.drawn.append([t.id for t in tasks])
         out = GroupResults()

@@ -4,7 +4,8 @@ data and mock services (mail, calendar, notes, issue tracker served as HTTP + MC
 Owns: :class:`ClawEnvironment` and :func:`reference_solution`. Every task ships a reference solution
 (shell commands, replayable as a scripted teacher policy through the react harness's shell tool)
 that passes its verifier; doing nothing fails it (both checked by the test suite). ``easy`` tasks
-(``split="easy"`` in :meth:`ClawEnvironment.tasks`) are the subset a weak model can solve.
+(``split="easy"`` in :meth:`ClawEnvironment.tasks`) are the subset a weak model can solve; the
+``heldout`` split holds new variants of their skills that no recipe trains on (a before/after set).
 
 The verifier runs after the agent stopped: file checks read the workdir from the host, command
 checks run read-only commands in the (now agent-free) sandbox, service checks read the services'
@@ -23,12 +24,13 @@ from ...task import Task
 from ..serve import socket_path
 from .services import ServiceServer, ServiceState
 from .spec import CheckContext, ClawSpec
+from .tasks_heldout import TASKS as _HELDOUT
 from .tasks_local import TASKS as _LOCAL
 from .tasks_services import TASKS as _SERVICES
 
 __all__ = ["ClawEnvironment", "reference_solution"]
 
-SPECS: dict[str, ClawSpec] = {s.id: s for s in (*_LOCAL, *_SERVICES)}
+SPECS: dict[str, ClawSpec] = {s.id: s for s in (*_LOCAL, *_SERVICES, *_HELDOUT)}
 _PKG_DIR = str(Path(__file__).resolve().parent.parent)  # openforge/envs: hidden from agents
 
 
