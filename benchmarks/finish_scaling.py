@@ -46,6 +46,8 @@ def legacy(ref: str) -> tuple[Any, Any]:
     def load(name: str, package: str, path: str) -> Any:
         src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{path}"], capture_output=True, text=True,
                              check=True).stdout
+        # the old store imported load_trajectories from trajectory_io, which now lives in openforge.store
+        src = src.replace("export_trajectories, load_trajectories, warn_skipped", "export_trajectories, warn_skipped")
         mod = types.ModuleType(name)
         mod.__package__ = package
         sys.modules[name] = mod

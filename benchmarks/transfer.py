@@ -48,9 +48,9 @@ def _args() -> argparse.Namespace:
 
 async def _policy_row(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Train one policy (or resume its finished run) and evaluate it on every split × eval harness."""
-    from openforge.analysis.heldout import run_point
     from openforge.forge import Forge
     from openforge.harnesses.prompt_fit import check_prompt_fits
+    from openforge.heldout_eval import run_point
     from openforge.recipes import load_recipe_config
 
     run_dir = args.out / name

@@ -2,7 +2,7 @@
 
 Owns: :class:`RunConfig` and its sections (:class:`ModelConfig`, :class:`EnvConfig`,
 :class:`HarnessConfig`, :class:`LauncherConfig`, :class:`RolloutConfig`, :class:`SFTConfig`,
-:class:`TrainerConfig`, :class:`VerlConfig`, :class:`EvalConfig`), :func:`parse_overrides`, :func:`apply_overrides`,
+:class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`VerlConfig`, :class:`EvalConfig`), :func:`parse_overrides`, :func:`apply_overrides`,
 :func:`load_config` (YAML file or dict + preset + overrides → validated config) and
 :func:`dump_config`.
 
@@ -22,14 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from pydantic_core import PydanticCustomError
 
 from .errors import ConfigError
-from .train.cpu import CPUTrainerConfig
 
 __all__ = [
+    "CPUTrainerConfig",
     "EnvConfig",
     "EvalConfig",
     "HarnessConfig",
     "HeldoutConfig",
     "LauncherConfig",
+    "LossAgg",
     "ModelConfig",
     "RolloutConfig",
     "RunConfig",
@@ -200,6 +201,45 @@ class SFTConfig(_Section):
     task_scope: Literal["run", "split"] = Field(
         "run", description="teacher tasks: the run's tasks (subset/max_tasks applied) or every task of env.split")
     cache: bool = Field(True, description="reuse a warm-start already trained with the same settings")
+
+
+LossAgg = Literal["rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+class CPUTrainerConfig(BaseModel):
+    """Optimiser and loss settings of the built-in trainer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(2e-5, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, gt=0, description="must equal the sampling temperature of the rollouts")
+    clip_low: float = Field(0.2, ge=0)
+    clip_high: float = Field(0.28, ge=0)
+    clip_ratio_c: float | None = Field(3.0, gt=1, description="dual-clip bound for negative advantages "
+                                       "(veRL's clip_ratio_c; null: off)")
+    log_ratio_clamp: float = Field(20.0, gt=0, description="|log(new/old)| is clamped to this before exp")
+    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the policy GRPO starts from (0 = no reference model)")
+    loss_agg: LossAgg = Field("rollout-mean", description="rollout-mean | token-mean | seq-mean-token-mean | "
+                              "seq-mean-token-sum-norm (see openforge.train.grpo)")
+    loss_scale_tokens: int = Field(4096, ge=1, description="constant normaliser of seq-mean-token-sum-norm (Dr. GRPO)")
+    norm_adv_by_std: bool = True
+    skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
+    min_mixed_groups: int = Field(1, ge=0, description="dynamic sampling: groups with differing rewards a step "
+                                  "needs before it trains (0: off)")
+    max_resample_rounds: int = Field(2, ge=0, description="dynamic sampling: extra rounds of tasks drawn when a "
+                                     "step has fewer than min_mixed_groups mixed groups")
+    ppo_epochs: int = Field(1, ge=1, description="optimizer steps per batch of rollouts")
+    micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
+    logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")
+    autocast_bf16: bool = Field(False, description="bf16 autocast (faster; breaks fp32 ratio consistency)")
+    trainable_layers: int | None = Field(
+        None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
+        "backward then stops below them, ~2x cheaper steps on CPU")
+    threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice)")
+    seed: int = 0
 
 
 class VerlConfig(_Section):

@@ -1,10 +1,10 @@
 """``Forge`` and ``run()``: one training run, from a validated config to a run directory.
 
-Owns: :class:`Forge` (async context manager owning the proxy, the launcher, the environment, the
-harness factory, the trajectory store and the trainer of one run), :func:`run` / :func:`arun` (the
-Python entry point over the same :class:`~openforge.config.RunConfig` as ``forge recipe``),
-:func:`load_tasks` and :func:`episode_runner` (the per-process rollout runtime veRL's agent loop
-uses).
+Owns: :class:`Forge` (async context manager owning one run's policy model, trainer and run
+directory, with its :class:`~openforge.session.Session` — back-end, proxy, store, launcher,
+environment, harness factory — for the rollouts), :func:`run` / :func:`arun` (the Python entry point
+over the same :class:`~openforge.config.RunConfig` as ``forge recipe``) and :func:`load_tasks`
+(the run's tasks, by :func:`~openforge.session.select_tasks`).
 
 A CPU GRPO run (``trainer.backend=cpu``)::
 
@@ -33,88 +33,47 @@ import json
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .config import RunConfig, dump_config, load_config
-from .errors import ConfigError
-from .harness_mix import HarnessMix, harness_breakdown
+from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
+from .rollout import GroupResults
+from .session import Session, group_harnesses, load_environment, select_tasks
 from .task import Task
 from .train.grpo import count_mixed_groups
 from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .proxy.recorder import RolloutHandle
-    from .proxy.server import ProxyServer
+    from .environment import Environment
     from .train.checkpoint import Checkpoints
 
-__all__ = ["Forge", "arun", "episode_runner", "load_tasks", "run"]
+__all__ = ["Forge", "arun", "load_tasks", "run"]
 
 
 # ------------------------------------------------------------------------------------ tasks
 
 
-def _environment(cfg: RunConfig) -> Any:
-    from .plugins import make_environment
-
-    return make_environment(cfg.env.name, **cfg.env.options)
-
-
-def _in_subset(env: Any, task: Task, subset: str) -> bool:
-    md = task.metadata
-    tags = md.get("subsets") or md.get("tags") or []
-    return (subset in tags or md.get(subset) is True or md.get("subset") == subset or md.get("difficulty") == subset
-            or task.category == subset)
-
-
-def load_tasks(cfg: RunConfig, env: Any = None) -> list[Task]:
+def load_tasks(cfg: RunConfig, env: Environment | None = None) -> list[Task]:
     """The run's tasks: environment split → subset → explicit ids → ``max_tasks`` (in order)."""
-    env = env or _environment(cfg)
-    tasks = list(env.tasks(cfg.env.split))
-    if cfg.env.subset:
-        if hasattr(env, "subset"):
-            tasks = list(env.subset(cfg.env.subset, tasks))
-        else:
-            tasks = [t for t in tasks if _in_subset(env, t, cfg.env.subset)]
-        if not tasks:
-            raise ConfigError(f"env.subset={cfg.env.subset!r}: no {cfg.env.split} task of {cfg.env.name!r} is in it")
-    if cfg.env.task_ids:
-        by_id = {t.id: t for t in env.tasks()}
-        missing = [i for i in cfg.env.task_ids if i not in by_id]
-        if missing:
-            raise ConfigError([f"env.task_ids: {cfg.env.name!r} has no task {i!r}" for i in missing])
-        tasks = [by_id[i] for i in cfg.env.task_ids]
-    if cfg.env.max_tasks:
-        tasks = tasks[: cfg.env.max_tasks]
-    if not tasks:
-        raise ConfigError(f"no tasks: {cfg.env.name!r} split {cfg.env.split!r} is empty")
-    return tasks
+    env = env or load_environment(cfg.env.name, cfg.env.options)
+    return select_tasks(env, split=cfg.env.split, subset=cfg.env.subset, task_ids=cfg.env.task_ids,
+                        max_tasks=cfg.env.max_tasks)
 
 
 # ------------------------------------------------------------------------------------ metrics
 
 
-def merge_groups(first: Any, more: Any) -> Any:
-    """``run_groups`` results of a resample round appended to the step's (groups and bookkeeping)."""
-    first.extend(more)
-    for attr in ("discarded", "dropped"):
-        if hasattr(first, attr):
-            getattr(first, attr).extend(getattr(more, attr, []))
-    if hasattr(first, "attempts"):
-        first.attempts += getattr(more, "attempts", 0)
-    return first
-
-
-def step_metrics(groups: Any, *, step: int, elapsed: dict[str, float]) -> dict[str, Any]:
+def step_metrics(groups: GroupResults, *, step: int, elapsed: dict[str, float]) -> dict[str, Any]:
     """One ``metrics.jsonl`` line from ``run_groups``' result."""
     trajs: list[Trajectory] = [t for g in groups for t in g.trajectories]
     rewards = [t.reward for t in trajs]
     n = len(rewards)
     mean = sum(rewards) / n if n else 0.0
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n) if n else 0.0
-    statuses = groups.counts() if hasattr(groups, "counts") else {}
+    statuses = groups.counts()
     calls = [c for t in trajs for c in t.calls]
     return {
         "step": step,
@@ -123,7 +82,7 @@ def step_metrics(groups: Any, *, step: int, elapsed: dict[str, float]) -> dict[s
         "pass_rate": round(sum(1 for t in trajs if t.status.value == "success") / n, 4) if n else 0.0,
         "rollouts": n,
         "groups": len(groups),
-        "groups_dropped": len(getattr(groups, "dropped", [])),
+        "groups_dropped": len(groups.dropped),
         "mixed_groups": count_mixed_groups(groups),
         "statuses": statuses,
         "calls": len(calls),
@@ -154,88 +113,68 @@ class Forge:
         self.model: Any = None
         self.tokenizer: Any = None
         self.backend: Any = None
-        self.proxy: Any = None
-        self.store: Any = None
-        self.env: Any = None
-        self.launcher: Any = None
+        self.session: Session | None = None
         self.trainer: Any = None
         self.mix = HarnessMix.from_config(config.harness, seed=config.seed)
         self._t0 = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> Forge:
-        from .plugins import make_launcher
+        try:
+            await self._start()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def _start(self) -> None:
         from .proxy.backends.transformers import TransformersBackend, load_model
-        from .proxy.server import ProxyServer
-        from .store import TrajectoryStore
         from .train.cpu import CPUTrainer
 
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
         dump_config(cfg, self.run_dir / "config.yaml")
-        self.env = _environment(cfg)
-        self.env.use_run_dir(self.run_dir)
-        self.launcher = make_launcher(cfg.launcher.name, **cfg.launcher.options)
+        env = load_environment(cfg.env.name, cfg.env.options)
+        env.use_run_dir(self.run_dir)
         self.console.log(f"run directory [bold]{self.run_dir}[/]")
         t = time.monotonic()
         self.model, self.tokenizer = await asyncio.to_thread(load_model, cfg.model.name)
         self.console.log(f"model {cfg.model.name} loaded in {time.monotonic() - t:.1f}s")
         # no fixed sampling seed: a seeded back-end would sample every member of a group alike
         self.backend = TransformersBackend(self.model, self.tokenizer)
-        self.store = TrajectoryStore(self.run_dir / "trajectories.db")
-        self.proxy = ProxyServer(self.backend, store=self.store, agent_uds=self.socket_path("policy"), sampling={
-            "temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens})
-        await self.proxy.start()
+        self.session = Session.from_config(cfg, self.backend, environment=env,
+                                           store=self.run_dir / "trajectories.db", progress=self.progress)
+        await self.session.start()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.trainer = CPUTrainer(self.model, cfg.trainer.cpu, pad_id=pad)
-        return self
 
-    async def __aexit__(self, *exc: Any) -> None:
-        if self.proxy is not None:
-            await self.proxy.stop()
-        if self.launcher is not None and hasattr(self.launcher, "aclose"):
-            try:
-                await self.launcher.aclose()
-            except Exception:
-                pass
-        if self.store is not None:
-            self.store.close()
-        if hasattr(self, "_sockdir"):
-            import shutil
-
-            shutil.rmtree(self._sockdir, ignore_errors=True)
+    async def __aexit__(self, *exc: object) -> None:
+        if self.session is not None:
+            await self.session.close()
 
     # -- pieces ----------------------------------------------------------------------------------
-    def socket_path(self, name: str) -> str:
-        """A Unix socket for a proxy (sandboxes without a network reach it through the launcher)."""
-        import tempfile
+    @property
+    def runtime(self) -> Session:
+        if self.session is None:
+            raise RuntimeError("the Forge is not started (use `async with Forge(cfg) as forge`)")
+        return self.session
 
-        if not hasattr(self, "_sockdir"):
-            self._sockdir = tempfile.mkdtemp(prefix="openforge-")
-        return f"{self._sockdir}/{name}.sock"
+    @property
+    def env(self) -> Environment:
+        env = self.runtime.environment
+        assert env is not None
+        return env
 
-    def harness_factory(self, name: str | None = None) -> Callable[[], Any]:
-        """A factory of harness ``name`` of the run (default: its only or first harness)."""
-        from .plugins import harness_class
+    def group_harnesses(self, names: Sequence[str]) -> GroupHarnesses:
+        """Group ``i`` runs harness ``names[i]`` of the run (with that harness's options)."""
+        return group_harnesses(self.cfg.harness, names)
 
-        name = name or self.mix.names[0]
-        cls = harness_class(name)
-        opts = self.cfg.harness.options_for(name)
-        return lambda: cls(**opts)
-
-    async def rollouts(self, tasks: list[Task], group_size: int, *, proxy: Any = None,
-                       min_group: int = 2, harnesses: list[str] | None = None, environment: Any = None) -> Any:
+    async def rollouts(self, tasks: list[Task], group_size: int, *, min_group: int = 2,
+                       harnesses: Sequence[str] | None = None) -> GroupResults:
         """``group_size`` rollouts of each task; group ``i`` runs harness ``harnesses[i]`` (default: the
         mix's pick for slots ``0..len(tasks)-1``; one harness: that one)."""
-        from .harness_mix import GroupHarnesses
-        from .rollout import run_groups
-
-        names = harnesses or self.mix.assign(range(len(tasks)))
-        harness = GroupHarnesses({n: self.harness_factory(n) for n in set(names)}, names)
-        return await run_groups(
-            tasks, group_size, self.cfg.rollout.concurrency, harness=harness,
-            environment=environment or self.env, launcher=self.launcher, proxy=proxy or self.proxy, store=self.store,
-            budget_s=self.cfg.rollout.timeout_s, progress=self.progress, min_group=min_group)
+        names = list(harnesses or self.mix.assign(range(len(tasks))))
+        return await self.runtime.groups(tasks, group_size, min_group=min_group, harness=self.group_harnesses(names))
 
     def _log_metrics(self, line: dict[str, Any]) -> None:
         with (self.run_dir / "metrics.jsonl").open("a") as f:
@@ -246,13 +185,15 @@ class Forge:
         from .train.checkpoint import Checkpoints
 
         return Checkpoints(self.run_dir, self.cfg, trainer=self.trainer, tokenizer=self.tokenizer,
-                           template=self.proxy.renderer.template, parser=self.proxy.renderer.parser.name)
+                           template=self.runtime.proxy.renderer.template,
+                           parser=self.runtime.proxy.renderer.parser.name)
 
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
         """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary. With
         ``eval.heldout.enabled`` the policy is evaluated on held-out tasks before and after."""
-        from .analysis.heldout import check_heldout, heldout_before
+        from .analysis.heldout import check_heldout
+        from .heldout_eval import heldout_before
 
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
@@ -273,12 +214,13 @@ class Forge:
         elif start:
             self.console.log(f"resumed at GRPO step {start} (no step has changed the starting model)")
         elif cfg.sft.enabled:
-            from .train.sft import warm_start
+            from .teacher import warm_start
 
             sft_tasks = tasks
             if cfg.sft.task_scope == "split":
                 sft_tasks = list(self.env.tasks(cfg.env.split))
-            summary["sft"] = await warm_start(self, sft_tasks)
+            summary["sft"] = await warm_start(self.runtime, cfg, sft_tasks, model=self.model, tokenizer=self.tokenizer,
+                                              run_dir=self.run_dir, log=self.console.log)
             ckpts.weights_changed_before_training()
         if cfg.algorithm == "sft":
             if ck is None:
@@ -302,12 +244,12 @@ class Forge:
 
     async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
         if held:
-            from .analysis.heldout import heldout_after
+            from .heldout_eval import heldout_after
 
             await heldout_after(self, held, summary["heldout"])
         self._finish(summary)
 
-    async def _sample_step(self, step: int, order: list[Task]) -> tuple[Any, int]:
+    async def _sample_step(self, step: int, order: list[Task]) -> tuple[GroupResults, int]:
         """The step's groups, with dynamic sampling: more tasks while too few groups are mixed.
 
         Round ``r`` rolls out the ``tasks_per_step`` tasks after the previous round's, cycling
@@ -329,8 +271,8 @@ class Forge:
             rounds += 1
             self.console.log(f"step {step + 1}: {count_mixed_groups(groups)} of {len(groups)} groups mixed "
                              f"(< {tcfg.min_mixed_groups}): resample round {rounds}/{tcfg.max_resample_rounds}")
-            merge_groups(groups, await self.rollouts(draw(rounds), cfg.rollout.group_size,
-                                                     harnesses=self.mix.assign(slots(rounds))))
+            groups.extend_with(await self.rollouts(draw(rounds), cfg.rollout.group_size,
+                                                   harnesses=self.mix.assign(slots(rounds))))
         return groups, rounds
 
     async def _grpo_step(self, step: int, order: list[Task]) -> dict[str, Any]:
@@ -349,11 +291,8 @@ class Forge:
         take = bool(samples) and (mixed > 0 or not tcfg.skip_zero_advantage)
         tm: dict[str, float] = {"trained_tokens": 0.0}
         if take:
-            await self.proxy.pause()  # no generation while the served module changes
-            try:
+            async with self.runtime.paused():  # no generation while the served module changes
                 tm = await asyncio.to_thread(self.trainer.step, samples)
-            finally:
-                await self.proxy.resume()
             await self.trainer.publish(self.backend)
         line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
                                                             "step_time_s": time.monotonic() - t0})
@@ -435,7 +374,7 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
         if cfg.eval.heldout.enabled:  # and a held-out task the run trains on
             from .analysis.heldout import check_heldout
 
-            env = _environment(cfg)
+            env = load_environment(cfg.env.name, cfg.env.options)
             check_heldout(cfg, env, load_tasks(cfg, env))
         from .plugins import make_harness
 
@@ -465,63 +404,3 @@ def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe
         base = recipe_config(recipe)
         config = base if config is None else {**base, **(config if isinstance(config, dict) else {})}
     return asyncio.run(arun(config, preset=preset, overrides=overrides, progress=progress))
-
-
-# ------------------------------------------------------------------------------------ veRL runtime
-
-
-async def episode_runner(*, backend: Any, max_tokens: int, harness: str, harness_options: dict[str, Any],
-                         launcher: str, launcher_options: dict[str, Any], environment: str,
-                         environment_options: dict[str, Any]) -> Callable[[Task, str], Any]:
-    """Start a proxy over ``backend`` in this process and return ``run(task, rollout_id) -> Trajectory``
-    (one real rollout: sandbox, harness, verifier; the proxy's rollout is named ``rollout_id``). Used
-    by the veRL agent loop, once per worker."""
-    import os
-
-    from .plugins import harness_class, make_environment, make_launcher
-    from .proxy.server import ProxyServer
-    from .rollout import run_rollout
-
-    host = os.environ.get("OPENFORGE_PROXY_HOST", "127.0.0.1")
-    proxy = ProxyServer(backend, host=host, sampling={"max_tokens": max_tokens},
-                        admin_token=os.environ.get("OPENFORGE_ADMIN_TOKEN"),
-                        public_url=os.environ.get("OPENFORGE_PROXY_PUBLIC_URL"))
-    await proxy.start()
-    env = make_environment(environment, **environment_options)
-    launch = make_launcher(launcher, **launcher_options)
-    hcls = harness_class(harness)
-    return _WorkerEpisodes(proxy, lambda: hcls(**harness_options), env, launch, run_rollout)
-
-
-class _WorkerEpisodes:
-    """``await episodes(task, rollout_id) -> Trajectory``: one rollout through the worker's ``proxy``
-    under veRL's session id; the proxy forgets it once the trajectory is returned (handed to veRL)."""
-
-    def __init__(self, proxy: ProxyServer, harness: Callable[[], Any], env: Any, launcher: Any, run_rollout: Any):
-        self.proxy, self.harness, self.env, self.launcher, self._run = proxy, harness, env, launcher, run_rollout
-
-    async def __call__(self, task: Task, rollout_id: str) -> Trajectory:
-        try:
-            return await self._run(harness=self.harness(), environment=self.env, task=task, launcher=self.launcher,
-                                   proxy=_NamedRollout(self.proxy, rollout_id), metadata={"verl_session": rollout_id})
-        finally:
-            self.proxy.release_rollout(rollout_id)  # the worker keeps nothing of a finished session
-
-
-class _NamedRollout:
-    """The worker proxy as :func:`~openforge.rollout.run_rollout` sees it for one veRL session: the rollout
-    it opens is named by the session's id, under which the agent loop registered veRL's sampling params."""
-
-    store = None
-
-    def __init__(self, proxy: ProxyServer, rollout_id: str):
-        self.proxy, self.rollout_id = proxy, rollout_id
-        self.url, self.uds = proxy.url, proxy.uds
-
-    def create_rollout(self, task_id: str, harness: str | None = None, metadata: dict[str, Any] | None = None,
-                       *, environment: str | None = None) -> RolloutHandle:
-        return self.proxy.create_rollout(task_id, harness, metadata, environment=environment,
-                                         rollout_id=self.rollout_id)
-
-    def finish_rollout(self, rollout_id: str, **kw: Any) -> Trajectory:
-        return self.proxy.finish_rollout(rollout_id, **kw)

@@ -25,146 +25,170 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import random
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from .environment import Environment, VerifyResult
 from .harness import Harness, HarnessResult, RolloutContext, tail
 from .harness_mix import PerGroupHarness
-from .launchers.base import Launcher, Sandbox, SandboxSpec
-from .outcome import OutcomeFacts, classify_outcome
+from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
+from .outcome import OutcomeFacts
+from .seams import RolloutProxy, TrajectorySink
 from .task import Task
 from .trajectory import Trajectory, TrajectoryGroup
 from .types import RolloutStatus
 
-__all__ = ["GroupResults", "run_groups", "run_rollout"]
+__all__ = ["GroupRequest", "GroupResults", "RolloutRequest", "run_groups", "run_rollout"]
 
 S = RolloutStatus
+T = TypeVar("T")
 
 
 def _err(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-async def run_rollout(
-    *,
-    harness: Harness,
-    environment: Environment,
-    task: Task,
-    launcher: Launcher,
-    proxy: Any,
-    store: Any = None,
-    budget_s: float | None = None,
-    model: str = "openforge-policy",
-    metadata: dict[str, Any] | None = None,
-    success_threshold: float = 1.0,
-    provision_timeout_s: float = 300.0,
-) -> Trajectory:
-    """Run one rollout of ``task`` with ``harness`` and return its trajectory (never raises for a
-    failed rollout; re-raises :class:`asyncio.CancelledError` after recording ``cancelled``)."""
-    budget = float(budget_s if budget_s is not None else task.timeout_s)
-    # The task's analysis facts travel with the trajectory, so a run can be analysed without its environment.
-    meta = {"category": task.category, "split": task.split, "required_tools": list(task.required_tools),
-            "subgoals": list(task.subgoals), **(metadata or {})}
-    timings: dict[str, float] = {}
-    failure: RolloutStatus | None = None  # a step before the verdict failed (launcher, setup, verifier, sandbox)
-    error: str | None = None
-    hres: HarnessResult | None = None
-    verdict: VerifyResult | None = None
-    sandbox: Sandbox | None = None
-    cancelled = False
-    try:
-        handle = await _maybe_await(proxy.create_rollout(task.id, harness=harness.name, metadata=meta))
-    except Exception as e:  # the proxy itself is broken: nothing was recorded, make a record here
-        traj = Trajectory(rollout_id=f"failed-{uuid.uuid4().hex[:12]}", task_id=task.id, harness=harness.name,
-                          environment=environment.name, status=S.INFRA_ERROR, reward=0.0,
-                          error=f"proxy could not open the rollout: {_err(e)}", metadata=meta)
-        await _shielded(_store(store, traj))
-        return traj
-    rid = handle.rollout_id
-    t_start = time.monotonic()
-    try:
-        spec = SandboxSpec(
-            rollout_id=rid, task=task, proxy_url=str(getattr(proxy, "url", "") or ""), api_key=handle.api_key,
-            proxy_uds=getattr(proxy, "agent_uds", None), hidden_paths=environment.hidden_paths(task),
-            ro_paths=list(harness.ro_paths()),
-        )
-        t = time.monotonic()
+@dataclass(frozen=True)
+class RolloutRequest:
+    """One rollout: what runs (``task`` with ``harness``), where (``environment``'s services and a
+    sandbox from ``launcher``), through what (``proxy``; finished trajectories go to ``store``) and
+    within which limits. ``rollout_id`` names the proxy's rollout (a veRL session's id); default: fresh."""
+
+    task: Task
+    harness: Harness
+    environment: Environment
+    launcher: Launcher
+    proxy: RolloutProxy
+    store: TrajectorySink | None = None
+    budget_s: float | None = None  # default: the task's timeout_s
+    model: str = "openforge-policy"
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    success_threshold: float = 1.0
+    provision_timeout_s: float = 300.0
+    rollout_id: str | None = None
+
+
+async def run_rollout(request: RolloutRequest | None = None, /, **fields: Any) -> Trajectory:
+    """Run one rollout and return its trajectory (never raises for a failed rollout; re-raises
+    :class:`asyncio.CancelledError` after recording ``cancelled``).
+
+    Takes a :class:`RolloutRequest`, or its fields as keywords (``run_rollout(task=..., harness=...)``)."""
+    req = request if request is not None else RolloutRequest(**fields)
+    if request is not None and fields:
+        raise TypeError("run_rollout takes a RolloutRequest or its fields as keywords, not both")
+    return await _Rollout(req).run()
+
+
+class _Rollout:
+    """The sequence of one rollout, step by step; :meth:`run` is the only entry."""
+
+    def __init__(self, req: RolloutRequest):
+        self.req = req
+        task = req.task
+        self.budget = float(req.budget_s if req.budget_s is not None else task.timeout_s)
+        # The task's analysis facts travel with the trajectory, so a run can be analysed without its environment.
+        self.meta: dict[str, Any] = {"category": task.category, "split": task.split,
+                                     "required_tools": list(task.required_tools), "subgoals": list(task.subgoals),
+                                     **req.metadata}
+        self.timings: dict[str, float] = {}
+
+    async def run(self) -> Trajectory:
+        req, task, meta, timings = self.req, self.req.task, self.meta, self.timings
+        harness, environment, launcher, proxy = req.harness, req.environment, req.launcher, req.proxy
+        failure: RolloutStatus | None = None  # a step before the verdict failed (launcher, setup, verifier, sandbox)
+        error: str | None = None
+        hres: HarnessResult | None = None
+        verdict: VerifyResult | None = None
+        sandbox: Sandbox | None = None
+        cancelled = False
         try:
-            sandbox = await asyncio.wait_for(launcher.provision(spec), provision_timeout_s)
-        except asyncio.TimeoutError:
-            failure, error = S.INFRA_ERROR, f"{launcher.name} launcher did not provide a sandbox within {provision_timeout_s:.0f}s"
-        except Exception as e:
-            failure, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
-        timings["provision_s"] = time.monotonic() - t
-        if sandbox is not None:
-            meta["isolation"] = sandbox.isolation
+            handle = proxy.create_rollout(task.id, harness.name, meta, rollout_id=req.rollout_id)
+        except Exception as e:  # the proxy itself is broken: nothing was recorded, make a record here
+            traj = Trajectory(rollout_id=f"failed-{uuid.uuid4().hex[:12]}", task_id=task.id, harness=harness.name,
+                              environment=environment.name, status=S.INFRA_ERROR, reward=0.0,
+                              error=f"proxy could not open the rollout: {_err(e)}", metadata=meta)
+            await _shielded(_store(req.store, traj))
+            return traj
+        rid = handle.rollout_id
+        t_start = time.monotonic()
+        try:
+            spec = SandboxSpec(
+                rollout_id=rid, task=task, proxy_url=proxy.url, api_key=handle.api_key,
+                proxy_uds=proxy.agent_uds, hidden_paths=environment.hidden_paths(task),
+                ro_paths=list(harness.ro_paths()),
+            )
             t = time.monotonic()
             try:
-                await asyncio.wait_for(environment.setup(task, sandbox), task.setup_timeout_s)
+                sandbox = await asyncio.wait_for(launcher.provision(spec), req.provision_timeout_s)
             except asyncio.TimeoutError:
-                failure, error = S.ENV_ERROR, f"{environment.name} setup of {task.id} ran over {task.setup_timeout_s:.0f}s"
+                failure, error = S.INFRA_ERROR, (f"{launcher.name} launcher did not provide a sandbox within "
+                                                 f"{req.provision_timeout_s:.0f}s")
             except Exception as e:
-                failure, error = _launch_status(e, S.ENV_ERROR), f"{environment.name} setup of {task.id} failed: {_err(e)}"
-            timings["setup_s"] = time.monotonic() - t
-        if failure is None and sandbox is not None:
-            hres = await _run_harness(harness, environment, task, sandbox, rid, handle.api_key, model, budget, meta, timings)
-            lost = getattr(sandbox, "lost_reason", None)  # a pod evicted / node lost / deadline under the harness
-            if lost:
-                failure, error = getattr(sandbox, "lost_status", None) or S.INFRA_ERROR, lost
-        if failure is None and sandbox is not None and hres is not None and hres.ok:
-            verdict, failure, error = await _verify(environment, task, sandbox, meta, timings)
-    except asyncio.CancelledError:
-        cancelled = True
-        error = "the rollout was cancelled (Ctrl-C or the caller)"
-    except Exception as e:  # a bug in a harness/environment/launcher we did not anticipate
-        failure, error = S.INFRA_ERROR, f"unexpected {_err(e)}"
-        meta["traceback"] = tail(traceback.format_exc(), 3000)
-    finally:
-        if sandbox is not None:
-            await _shielded(_cleanup(environment, task, sandbox, meta))
-    timings["total_s"] = time.monotonic() - t_start
-    rewards = verdict.rewards if verdict is not None else {}
-    if verdict is not None and verdict.detail:
-        meta["verify_detail"] = verdict.detail[:2000]
-    if verdict is not None and verdict.metadata:
-        meta["verify_metadata"] = verdict.metadata
-    facts = OutcomeFacts(failure=failure, error=error, harness_status=hres.status if hres else None,
-                         harness_error=hres.error if hres else None, reward=verdict.reward if verdict else None,
-                         success_threshold=success_threshold, budget_s=budget, cancelled=cancelled)
-    extra_metrics = {k: round(v, 4) for k, v in timings.items()}
-    extra_meta = {**meta, "budget_s": budget, "launcher": launcher.name}
-    traj, stored = await _shielded(_finish(proxy, rid, facts, rewards, environment.name, extra_meta, extra_metrics))
-    if traj is None:
-        traj = Trajectory(rollout_id=rid, task_id=task.id, harness=harness.name, environment=environment.name,
-                          status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or 'no error'})")
-    if not stored:
-        traj = traj.model_copy(update={
-            "harness": traj.harness or harness.name, "environment": environment.name,
-            "metrics": {**traj.metrics, **extra_metrics}, "metadata": {**traj.metadata, **extra_meta},
-        })
-    if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
-        from .faults.record import record_faults
+                failure, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
+            timings["provision_s"] = time.monotonic() - t
+            if sandbox is not None:
+                meta["isolation"] = sandbox.isolation
+                t = time.monotonic()
+                try:
+                    await asyncio.wait_for(environment.setup(task, sandbox), task.setup_timeout_s)
+                except asyncio.TimeoutError:
+                    failure, error = S.ENV_ERROR, f"{environment.name} setup of {task.id} ran over {task.setup_timeout_s:.0f}s"
+                except Exception as e:
+                    failure, error = _launch_status(e, S.ENV_ERROR), f"{environment.name} setup of {task.id} failed: {_err(e)}"
+                timings["setup_s"] = time.monotonic() - t
+            if failure is None and sandbox is not None:
+                hres = await _run_harness(harness, environment, task, sandbox, rid, handle.api_key, req.model,
+                                          self.budget, meta, timings)
+                if sandbox.lost_reason:  # a pod evicted / node lost / deadline under the harness
+                    failure, error = sandbox.lost_status or S.INFRA_ERROR, sandbox.lost_reason
+            if failure is None and sandbox is not None and hres is not None and hres.ok:
+                verdict, failure, error = await _verify(environment, task, sandbox, meta, timings)
+        except asyncio.CancelledError:
+            cancelled = True
+            error = "the rollout was cancelled (Ctrl-C or the caller)"
+        except Exception as e:  # a bug in a harness/environment/launcher we did not anticipate
+            failure, error = S.INFRA_ERROR, f"unexpected {_err(e)}"
+            meta["traceback"] = tail(traceback.format_exc(), 3000)
+        finally:
+            if sandbox is not None:
+                await _shielded(_cleanup(environment, task, sandbox, meta))
+        timings["total_s"] = time.monotonic() - t_start
+        rewards = verdict.rewards if verdict is not None else {}
+        if verdict is not None and verdict.detail:
+            meta["verify_detail"] = verdict.detail[:2000]
+        if verdict is not None and verdict.metadata:
+            meta["verify_metadata"] = verdict.metadata
+        facts = OutcomeFacts(failure=failure, error=error, harness_status=hres.status if hres else None,
+                             harness_error=hres.error if hres else None, reward=verdict.reward if verdict else None,
+                             success_threshold=req.success_threshold, budget_s=self.budget, cancelled=cancelled)
+        extra_metrics = {k: round(v, 4) for k, v in timings.items()}
+        extra_meta = {**meta, "budget_s": self.budget, "launcher": launcher.name}
+        traj = await _shielded(_finish(proxy, rid, facts, rewards, environment.name, extra_meta, extra_metrics))
+        stored = traj is not None  # the proxy stored it, with extra_meta / extra_metrics, in its own store
+        if traj is None:
+            traj = Trajectory(rollout_id=rid, task_id=task.id, harness=harness.name, environment=environment.name,
+                              status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or 'no error'})",
+                              metrics=extra_metrics, metadata=extra_meta)
+        if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
+            from .faults.record import record_faults
 
-        traj = record_faults(traj)
-        stored = False  # known only from the finished trajectory: stored again with them
-    sink = store if store is not None else getattr(proxy, "store", None)
-    if not stored or sink is not getattr(proxy, "store", None):
-        await _shielded(_store(sink, traj))
-    if cancelled:
-        raise asyncio.CancelledError
-    return traj
+            traj = record_faults(traj)
+            stored = False  # known only from the finished trajectory: stored again with them
+        if not stored or req.store is not proxy.store:
+            await _shielded(_store(req.store, traj))
+        if cancelled:
+            raise asyncio.CancelledError
+        return traj
 
 
 def _launch_status(e: BaseException, default: RolloutStatus = S.INFRA_ERROR) -> RolloutStatus:
-    """Errors may carry the status they imply (a pod's ImagePullBackOff → env_error)."""
-    st = getattr(e, "status", None)
-    return st if isinstance(st, RolloutStatus) else default
+    """A :class:`SandboxFailure` carries the status it implies (a pod's ImagePullBackOff → env_error)."""
+    return e.status if isinstance(e, SandboxFailure) else default
 
 
 async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta: dict[str, Any]) -> None:
@@ -221,34 +245,19 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
         timings["verify_s"] = time.monotonic() - t
 
 
-async def _finish(proxy: Any, rid: str, facts: OutcomeFacts, rewards: dict[str, float], env_name: str,
-                  metadata: dict[str, Any], metrics: dict[str, Any]) -> tuple[Trajectory | None, bool]:
-    """Finish through the proxy, which applies the outcome rule with the calls it recorded. An
-    in-process proxy's ``afinish_rollout`` waits for calls still in flight (a 200 is never missing
-    from the trajectory), takes the facts and stores the trajectory with ``metadata`` / ``metrics``
-    added (one write); a remote one gets the rule's answer without the calls, and applies the
-    call-based rows itself. Returns the trajectory (None if the proxy failed) and whether it already
-    holds ``metadata`` / ``metrics`` (and so is stored as final by the proxy's store)."""
+async def _finish(proxy: RolloutProxy, rid: str, facts: OutcomeFacts, rewards: dict[str, float],
+                  env_name: str, metadata: dict[str, Any], metrics: dict[str, Any]) -> Trajectory | None:
+    """Finish through the proxy, which applies the outcome rule to ``facts`` and the calls it recorded,
+    after waiting for calls still in flight (a 200 is never missing from the trajectory), adds
+    ``metadata`` / ``metrics`` and stores the trajectory once in its own store. None: the proxy failed."""
     try:
-        finish = getattr(proxy, "afinish_rollout", None) or proxy.finish_rollout
-        params = inspect.signature(finish).parameters
-        if "facts" in params:
-            more = {"metadata": metadata, "metrics": metrics} if "metadata" in params else {}
-            traj = await _maybe_await(finish(rid, facts=facts, rewards=rewards, environment=env_name, **more))
-            return traj, bool(more)
-        pre = classify_outcome(facts)
-        return await _maybe_await(finish(rid, reward=pre.reward, status=pre.status, rewards=rewards,
-                                         error=pre.error, environment=env_name)), False
+        return await proxy.afinish_rollout(rid, facts=facts, rewards=rewards, environment=env_name,
+                                           metadata=metadata, metrics=metrics)
     except Exception:
-        return None, False
+        return None
 
 
-async def _maybe_await(value: Any) -> Any:
-    """The proxy's control calls may be plain or coroutine functions (in-process vs. remote)."""
-    return await value if inspect.isawaitable(value) else value
-
-
-async def _shielded(coro: Any) -> Any:
+async def _shielded(coro: Awaitable[T]) -> T:
     """Run cleanup to completion even if the surrounding task is being cancelled."""
     task = asyncio.ensure_future(coro)
     try:
@@ -257,14 +266,12 @@ async def _shielded(coro: Any) -> Any:
         return await task
 
 
-async def _store(store: Any, traj: Trajectory) -> None:
+async def _store(store: TrajectorySink | None, traj: Trajectory) -> None:
     """Keep ``traj`` in ``store`` (if any) without blocking the event loop; a store error never fails
     the rollout."""
-    if store is None:
-        return
-    with contextlib.suppress(Exception):
-        aput = getattr(store, "aput_trajectory", None)
-        await (aput(traj) if aput is not None else asyncio.to_thread(store.put_trajectory, traj))
+    if store is not None:
+        with contextlib.suppress(Exception):
+            await store.aput_trajectory(traj)
 
 
 # -- groups ------------------------------------------------------------------------------------
@@ -280,6 +287,14 @@ class GroupResults(list):  # list[TrajectoryGroup] with the bookkeeping of what 
         self.dropped: list[dict[str, Any]] = []
         self.attempts = 0
 
+    def extend_with(self, more: GroupResults) -> GroupResults:
+        """Append another round's groups and bookkeeping (a dynamic-sampling resample round)."""
+        self.extend(more)
+        self.discarded.extend(more.discarded)
+        self.dropped.extend(more.dropped)
+        self.attempts += more.attempts
+        return self
+
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for g in self:
@@ -290,25 +305,51 @@ class GroupResults(list):  # list[TrajectoryGroup] with the bookkeeping of what 
         return out
 
 
-async def run_groups(
-    tasks: Sequence[Task],
-    group_size: int,
-    concurrency: int,
-    *,
-    harness: Harness | Callable[[], Harness] | PerGroupHarness,
-    environment: Environment,
-    launcher: Launcher,
-    proxy: Any,
-    store: Any = None,
-    max_retries: int = 2,
-    retry_on: Sequence[RolloutStatus] = (S.INFRA_ERROR,),
-    min_group: int = 2,
-    budget_s: float | None = None,
-    progress: bool = True,
-    seed: int | None = None,
-    **rollout_kw: Any,
-) -> GroupResults:
+@dataclass(frozen=True)
+class GroupRequest:
+    """``group_size`` rollouts of each of ``tasks``, at most ``concurrency`` at a time. ``harness`` is a
+    factory (a fresh harness per rollout), one instance, or a :class:`PerGroupHarness` (group ``i``
+    runs ``harness.for_group(i)``: a multi-harness step); the rest is what :class:`RolloutRequest`
+    takes, plus the retry and group rules (see :func:`run_groups`)."""
+
+    tasks: Sequence[Task]
+    group_size: int
+    concurrency: int
+    harness: Harness | Callable[[], Harness] | PerGroupHarness
+    environment: Environment
+    launcher: Launcher
+    proxy: RolloutProxy
+    store: TrajectorySink | None = None
+    max_retries: int = 2
+    retry_on: Sequence[RolloutStatus] = (S.INFRA_ERROR,)
+    min_group: int = 2
+    budget_s: float | None = None
+    progress: bool = True
+    model: str = "openforge-policy"
+    success_threshold: float = 1.0
+    provision_timeout_s: float = 300.0
+    seed: int | None = None  # seeds each group's group_seed (e.g. its injected faults); None: fresh
+
+    def make_harness(self, group: int) -> Harness:
+        if isinstance(self.harness, Harness):
+            return self.harness
+        if isinstance(self.harness, PerGroupHarness):
+            return self.harness.for_group(group)
+        return self.harness()
+
+    def rollout(self, task: Task, group: int, metadata: Mapping[str, Any]) -> RolloutRequest:
+        """The request of one member of group ``group``."""
+        return RolloutRequest(task=task, harness=self.make_harness(group), environment=self.environment,
+                              launcher=self.launcher, proxy=self.proxy, store=self.store, budget_s=self.budget_s,
+                              model=self.model, metadata=metadata, success_threshold=self.success_threshold,
+                              provision_timeout_s=self.provision_timeout_s)
+
+
+async def run_groups(request: GroupRequest | Sequence[Task], group_size: int | None = None,
+                     concurrency: int | None = None, /, **fields: Any) -> GroupResults:
     """Run ``group_size`` rollouts of each task, at most ``concurrency`` at a time.
+
+    Takes a :class:`GroupRequest`, or ``(tasks, group_size, concurrency, **its other fields)``.
 
     A member whose status is in ``retry_on`` is re-run (a refill) up to ``max_retries`` times; each
     failed attempt is kept in ``discarded`` with its reason (and stored). Non-trainable members
@@ -319,35 +360,43 @@ async def run_groups(
     Every group gets a seed (``task.metadata["group_seed"]``, the same for all its members and
     retries; drawn from ``seed`` when given, else fresh), which seeds what the environment varies
     per group, such as injected faults (:mod:`openforge.faults`)."""
-    if group_size < 1 or concurrency < 1:
+    if isinstance(request, GroupRequest):
+        if group_size is not None or concurrency is not None or fields:
+            raise TypeError("run_groups takes a GroupRequest or (tasks, group_size, concurrency, **fields), not both")
+        req = request
+    else:
+        if group_size is None or concurrency is None:
+            raise TypeError("run_groups(tasks, group_size, concurrency, ...) needs group_size and concurrency")
+        req = GroupRequest(tasks=list(request), group_size=group_size, concurrency=concurrency, **fields)
+    return await _run_groups(req)
+
+
+async def _run_groups(req: GroupRequest) -> GroupResults:
+    rng = random.Random(req.seed)
+    tasks = [t.model_copy(update={"metadata": {**t.metadata, "group_seed": rng.getrandbits(48)}}) for t in req.tasks]
+    group_size = req.group_size
+    if group_size < 1 or req.concurrency < 1:
         from .errors import ConfigError
 
-        raise ConfigError(f"group_size and concurrency must be ≥ 1 (got {group_size}, {concurrency})")
-    sem = asyncio.Semaphore(concurrency)
+        raise ConfigError(f"group_size and concurrency must be ≥ 1 (got {group_size}, {req.concurrency})")
+    sem = asyncio.Semaphore(req.concurrency)
     results = GroupResults()
-    sink = store if store is not None else getattr(proxy, "store", None)
 
     async def discard(traj: Trajectory, reason: str) -> None:
         """Keep a non-trainable attempt with its reason, in the results and in the store."""
         t = traj.model_copy(update={"metadata": {**traj.metadata, "discard_reason": reason}})
         results.discarded.append(t)
-        await _store(sink, t)
+        await _store(req.store, t)
     members: dict[int, list[Trajectory | None]] = {i: [None] * group_size for i in range(len(tasks))}
-    rng = random.Random(seed)
-    tasks = [t.model_copy(update={"metadata": {**t.metadata, "group_seed": rng.getrandbits(48)}}) for t in tasks]
-    bar = _Progress(len(tasks) * group_size, enabled=progress)
+    bar = _Progress(len(tasks) * group_size, enabled=req.progress)
 
     async def member(ti: int, slot: int) -> None:
         task = tasks[ti]
-        for attempt in range(max_retries + 1):
+        for attempt in range(req.max_retries + 1):
             async with sem:
-                h = (harness.for_group(ti) if isinstance(harness, PerGroupHarness) else
-                     harness() if callable(harness) and not isinstance(harness, Harness) else harness)
-                traj = await run_rollout(harness=h, environment=environment, task=task, launcher=launcher,
-                                         proxy=proxy, store=store, budget_s=budget_s,
-                                         metadata={"group": ti, "slot": slot, "attempt": attempt}, **rollout_kw)
+                traj = await run_rollout(req.rollout(task, ti, {"group": ti, "slot": slot, "attempt": attempt}))
             results.attempts += 1
-            if traj.status in retry_on and attempt < max_retries:
+            if traj.status in req.retry_on and attempt < req.max_retries:
                 await discard(traj, f"{traj.status.value}, retried: {traj.error}")
                 bar.note(traj)
                 continue
@@ -360,12 +409,13 @@ async def run_groups(
 
     with bar:
         await asyncio.gather(*(member(ti, s) for ti in range(len(tasks)) for s in range(group_size)))
+    need = min(req.min_group, group_size)
     for ti, task in enumerate(tasks):
         valid = [t for t in members[ti] if t is not None]
-        if len(valid) < min(min_group, group_size):
+        if len(valid) < need:
             results.dropped.append({"task_id": task.id, "valid": len(valid), "group_size": group_size,
                                     "reason": f"only {len(valid)} of {group_size} rollouts were trainable "
-                                              f"(need ≥ {min(min_group, group_size)})",
+                                              f"(need ≥ {need})",
                                     "rollout_ids": [t.rollout_id for t in valid]})
             for t in valid:
                 await discard(t, f"group dropped: {results.dropped[-1]['reason']}")

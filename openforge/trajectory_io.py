@@ -1,5 +1,6 @@
-"""Trajectories as files: :func:`export_trajectories` (JSONL / Parquet) and :func:`load_trajectories`
-(a store, a JSONL or Parquet export, or one ``trajectory.json`` back into :class:`Trajectory` objects).
+"""Trajectories as files: :func:`export_trajectories` (JSONL / Parquet) and :func:`load_export`
+(a JSONL or Parquet export, or one ``trajectory.json``, back into :class:`Trajectory` objects);
+:func:`openforge.store.load_trajectories` reads a store too and hands every other file to it.
 
 Owns the file formats and what happens to a row that is not a valid trajectory: a bad store row (e.g.
 written by an older version, or a non-finite reward) is handed to ``on_bad`` — by default a
@@ -21,7 +22,7 @@ from .errors import StoreError
 from .finite import nonfinite_in_trajectory
 from .trajectory import Trajectory
 
-__all__ = ["StoreWarning", "export_trajectories", "load_trajectories", "warn_skipped"]
+__all__ = ["StoreWarning", "export_trajectories", "is_store_file", "load_export", "warn_skipped"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -144,22 +145,23 @@ def _readable(trajs: Iterable[Trajectory], on_bad: Callable[[StoreError], None])
             on_bad(StoreError(f"rollout {t.rollout_id}: {bad} (its JSON could not be read back)"))
 
 
-def load_trajectories(path: str | Path, *, on_bad: Callable[[StoreError], None] = warn_skipped) -> list[Trajectory]:
-    """Read trajectories from a store, a ``.jsonl`` export or a ``.parquet`` export.
-
-    A store row that is not a valid trajectory (e.g. written by an older version) is handed to
-    ``on_bad`` (default: a :class:`StoreWarning` naming it) and skipped; the rest are returned. An
-    export file with a bad line is an error naming the line."""
+def is_store_file(path: str | Path) -> bool:
+    """Whether ``path`` is a SQLite file (a store); :class:`StoreError` when there is no such file."""
     path = Path(path)
     if not path.is_file():
         raise StoreError(f"{path}: no such file")
     with path.open("rb") as f:
-        head = f.read(16)
-    if head == _SQLITE_MAGIC:
-        from .store import TrajectoryStore
+        return f.read(16) == _SQLITE_MAGIC
 
-        with TrajectoryStore(path) as store:
-            return list(store.trajectories(on_bad=on_bad))
+
+def load_export(path: str | Path) -> list[Trajectory]:
+    """Read trajectories from a ``.jsonl`` / ``.parquet`` export or one ``trajectory.json``; a bad
+    line is an error naming the line."""
+    path = Path(path)
+    if is_store_file(path):
+        raise StoreError(f"{path}: a store, not an export (read it with openforge.store.load_trajectories)")
+    with path.open("rb") as f:
+        head = f.read(16)
     if head[:4] == b"PAR1":
         pa = _import_pyarrow()
         try:

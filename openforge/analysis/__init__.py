@@ -2,8 +2,9 @@
 
 Modules: ``steps`` (recorded calls → tool steps), ``actions`` (what a step wrote or read),
 ``metrics`` (behaviour metrics), ``passk`` (pass@k / pass^k, eval summaries), ``rundir`` (reading a
-run directory), ``compare`` (side-by-side tables), ``evaluate`` (running an eval), ``view`` / ``svg`` /
-``report`` (the self-contained HTML report). Definitions of every number: docs/metrics.md.
+run directory), ``compare`` (side-by-side tables), ``view`` / ``svg`` / ``report`` (the self-contained
+HTML report). Definitions of every number: docs/metrics.md. Running an eval's rollouts is not
+analysis: :mod:`openforge.evaluation`.
 """
 
 from __future__ import annotations

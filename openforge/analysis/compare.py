@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigError
+from .fmt import fmt_value
 from .passk import EvalSummary, summarize_eval
 from .rundir import RunData, trajectory_step
 
@@ -56,18 +57,6 @@ _INFRA = ("harness_error", "env_error", "infra_error", "cancelled")
 #: Metrics shown per harness (rows ``pass@1 · react`` ...) when a run mixes harnesses.
 PER_HARNESS_ROWS: dict[str, tuple[str, str]] = {"pass_at_1": ("pass@1", "pct"), "pass_at_k": ("pass@k", "pct"),
                                                 "mean_reward": ("mean reward", "float")}
-
-
-def fmt_value(value: Any, kind: str) -> str:
-    if value is None:
-        return "–"
-    if kind == "pct":
-        return f"{100 * float(value):.1f} %"
-    if kind == "int":
-        return f"{round(float(value)):,}"
-    if kind == "float":
-        return f"{float(value):.2f}"
-    return str(value)
 
 
 def _select(run: RunData, step: str) -> list:

@@ -1,8 +1,8 @@
 """``forge eval`` over several back-ends: the same tasks, harness and trials for each, one table.
 
-Owns: :func:`backend_label` (a short, file-safe name per ``--backend``), :func:`eval_backends` (one
-:func:`~openforge.analysis.evaluate.run_eval` per back-end, each written to ``OUT/<i>-<label>/`` as
-``forge eval`` writes one) and :func:`comparison_rows` (the ``forge compare`` rows of those directories).
+Owns: :func:`backend_label` (a short, file-safe name per ``--backend``), :func:`normalize_backend` and
+:func:`comparison_rows` (the ``forge compare`` rows of the directories that
+:func:`openforge.evaluation.eval_backends` writes, one per back-end, as ``forge eval`` writes one).
 
 "Before and after training" in one command::
 
@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .evaluate import EvalRequest, run_eval, write_eval_dir
 from .passk import EvalSummary
 
-__all__ = ["backend_label", "comparison_rows", "eval_backends", "normalize_backend"]
+__all__ = ["backend_label", "comparison_rows", "normalize_backend"]
 
 
 def normalize_backend(spec: str) -> str:
@@ -50,23 +49,8 @@ def backend_label(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.@+-]+", "-", label).strip("-") or "backend"
 
 
-async def eval_backends(req: EvalRequest, backends: Sequence[str], out: str | Path, *,
-                        progress: bool = True) -> list[tuple[str, Path, EvalSummary]]:
-    """Evaluate each back-end on ``req``'s tasks; ``(label, directory, summary)`` per back-end."""
-    results = []
-    for i, spec in enumerate(backends):
-        spec = normalize_backend(spec)
-        label = backend_label(spec)
-        one = req.model_copy(update={"backend": spec})
-        d = Path(out) / f"{i + 1}-{label}"
-        summary, trajs = await run_eval(one, progress=progress, run_dir=d)
-        write_eval_dir(d, one, summary, trajs)
-        results.append((label, d, summary))
-    return results
-
-
 def comparison_rows(results: Sequence[tuple[str, Path, EvalSummary]], k: int) -> list[dict[str, Any]]:
-    """``forge compare`` rows (one column per back-end) of :func:`eval_backends`' directories."""
+    """``forge compare`` rows (one column per back-end) of :func:`openforge.evaluation.eval_backends`' directories."""
     from .compare import compare_runs
     from .rundir import load_run
 

@@ -3,8 +3,7 @@
 
 Owns: :func:`harness_names` (``-H react -H pi`` / ``--harness react,pi`` → names),
 :func:`options_by_harness` (``--harness-opt KEY=V`` for every harness, ``NAME.KEY=V`` for one),
-:func:`run_eval_harnesses` (one :func:`~openforge.analysis.evaluate.run_eval` per harness, same
-tasks and trials; the summaries per harness plus the pooled one), :func:`harness_summaries`
+:func:`harness_summaries`
 (trajectories → one :class:`~openforge.analysis.passk.EvalSummary` per harness they ran under),
 :func:`harness_table` (the rich table: one row per harness) and :func:`comparability_warnings` (what
 makes two columns of ``forge compare`` not like for like: different tasks, different harnesses).
@@ -19,11 +18,9 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..trajectory import Trajectory
-    from .evaluate import EvalRequest
     from .passk import EvalSummary
 
-__all__ = ["comparability_warnings", "harness_names", "harness_summaries", "harness_table", "options_by_harness",
-           "run_eval_harnesses"]
+__all__ = ["comparability_warnings", "harness_names", "harness_summaries", "harness_table", "options_by_harness"]
 
 
 def harness_names(values: Iterable[str]) -> list[str]:
@@ -60,28 +57,11 @@ def harness_summaries(trajs: Iterable[Trajectory], k: int, tasks: Mapping[str, A
     return {h: summarize_eval(ts, k=k, tasks=tasks) for h, ts in sorted(by.items())}
 
 
-async def run_eval_harnesses(req: EvalRequest, names: Sequence[str], options: Mapping[str, dict[str, Any]], *,
-                             progress: bool = True, run_dir: Any = None,
-                             ) -> tuple[dict[str, EvalSummary], EvalSummary, list[Trajectory]]:
-    """Evaluate the same tasks through each harness; returns (per harness, pooled, all trajectories)."""
-    from .evaluate import run_eval
-    from .passk import summarize_eval
-
-    per: dict[str, EvalSummary] = {}
-    trajs: list[Trajectory] = []
-    for name in names:
-        summary, ts = await run_eval(req.model_copy(update={"harness": name, "harness_options": dict(options[name])}),
-                                     progress=progress, run_dir=run_dir)
-        per[name] = summary
-        trajs += ts
-    return per, summarize_eval(trajs, k=req.trials), trajs
-
-
 def harness_table(per: Mapping[str, EvalSummary], title: str) -> Any:
     """A rich Table: one row per harness (tasks, valid trials, pass@1, pass@k, pass^k, mean reward)."""
     from rich.table import Table
 
-    from .compare import fmt_value
+    from .fmt import fmt_value
 
     k = next(iter(per.values())).k if per else 1
     table = Table(title=title)

@@ -56,7 +56,8 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
     import asyncio
 
     from ..analysis.compare import compare_table
-    from ..analysis.eval_many import comparison_rows, eval_backends
+    from ..analysis.eval_many import comparison_rows
+    from ..evaluation import eval_backends
 
     results = asyncio.run(eval_backends(req, backends, out, progress=not as_json))
     rows = comparison_rows(results, k=req.trials)
@@ -102,8 +103,8 @@ def register(app: typer.Typer) -> None:
         import asyncio
         import datetime as dt
 
-        from ..analysis.evaluate import EvalRequest, run_eval, write_eval_dir
         from ..analysis.per_harness import harness_names, options_by_harness
+        from ..evaluation import EvalRequest, run_eval, write_eval_dir
         from ..faults.cli import fault_option
         from ._opts import either, parse_options
 
@@ -131,7 +132,7 @@ def register(app: typer.Typer) -> None:
         if len(given) == 1:
             summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
         else:
-            from ..analysis.per_harness import run_eval_harnesses
+            from ..evaluation import run_eval_harnesses
 
             per, summary, trajs = asyncio.run(run_eval_harnesses(req, given, options, progress=not as_json, run_dir=out))
         write_eval_dir(out, req, summary, trajs, per_harness=per)

@@ -101,9 +101,9 @@ def _register_model(group: typer.Typer) -> None:
 
 async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: int, harness: str,
                    max_tasks: int | None, run_dir: Path | None) -> list:
+    """Teacher rollouts through a session whose back-end is the teacher (no policy model loaded)."""
     from ..config import load_config
-    from ..forge import Forge, load_tasks
-    from ..train.sft import collect_teacher
+    from ..teacher import export_teacher_rollouts
 
     ov = [f"env.name={env}", f"env.split={split}", f"harness.name={harness}", "trainer.steps=0"]
     if subset:
@@ -113,7 +113,4 @@ async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: in
     if run_dir:
         ov.append(f"run_dir={run_dir}")
     cfg = load_config({"recipe": "export-sft"}, overrides=ov)
-    async with Forge(cfg) as forge:
-        tasks = load_tasks(cfg, forge.env)
-        _good, groups = await collect_teacher(forge, tasks, teacher=teacher, k=k)
-        return [t for g in groups for t in g.trajectories]
+    return await export_teacher_rollouts(cfg, teacher=teacher, k=k)

@@ -40,33 +40,28 @@ def serve(
     import secrets
 
     from ..errors import ConfigError
-    from ..proxy.backends import SamplingParams, parse_backend_spec
-    from ..proxy.server import ProxyServer
+    from ..proxy.backends import SamplingParams
+    from ..session import ProxySettings, Session, backend_for
 
     token = os.environ.get("OPENFORGE_ADMIN_TOKEN")
     if host not in _LOOPBACK and not token:
         raise ConfigError(f"--host {host} is not loopback: set OPENFORGE_ADMIN_TOKEN explicitly to expose the proxy")
     printed_token = token is None
     token = token or secrets.token_urlsafe(24)
-    be = parse_backend_spec(backend, tokenizer=tokenizer, model=model)
-    the_store = None
-    if store is not None:
-        from ..store import TrajectoryStore
-
-        the_store = TrajectoryStore(store)
+    be = backend_for(backend, tokenizer=tokenizer, model=model)
+    settings = ProxySettings(host=host, port=port, uds=str(uds) if uds else None, admin_token=token,
+                             sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, timeout_s=timeout),
+                             header_timeout_s=header_timeout, body_timeout_s=body_timeout)
 
     async def main() -> None:
-        proxy = ProxyServer(be, store=the_store, host=host, port=port, uds=uds, admin_token=token,
-                            sampling=SamplingParams(temperature=temperature, max_tokens=max_tokens, timeout_s=timeout),
-                            header_timeout_s=header_timeout, body_timeout_s=body_timeout)
-        async with proxy:
+        async with Session(be, store=store, proxy=settings, close_backend=True) as session:
+            proxy = session.proxy
             typer.echo(f"openforge proxy serving {be.describe()} at {proxy.url}" + (f" and unix:{uds}" if uds else ""))
             if printed_token:
                 typer.echo(f"admin token (set OPENFORGE_ADMIN_TOKEN to choose one): {token}")
             typer.echo(f"create a rollout: curl -s -X POST {proxy.url}/admin/rollouts -H 'authorization: Bearer "
                        f"{'$OPENFORGE_ADMIN_TOKEN' if not printed_token else token}' -d '{{\"task_id\": \"demo\"}}'")
             await proxy.wait_closed()
-        await be.aclose()
 
     try:
         try:
@@ -77,6 +72,3 @@ def serve(
             asyncio.run(main())
     except KeyboardInterrupt:
         pass
-    finally:
-        if the_store is not None:
-            the_store.close()

@@ -64,42 +64,24 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
                harness_opts: dict | None = None):
     import secrets
 
-    import yaml
+    from ..session import ProxySettings, RolloutSettings, Session, backend_for, load_environment
 
-    from ..plugins import harness_class, launcher_class, make_environment
-    from ..proxy import ProxyServer
-    from ..proxy.backends import parse_backend_spec
-    from ..rollout import run_rollout
-    from ..store import TrajectoryStore
-
-    environment = make_environment(env_name)
+    environment = load_environment(env_name)
     environment.use_run_dir(out)
     task = environment.task(task_id)
-    from ._opts import make
+    if reference and not environment.reference_solution(task):
+        from ..errors import ConfigError
 
-    harness = make(harness_class(harness_name), harness_opts or {}, f"harness {harness_name!r}")
-    if reference:
-        sol = environment.reference_solution(task)
-        if not sol:
-            from ..errors import ConfigError
-
-            raise ConfigError(f"task {task.id!r} has no reference solution")
-        script = out / "reference-script.yaml"
-        script.write_text(yaml.safe_dump({"turns": [{"shell": c} for c in sol], "final": "Done."}))
-        backend_spec = f"scripted:{script}"
-    backend = parse_backend_spec(backend_spec)
-    launcher = launcher_class(launcher_name)(**opts)
-    uds = (out / "proxy.sock").resolve()
+        raise ConfigError(f"task {task.id!r} has no reference solution")
+    backend = backend_for("reference" if reference else backend_spec, environment=environment, tasks=[task])
     admin = secrets.token_urlsafe(24) if host not in ("127.0.0.1", "::1", "localhost") else None
-    store = TrajectoryStore(out / "store.db")
-    try:
-        async with ProxyServer(backend, store=store, host=host, port=port, admin_token=admin,
-                               agent_uds=str(uds) if launcher_name == "local" else None) as proxy:
-            traj = await run_rollout(harness=harness, environment=environment, task=task, launcher=launcher,
-                                     proxy=proxy, store=store, budget_s=budget)
-    finally:
-        await launcher.aclose()
-        store.close()
+    session = Session.from_names(
+        backend, environment=environment, harness=harness_name, harness_options=harness_opts or {},
+        launcher=launcher_name, launcher_options=opts, store=out / "store.db", close_backend=True,
+        proxy=ProxySettings(host=host, port=port, admin_token=admin),
+        rollouts=RolloutSettings(budget_s=budget, progress=False))
+    async with session:
+        traj = await session.rollout(task)
     (out / "trajectory.json").write_text(traj.to_json(indent=2))
     return traj
 

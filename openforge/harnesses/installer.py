@@ -27,12 +27,14 @@ __all__ = ["cache_dir", "find_executable", "install", "installed_version", "node
 
 
 def cache_dir() -> Path:
-    """Where harness CLIs are installed (``$OPENFORGE_HARNESS_DIR`` overrides)."""
+    """Where harness CLIs are installed: ``$OPENFORGE_HARNESS_DIR``, else ``harnesses/`` under the
+    cache root (:func:`openforge.paths.cache_root`)."""
     env = os.environ.get("OPENFORGE_HARNESS_DIR")
     if env:
         return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "openforge" / "harnesses"
+    from ..paths import cache_root
+
+    return cache_root() / "harnesses"
 
 
 def _version_tuple(text: str) -> tuple[int, int] | None:

@@ -2,7 +2,8 @@
 
 Owns: :class:`Launcher` (provisions one :class:`Sandbox` per rollout), :class:`Sandbox` (runs
 processes inside the rollout's isolation, moves files in and out, is torn down without leaving
-anything behind), :class:`SandboxSpec`, :class:`ExecResult`.
+anything behind), :class:`SandboxSpec`, :class:`ExecResult`, :class:`SandboxFailure` (an error that
+carries the rollout status it implies).
 
 Implementations: ``local.py`` (process group + namespaces + rlimits) and ``kubernetes.py``
 (one pod per rollout).
@@ -14,10 +15,13 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from ..errors import SandboxError
 from ..task import Task
+from ..types import RolloutStatus
 
-__all__ = ["ExecResult", "Launcher", "Sandbox", "SandboxSpec"]
+__all__ = ["ExecResult", "Launcher", "Sandbox", "SandboxFailure", "SandboxSpec"]
 
 
 @dataclass
@@ -60,6 +64,10 @@ class Sandbox(abc.ABC):
     #: How the sandbox isolates the agent (``bwrap``, ``unshare``, ``none``, ``pod``); every
     #: trajectory records it (``metadata["isolation"]``).
     isolation: str = "unknown"
+    #: Set when the sandbox was lost under the harness (a pod evicted, a node lost, a deadline): why,
+    #: and the status that implies; ``run_rollout`` records it instead of the harness's outcome.
+    lost_reason: str | None = None
+    lost_status: RolloutStatus | None = None
 
     @abc.abstractmethod
     async def exec(
@@ -99,6 +107,18 @@ class Sandbox(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class SandboxFailure(SandboxError):
+    """A sandbox problem that knows the rollout status it implies (a pod's ImagePullBackOff is the
+    environment's fault: ``env_error``; a node lost is ``infra_error``)."""
+
+    def __init__(self, message: str, status: RolloutStatus):
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.status)
 
 
 class Launcher(abc.ABC):

@@ -53,7 +53,7 @@ from urllib.parse import quote, urlparse
 
 from ..errors import SandboxError
 from ..types import RolloutStatus
-from .base import ExecResult, Launcher, Sandbox, SandboxSpec
+from .base import ExecResult, Launcher, Sandbox, SandboxFailure, SandboxSpec
 from .k8s_manifests import (
     AGENT_PORT,
     _k8s_name,
@@ -78,10 +78,8 @@ def _port_range(spec: Any) -> tuple[int, int]:
     return first, last
 
 
-def _sandbox_error(msg: str, status: RolloutStatus) -> SandboxError:
-    err = SandboxError(msg)
-    err.status = status  # type: ignore[attr-defined]  # read by run_rollout
-    return err
+def _sandbox_error(msg: str, status: RolloutStatus) -> SandboxFailure:
+    return SandboxFailure(msg, status)  # its status is read by run_rollout
 
 
 class KubernetesLauncher(Launcher):

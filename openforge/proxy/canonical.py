@@ -2,7 +2,9 @@
 
 Owns: :class:`CanonicalRequest` (HF-chat-form messages + function tools + what the wire asked for),
 :class:`CanonicalResult` (text, reasoning, tool calls, finish reason, token counts), id helpers and
-small content-flattening helpers shared by the three adapters.
+small content-flattening helpers shared by the three adapters, and :func:`to_openai_messages`
+(canonical messages → OpenAI Chat Completions messages: the pass-through back-end's upstream
+request and the SFT chat rows).
 
 Messages are plain dicts in the form transformers chat templates expect: ``role`` (system | user |
 assistant | tool), ``content`` (str), assistant ``tool_calls`` = ``[{"id", "type": "function",
@@ -29,6 +31,8 @@ __all__ = [
     "parse_arguments",
     "require",
     "stop_strings",
+    "to_openai_messages",
+    "to_openai_tool_call",
 ]
 
 IMAGE_PLACEHOLDER = "[image]"
@@ -191,3 +195,25 @@ def text_of(content: Any, *, param: str, allow: tuple[str, ...] = ("text", "inpu
         else:
             raise ProxyError(f"unsupported content part type {t!r} in '{param}[{i}]'", 400, param=f"{param}[{i}].type")
     return "".join(out) if all(p != IMAGE_PLACEHOLDER for p in out) else "\n".join(out)
+
+
+def to_openai_tool_call(name: Any, arguments: Any, call_id: Any, index: int) -> dict[str, Any]:
+    """One tool call in OpenAI form: ``arguments`` as a JSON string, an id even when none was given."""
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id or f"call_{index}", "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical (HF-chat-form) messages as OpenAI Chat Completions messages: tool-call arguments as
+    JSON strings, ``content: null`` beside tool calls when empty, ``tool_call_id`` on tool results."""
+    out = []
+    for m in messages:
+        msg: dict[str, Any] = {"role": m["role"], "content": m.get("content", "")}
+        if m.get("tool_calls"):
+            msg["tool_calls"] = [to_openai_tool_call(tc["function"]["name"], tc["function"]["arguments"], tc.get("id"), i)
+                                 for i, tc in enumerate(m["tool_calls"])]
+            msg["content"] = m.get("content") or None
+        if m["role"] == "tool":
+            msg["tool_call_id"] = m.get("tool_call_id", "")
+        out.append(msg)
+    return out

@@ -3,8 +3,8 @@
 Owns: :class:`TrajectoryStore` (the embedded default store: opening or creating it, durable writes,
 reads). The pieces live beside it: :mod:`.schema` (the file, tables, migrations), :mod:`.codec` (the
 row layouts), :mod:`.writer` (the writer thread), :mod:`.reader` (queries).
-:func:`export_trajectories` and :func:`load_trajectories` live in :mod:`openforge.trajectory_io` and
-are importable from here too.
+:func:`load_trajectories` reads a store or an export file; :func:`export_trajectories` lives in
+:mod:`openforge.trajectory_io` and is importable from here too.
 
 Durability: ``append_call`` returns only after the call's transaction is committed with
 ``synchronous=FULL`` (the WAL is fsynced), so an acknowledged call survives ``kill -9`` of the
@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import StoreError
 from ..finite import first_nonfinite, nonfinite_in_trajectory
 from ..trajectory import Trajectory
-from ..trajectory_io import StoreWarning, export_trajectories, load_trajectories, warn_skipped
+from ..trajectory_io import StoreWarning, export_trajectories, is_store_file, load_export, warn_skipped
 from ..types import ModelCall
 from . import reader
 from .codec import LAYOUT, encode_call, encode_trajectory
@@ -183,3 +183,15 @@ class TrajectoryStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def load_trajectories(path: str | Path, *, on_bad: Callable[[StoreError], None] = warn_skipped) -> list[Trajectory]:
+    """Read trajectories from a store, a ``.jsonl`` export or a ``.parquet`` export.
+
+    A store row that is not a valid trajectory (e.g. written by an older version) is handed to
+    ``on_bad`` (default: a :class:`StoreWarning` naming it) and skipped; the rest are returned. An
+    export file with a bad line is an error naming the line."""
+    if is_store_file(path):
+        with TrajectoryStore(path) as store:
+            return list(store.trajectories(on_bad=on_bad))
+    return load_export(path)

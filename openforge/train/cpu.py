@@ -1,9 +1,10 @@
 """The built-in CPU trainer: GRPO (and SFT) steps in plain PyTorch on the back-end's own model.
 
-Owns: :class:`CPUTrainerConfig`, :class:`CPUTrainer` (AdamW, gradient accumulation over
+Owns: :class:`CPUTrainer` (AdamW, gradient accumulation over
 length-sorted micro-batches of segments, grad clipping, the KL reference policy, checkpoint
 save/resume, weight publication to the serving back-end), :func:`token_logprobs` (memory-aware
-logprobs of the target tokens) and :func:`pack_microbatches`.
+logprobs of the target tokens) and :func:`pack_microbatches`. Its settings,
+:class:`~openforge.config.CPUTrainerConfig`, live with the other configs (re-exported here).
 
 KL reference. With ``kl_coef > 0`` the reference is the policy GRPO *starts from*: a frozen copy
 taken at the first GRPO step (so after the SFT warm-start and after a checkpoint resume), or set
@@ -32,51 +33,24 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from ..config import CPUTrainerConfig
+from .grpo import TrainSample, policy_loss
 
-from .grpo import LossAgg, TrainSample, policy_loss
-
-__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "pack_microbatches", "token_logprobs"]
+__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer", "pack_microbatches", "token_logprobs"]
 
 REFERENCE_FILE = "reference.safetensors"
 
 
-class CPUTrainerConfig(BaseModel):
-    """Optimiser and loss settings of the built-in trainer."""
+class WeightServer(Protocol):
+    """What :meth:`CPUTrainer.publish` needs from a serving back-end (e.g.
+    :class:`~openforge.proxy.backends.transformers.TransformersBackend`): the module it serves, and a
+    way to load new weights into it between generation batches."""
 
-    model_config = ConfigDict(extra="forbid")
+    model: Any
 
-    lr: float = Field(2e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(1.0, gt=0)
-    temperature: float = Field(1.0, gt=0, description="must equal the sampling temperature of the rollouts")
-    clip_low: float = Field(0.2, ge=0)
-    clip_high: float = Field(0.28, ge=0)
-    clip_ratio_c: float | None = Field(3.0, gt=1, description="dual-clip bound for negative advantages "
-                                       "(veRL's clip_ratio_c; null: off)")
-    log_ratio_clamp: float = Field(20.0, gt=0, description="|log(new/old)| is clamped to this before exp")
-    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the policy GRPO starts from (0 = no reference model)")
-    loss_agg: LossAgg = Field("rollout-mean", description="rollout-mean | token-mean | seq-mean-token-mean | "
-                              "seq-mean-token-sum-norm (see openforge.train.grpo)")
-    loss_scale_tokens: int = Field(4096, ge=1, description="constant normaliser of seq-mean-token-sum-norm (Dr. GRPO)")
-    norm_adv_by_std: bool = True
-    skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
-    min_mixed_groups: int = Field(1, ge=0, description="dynamic sampling: groups with differing rewards a step "
-                                  "needs before it trains (0: off)")
-    max_resample_rounds: int = Field(2, ge=0, description="dynamic sampling: extra rounds of tasks drawn when a "
-                                     "step has fewer than min_mixed_groups mixed groups")
-    ppo_epochs: int = Field(1, ge=1, description="optimizer steps per batch of rollouts")
-    micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
-    logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")
-    autocast_bf16: bool = Field(False, description="bf16 autocast (faster; breaks fp32 ratio consistency)")
-    trainable_layers: int | None = Field(
-        None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
-        "backward then stops below them, ~2x cheaper steps on CPU")
-    threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice)")
-    seed: int = 0
+    async def swap_weights(self, state_dict: dict[str, Any]) -> None: ...
 
 
 def use_bf16_autocast(setting: bool | str) -> bool:
@@ -295,9 +269,9 @@ class CPUTrainer:
         return out
 
     # ---------------------------------------------------------------- weights
-    async def publish(self, backend: Any) -> None:
+    async def publish(self, backend: WeightServer) -> None:
         """Make the back-end serve the new weights (no-op when it serves this very module)."""
-        if getattr(backend, "model", None) is self.model:
+        if backend.model is self.model:
             return
         await backend.swap_weights({k: v.detach() for k, v in self.model.state_dict().items()})
 

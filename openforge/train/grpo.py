@@ -32,8 +32,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from ..config import LossAgg
 from ..trajectory import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,7 +52,6 @@ __all__ = [
     "policy_loss",
 ]
 
-LossAgg = Literal["rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 LOSS_AGG_MODES: tuple[str, ...] = ("rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 TIE_STD = 1e-6

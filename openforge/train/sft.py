@@ -1,11 +1,10 @@
-"""SFT from teacher rollouts: collect, export (chat and token formats), train, warm-start.
+"""SFT data → samples → steps, pure: export (chat and token formats), samples, training steps.
 
-Owns: :func:`reference_script` (the tasks' reference solutions as a ``scripted:`` policy),
-:func:`teacher_backend`, :func:`collect_teacher` (k teacher rollouts per task through the real
-harness and proxy, successful ones kept), :func:`chat_record` / :func:`token_records` /
-:func:`export_sft` (JSONL or Parquet, loadable with HF ``datasets``), :func:`load_token_samples`,
-:func:`sft_samples`, :func:`sft_train` and :func:`warm_start` (the cached warm-start the
-``claw-grpo`` cpu preset runs before GRPO: the untrained SmolLM2-135M never emits a tool call).
+Owns: :func:`chat_record` / :func:`token_records` / :func:`export_sft` (JSONL or Parquet, loadable
+with HF ``datasets``), :func:`rendered_record`, :func:`load_token_samples`, :func:`sft_samples`,
+:func:`sft_train` and :func:`policy_renderer`. No rollouts run here: the teacher rollouts and the
+cached warm-start the ``claw-grpo`` cpu preset runs before GRPO (the untrained SmolLM2-135M never
+emits a tool call) are on the orchestration side, :mod:`openforge.teacher`.
 
 Chat format, one row per successful trajectory: ``messages`` (the final call's conversation in
 OpenAI chat form, the last assistant turn included, tool calls with JSON-string arguments),
@@ -23,86 +22,27 @@ teachers train the warm-start and export as ``tokens`` too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigError
-from ..task import Task
+from ..proxy.canonical import to_openai_messages, to_openai_tool_call
 from ..trajectory import Trajectory
-from ..types import RolloutStatus
-from .cpu import use_bf16_autocast
 from .grpo import TrainSample
-
-if TYPE_CHECKING:
-    from ..forge import Forge
 
 __all__ = [
     "chat_record",
-    "collect_teacher",
     "export_sft",
     "load_token_samples",
     "policy_renderer",
-    "reference_script",
     "rendered_record",
     "sft_samples",
     "sft_train",
-    "teacher_backend",
     "token_records",
-    "warm_start",
 ]
-
-
-# ------------------------------------------------------------------------------------ teacher
-
-
-def reference_script(env: Any, tasks: Sequence[Task], *, final: str = "Done.") -> dict[str, Any]:
-    """A scripted-backend script replaying each task's reference shell commands, then ``final``."""
-    per_task: dict[str, list[dict[str, Any]]] = {}
-    for t in tasks:
-        sol = env.reference_solution(t)
-        if sol:
-            per_task[t.id] = [{"shell": cmd} for cmd in sol] + [{"text": final}]
-    if not per_task:
-        raise ConfigError(f"sft.teacher=reference: no task of {getattr(env, 'name', env)!r} has a reference solution")
-    return {"turns": [], "final": final, "tasks": per_task}
-
-
-def teacher_backend(spec: str, *, env: Any, tasks: Sequence[Task], tokenizer: Any) -> Any:
-    """``reference`` → the scripted replay of reference solutions; anything else → a back-end spec."""
-    if spec == "reference":
-        from ..proxy.backends.scripted import ScriptedBackend
-
-        return ScriptedBackend(reference_script(env, tasks), tokenizer=tokenizer)
-    from ..proxy.backends import parse_backend_spec
-
-    return parse_backend_spec(spec, tokenizer=tokenizer)
-
-
-async def collect_teacher(forge: Forge, tasks: Sequence[Task], *, teacher: str, k: int) -> tuple[list[Trajectory], Any]:
-    """Run the teacher ``k`` times per task through each of the run's harnesses and a proxy of its own.
-
-    Returns (successful trajectories, the ``run_groups`` result)."""
-    from ..proxy.server import ProxyServer
-
-    backend = teacher_backend(teacher, env=forge.env, tasks=tasks, tokenizer=forge.tokenizer)
-    todo = [t for t in tasks if teacher != "reference" or forge.env.reference_solution(t)]
-    proxy = ProxyServer(backend, store=forge.store, agent_uds=forge.socket_path("teacher"),
-                        sampling={"max_tokens": forge.cfg.rollout.max_tokens})
-    await proxy.start()
-    try:
-        from ..faults.env import without_faults  # demonstrations are recorded on clean episodes
-
-        names = forge.cfg.harness.names()  # a multi-harness run replays the teacher through each harness
-        groups = await forge.rollouts([t for _ in names for t in todo], k, proxy=proxy, min_group=1,
-                                      harnesses=[n for n in names for _ in todo], environment=without_faults(forge.env))
-    finally:
-        await proxy.stop()
-    good = [t for g in groups for t in g.trajectories if t.status == RolloutStatus.SUCCESS]
-    return good, groups
 
 
 # ------------------------------------------------------------------------------------ export
@@ -113,24 +53,16 @@ def _assistant(call: Any) -> dict[str, Any]:
     msg: dict[str, Any] = {"role": "assistant", "content": resp.get("text") or ""}
     tcs = resp.get("tool_calls") or []
     if tcs:
-        msg["tool_calls"] = [{"id": tc.get("id", f"call_{i}"), "type": "function",
-                              "function": {"name": tc.get("name"), "arguments": tc.get("arguments") if
-                                           isinstance(tc.get("arguments"), str) else json.dumps(tc.get("arguments"))}}
+        msg["tool_calls"] = [to_openai_tool_call(tc.get("name"), tc.get("arguments"), tc.get("id"), i)
                              for i, tc in enumerate(tcs)]
     return msg
 
 
-def _norm_message(m: dict[str, Any]) -> dict[str, Any]:
-    out = {"role": m.get("role"), "content": m.get("content") if isinstance(m.get("content"), str)
-           else json.dumps(m.get("content")) if m.get("content") is not None else ""}
-    if m.get("tool_calls"):
-        out["tool_calls"] = [{"id": tc.get("id", ""), "type": "function", "function": {
-            "name": tc["function"]["name"], "arguments": tc["function"]["arguments"]
-            if isinstance(tc["function"]["arguments"], str) else json.dumps(tc["function"]["arguments"])}}
-            for tc in m["tool_calls"]]
-    if m.get("tool_call_id"):
-        out["tool_call_id"] = m["tool_call_id"]
-    return out
+def _row_message(m: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI message as a chat row holds it: ``content`` always a string (non-text parts as JSON)."""
+    content = m.get("content")
+    return {**m, "content": content if isinstance(content, str) else json.dumps(content) if content is not None
+            else ""}
 
 
 def chat_record(traj: Trajectory) -> dict[str, Any] | None:
@@ -139,7 +71,7 @@ def chat_record(traj: Trajectory) -> dict[str, Any] | None:
     if not calls:
         return None
     last = calls[-1]
-    messages = [_norm_message(m) for m in last.request["messages"]] + [_assistant(last)]
+    messages = [_row_message(m) for m in to_openai_messages(last.request["messages"])] + [_assistant(last)]
     for m in messages:  # one schema for every row: absent keys become empty values
         m.setdefault("tool_calls", [])
         m.setdefault("tool_call_id", "")
@@ -349,83 +281,3 @@ def _no_samples(good: Sequence[Trajectory], n_tasks: int, counts: dict[str, int]
     else:
         why = "none of their calls generated a token that could be trained"
     return f"SFT warm-start: {len(good)} teacher rollout(s) succeeded but {why}; see {run_dir}"
-
-
-def _cache_root(forge: Forge) -> Path:
-    import os
-
-    if forge.cfg.cache_dir:
-        return Path(forge.cfg.cache_dir).expanduser()
-    root = os.environ.get("OPENFORGE_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "openforge"
-
-
-def warm_start_key(forge: Forge, tasks: Sequence[Task]) -> str:
-    """Everything that shapes the warm-start: model, tasks + solutions, harness, SFT settings."""
-    from .. import __version__
-
-    cfg = forge.cfg
-    blob = json.dumps({
-        "v": __version__, "model": cfg.model.name, "harness": cfg.harness.model_dump(), "env": cfg.env.name,
-        "tasks": [[t.id, t.instruction, forge.env.reference_solution(t)] for t in tasks],
-        "sft": cfg.sft.model_dump(exclude={"cache", "task_scope"}), "max_tokens": cfg.rollout.max_tokens,
-        "seed": cfg.seed,
-        **({"trainable_layers": cfg.trainer.cpu.trainable_layers} if cfg.trainer.cpu.trainable_layers else {}),
-    }, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-async def warm_start(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
-    """Teacher rollouts → SFT on the served model, cached under ``<cache>/sft/<key>``."""
-    import asyncio
-
-    cfg = forge.cfg.sft
-    key = warm_start_key(forge, tasks)
-    cache = _cache_root(forge) / "sft" / key
-    if cfg.cache and (cache / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        state = load_file(str(cache / "model.safetensors"))
-        forge.model.load_state_dict(state, strict=False)
-        forge.model.tie_weights()
-        info = json.loads((cache / "info.json").read_text())
-        forge.console.log(f"SFT warm-start: cached {cache}")
-        return {**info, "cached": True, "path": str(cache)}
-    t0 = time.monotonic()
-    if cfg.data:
-        samples = load_token_samples(cfg.data)
-        good, pass_rate = [], None
-    else:
-        forge.console.log(f"SFT warm-start: teacher {cfg.teacher!r}, {cfg.k} rollout(s) per task")
-        good, groups = await collect_teacher(forge, tasks, teacher=cfg.teacher, k=cfg.k)
-        total = sum(len(g.trajectories) for g in groups) + len(groups.discarded)
-        pass_rate = len(good) / total if total else 0.0
-        renderer = policy_renderer(forge.tokenizer)
-        export_sft(good, forge.run_dir / "sft" / "teacher.jsonl", fmt="chat")
-        export_sft(good, forge.run_dir / "sft" / "teacher_tokens.jsonl", fmt="tokens", renderer=renderer)
-        samples = sft_samples(good, renderer)
-        if not samples:
-            raise ConfigError(_no_samples(good, len(tasks), groups.counts(), forge.run_dir))
-    t_collect = time.monotonic() - t0
-    await forge.proxy.pause()
-    try:
-        stats = await asyncio.to_thread(
-            sft_train, forge.model, samples, lr=cfg.lr, epochs=cfg.epochs, batch_size=cfg.batch_size,
-            max_steps=cfg.max_steps, seed=forge.cfg.seed, trainer_config=forge.cfg.trainer.cpu,
-            autocast_bf16=use_bf16_autocast(cfg.autocast_bf16), log=forge.console.log)
-    finally:
-        await forge.proxy.resume()
-    info = {"key": key, "trajectories": len(good), "samples": len(samples), "teacher_pass_rate": pass_rate,
-            "collect_time_s": round(t_collect, 1), **stats, "time_s": round(time.monotonic() - t0, 1)}
-    with (forge.run_dir / "metrics.jsonl").open("a") as f:
-        f.write(json.dumps({"step": 0, "phase": "sft", **info}) + "\n")
-    if cfg.cache:
-        from safetensors.torch import save_file
-
-        cache.mkdir(parents=True, exist_ok=True)
-        state = {k: v.detach().contiguous() for k, v in forge.model.state_dict().items() if k != "lm_head.weight"}
-        tmp = cache / "model.safetensors.tmp"
-        save_file(state, str(tmp))
-        (cache / "info.json").write_text(json.dumps(info, indent=2))
-        tmp.replace(cache / "model.safetensors")
-    return {**info, "cached": False, "path": str(cache)}

@@ -133,25 +133,27 @@ async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_pa
     from rich.console import Console
     from testdeps import smollm2_tokenizer
 
-    from openforge.analysis.heldout import check_heldout, heldout_after, heldout_before, heldout_table
+    from openforge.analysis.heldout import check_heldout, heldout_table
     from openforge.envs.claw import ClawEnvironment
     from openforge.forge import Forge, load_tasks
+    from openforge.heldout_eval import heldout_after, heldout_before
     from openforge.launchers.local import LocalLauncher
     from openforge.recipes import load_recipe_config
-    from openforge.train.sft import teacher_backend
+    from openforge.session import Session, backend_for, harness_factory
 
     cfg = load_recipe_config("claw-grpo", overrides=["harness.name=[react]", "eval.heldout.max_tasks=2",
                                                      "eval.heldout.trials=2", f"run_dir={tmp_path}"])
     env = ClawEnvironment()
     held = check_heldout(cfg, env, load_tasks(cfg, env))
     forge = Forge(cfg, console=Console(quiet=True), progress=False)
-    forge.env, forge.launcher = env, LocalLauncher(base_dir=tmp_path / "sbx", grace_s=1.0)
-    forge.backend = teacher_backend("reference", env=env, tasks=held, tokenizer=smollm2_tokenizer())
+    forge.backend = backend_for("reference", environment=env, tasks=held, tokenizer=smollm2_tokenizer())
+    forge.session = Session(forge.backend, environment=env, harness=harness_factory("react"),
+                            launcher=LocalLauncher(base_dir=tmp_path / "sbx", grace_s=1.0))
+    await forge.session.start()  # no store: held-out points must not need one
     try:
         heldout = await heldout_before(forge, held)
         await heldout_after(forge, held, heldout)
     finally:
-        await forge.launcher.aclose()
         await forge.__aexit__(None, None, None)
     for point in ("before", "after"):
         assert heldout[point]["per_harness"]["react"] | {"ci95": None} == {

@@ -9,7 +9,7 @@ import sqlite3
 
 from openforge.store import TrajectoryStore
 from openforge.trajectory import Trajectory
-from openforge.types import ModelCall, Segment
+from openforge.types import ModelCall
 
 SYSTEM = "You are a careful coding agent. " * 40  # a large field every call repeats (Anthropic `system`)
 TOOLS = [{"name": f"tool{i}", "description": "does a thing " * 10, "input_schema": {"type": "object"}}

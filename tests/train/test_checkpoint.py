@@ -166,31 +166,34 @@ async def test_forge_train_skips_unchanged_steps_and_resumes(tiny_llama, tokeniz
     """Through ``Forge.train``: a tied step writes no checkpoint, and a second run resumes after it."""
     from openforge.config import RunConfig
     from openforge.proxy.backends.transformers import TransformersBackend
-    from openforge.proxy.server import ProxyServer
+    from openforge.session import Session
     from openforge.train.cpu import CPUTrainer
 
     from .test_dynamic_sampling import ScriptedRewards
 
-    def forge(steps, draws):
+    async def forge(steps, draws):
         cfg = RunConfig(run_dir=str(tmp_path / "run"), rollout={"tasks_per_step": 2, "group_size": 2},
                         trainer={"steps": steps, "keep_checkpoints": None,
                                  "cpu": {"lr": 1e-3, "micro_batch_tokens": 64, "max_resample_rounds": 0}})
         f = ScriptedRewards(cfg, draws)
         f.run_dir.mkdir(parents=True, exist_ok=True)
-        f.model, f.tokenizer, f.env = tiny_llama, tokenizer, _Tasks()
+        f.model, f.tokenizer = tiny_llama, tokenizer
         f.backend = TransformersBackend(tiny_llama, tokenizer)
-        f.proxy = ProxyServer(f.backend)
+        f.session = await Session(f.backend, environment=_Tasks()).start()  # a real proxy, no rollouts
         f.trainer = CPUTrainer(tiny_llama, cfg.trainer.cpu)
         return f
 
     mixed, tied = [[1.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]
-    summary = await forge(3, [mixed, tied, mixed]).train()
+    first = await forge(3, [mixed, tied, mixed])
+    summary = await first.train()
+    await first.__aexit__()
     assert [s["gradient_step"] for s in summary["steps"]] == [True, False, True]
     ck = tmp_path / "run" / "checkpoints"
     assert sorted(p.name for p in ck.glob("step-*")) == ["step-1", "step-3"]  # step 2 changed nothing
     steps = json.loads((ck / "index.json").read_text())["steps"]
     assert [e["checkpoint"] for e in steps] == ["step-1", "step-1", "step-3"]
-    again = forge(4, [mixed])
+    again = await forge(4, [mixed])
     summary = await again.train()
+    await again.__aexit__()
     assert [s["step"] for s in summary["steps"]] == [4]
     assert again.trainer.step_count == 3  # resumed from step-3 (2 optimizer steps), then step 4

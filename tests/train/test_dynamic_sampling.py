@@ -42,30 +42,35 @@ class ScriptedRewards(Forge):
 
 
 @pytest.fixture
-def forge_factory(tiny_llama, tokenizer, tmp_path):
+async def forge_factory(tiny_llama, tokenizer, tmp_path):
     from openforge.proxy.backends.transformers import TransformersBackend
-    from openforge.proxy.server import ProxyServer
+    from openforge.session import Session
     from openforge.train.cpu import CPUTrainer
 
-    def make(draws, **cpu):
+    made: list[Forge] = []
+
+    async def make(draws, **cpu):
         cfg = RunConfig(run_dir=str(tmp_path), rollout={"tasks_per_step": 2, "group_size": 2},
                         trainer={"steps": 1, "cpu": {"lr": 1e-3, "micro_batch_tokens": 64, **cpu}})
         f = ScriptedRewards(cfg, draws)
         f.run_dir.mkdir(parents=True, exist_ok=True)
         f.model = tiny_llama
         f.backend = TransformersBackend(tiny_llama, tokenizer)
-        f.proxy = ProxyServer(f.backend)
+        f.session = await Session(f.backend).start()  # a real proxy, paused around the step
         f.trainer = CPUTrainer(tiny_llama, cfg.trainer.cpu)
+        made.append(f)
         return f
 
-    return make
+    yield make
+    for f in made:
+        await f.__aexit__()
 
 
 TASKS = [Task(id=f"task-{i}", instruction="x") for i in range(5)]
 
 
 async def test_all_tied_first_draw_resamples_then_trains(forge_factory, tmp_path):
-    f = forge_factory([[[0.0, 0.0], [1.0, 1.0]],      # first draw: both groups tied (0/2, 2/2)
+    f = await forge_factory([[[0.0, 0.0], [1.0, 1.0]],      # first draw: both groups tied (0/2, 2/2)
                        [[0.0, 0.0], [1.0, 0.0]]],     # resample round 1: one mixed group
                       min_mixed_groups=1, max_resample_rounds=2)
     w0 = f.model.get_decoder().layers[-1].mlp.down_proj.weight.detach().clone()
@@ -82,7 +87,7 @@ async def test_all_tied_first_draw_resamples_then_trains(forge_factory, tmp_path
 async def test_still_tied_after_the_rounds_says_no_gradient_step(forge_factory, tmp_path):
     from rich.console import Console
 
-    f = forge_factory([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]]], max_resample_rounds=1)
+    f = await forge_factory([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]]], max_resample_rounds=1)
     w0 = {k: v.clone() for k, v in f.model.state_dict().items()}
     line = await f._grpo_step(0, TASKS)
     assert len(f.drawn) == 2  # bounded by max_resample_rounds
@@ -95,6 +100,6 @@ async def test_still_tied_after_the_rounds_says_no_gradient_step(forge_factory, 
 
 
 async def test_mixed_first_draw_does_not_resample(forge_factory):
-    f = forge_factory([[[1.0, 0.0], [1.0, 1.0]]])
+    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]]])
     line = await f._grpo_step(0, TASKS)
     assert len(f.drawn) == 1 and line["resample_rounds"] == 0 and line["gradient_step"] is True

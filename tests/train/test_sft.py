@@ -7,7 +7,8 @@ import json
 import pytest
 
 from openforge.errors import ConfigError
-from openforge.train.sft import chat_record, export_sft, load_token_samples, reference_script, sft_samples
+from openforge.session import reference_script
+from openforge.train.sft import chat_record, export_sft, load_token_samples, sft_samples
 from openforge.trajectory import Trajectory
 from openforge.types import ModelCall, RolloutStatus
 

@@ -37,9 +37,10 @@ _load_lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    """``$OPENFORGE_CACHE/models`` or ``~/.cache/openforge/models``."""
-    root = os.environ.get("OPENFORGE_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "openforge") / "models"
+    """``models/`` under the cache root (:func:`openforge.paths.cache_root`)."""
+    from ...paths import cache_root
+
+    return cache_root() / "models"
 
 
 def smollm2_gguf_path() -> Path:

@@ -15,6 +15,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
+from ..canonical import to_openai_messages
 from ._http import JsonClient, SSEChunks
 from .base import GenContext, MessageBackend, SamplingParams, TextCompletion
 
@@ -22,24 +23,6 @@ if TYPE_CHECKING:
     from ..canonical import CanonicalRequest
 
 __all__ = ["OpenAIBackend"]
-
-
-def to_openai_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for m in messages:
-        msg: dict[str, Any] = {"role": m["role"], "content": m.get("content", "")}
-        if m.get("tool_calls"):
-            msg["tool_calls"] = [
-                {"id": tc.get("id") or f"call_{i}", "type": "function",
-                 "function": {"name": tc["function"]["name"],
-                              "arguments": tc["function"]["arguments"] if isinstance(tc["function"]["arguments"], str)
-                              else json.dumps(tc["function"]["arguments"], ensure_ascii=False)}}
-                for i, tc in enumerate(m["tool_calls"])]
-            msg["content"] = m.get("content") or None
-        if m["role"] == "tool":
-            msg["tool_call_id"] = m.get("tool_call_id", "")
-        out.append(msg)
-    return out
 
 
 class OpenAIBackend(MessageBackend):

@@ -122,7 +122,7 @@ class OpenForgeAgentLoop(AgentLoopBase):
                 if self.runner_ref:
                     factory = _load(self.runner_ref)
                 else:
-                    from ...forge import episode_runner as factory
+                    from ...session import episode_runner as factory
                 self.runtime["runner"] = await factory(backend=self.backend, max_tokens=self.max_tokens,
                                                        **self.settings)
             return self.runtime["runner"]

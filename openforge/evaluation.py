@@ -1,8 +1,10 @@
 """``forge eval``: run every task of an environment split k times and score the runs.
 
-Owns: :class:`EvalRequest`, :func:`run_eval` (wires back-end → proxy → launcher → harness →
-environment through the orchestrator, :func:`openforge.rollout.run_groups`) and
-:func:`write_eval_dir` (the output directory ``forge compare`` / ``forge report`` read).
+Owns: :class:`EvalRequest`, :func:`run_eval_harnesses` (one :func:`run_eval` per harness, same tasks
+and trials), :func:`eval_backends` (one per back-end, each written to ``OUT/<i>-<label>/``), :func:`run_eval` (a :class:`~openforge.session.Session` — back-end,
+proxy, launcher, harness, environment — running the groups) and :func:`write_eval_dir` (the output
+directory ``forge compare`` / ``forge report`` read). Scoring is analysis
+(:func:`openforge.analysis.passk.summarize_eval`); running the rollouts is not, so it lives here.
 
 Every trial is kept — policy failures *and* infrastructure failures — because pass@k needs the
 valid trials and the failure taxonomy needs the rest. Infra failures are retried by the
@@ -14,22 +16,31 @@ without the environment.
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import shutil
-import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import ConfigError
-from ..task import Task
-from ..trajectory import Trajectory
-from .passk import EvalSummary, summarize_eval
+from .analysis.passk import EvalSummary, summarize_eval
+from .rollout import GroupResults
+from .session import (
+    ProxySettings,
+    RolloutSettings,
+    Session,
+    backend_for,
+    harness_factory,
+    load_environment,
+    load_launcher,
+    select_tasks,
+)
+from .trajectory import Trajectory
 
-__all__ = ["EvalRequest", "run_eval", "write_eval_dir"]
+if TYPE_CHECKING:
+    from .store import TrajectoryStore
+
+__all__ = ["EvalRequest", "eval_backends", "run_eval", "run_eval_harnesses", "write_eval_dir"]
 
 
 class EvalRequest(BaseModel):
@@ -53,20 +64,7 @@ class EvalRequest(BaseModel):
     seed: int = 0  # seeds each task group (the injected faults): the same faults on every eval of a model
 
 
-def _select_tasks(env: Any, req: EvalRequest) -> list[Task]:
-    tasks = list(env.tasks(req.split) if req.split else env.tasks())
-    if req.tasks:
-        by_id = {t.id: t for t in env.tasks()}
-        missing = [t for t in req.tasks if t not in by_id]
-        if missing:
-            raise ConfigError(f"environment {req.env!r} has no task(s) {', '.join(missing)}")
-        tasks = [by_id[t] for t in req.tasks]
-    if not tasks:
-        raise ConfigError(f"environment {req.env!r} has no tasks in split {req.split!r} (splits: {env.splits()})")
-    return tasks
-
-
-def _final_attempts(results: Any) -> list[Trajectory]:
+def _final_attempts(results: GroupResults) -> list[Trajectory]:
     """One trajectory per (task, slot): the last attempt (earlier ones were retried infra failures)."""
     best: dict[tuple[Any, Any], Trajectory] = {}
     loose: list[Trajectory] = []
@@ -87,52 +85,23 @@ def _annotate(traj: Trajectory, trial: int) -> Trajectory:
     return traj.model_copy(update={"metadata": md})
 
 
-async def run_eval(req: EvalRequest, *, store: Any = None, progress: bool = True,
+async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None, progress: bool = True,
                    run_dir: str | Path | None = None) -> tuple[EvalSummary, list[Trajectory]]:
     """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories
     (``run_dir``: where the environment may write its logs, e.g. task-dir service logs)."""
-    from ..plugins import harness_class, make_environment, make_launcher
-    from ..proxy.backends import parse_backend_spec
-    from ..proxy.server import ProxyServer
-    from ..rollout import run_groups
-
-    env = make_environment(req.env, **({"faults": req.faults} if req.faults is not None else {}))
+    env = load_environment(req.env, {"faults": req.faults} if req.faults is not None else None)
     if run_dir is not None:
         env.use_run_dir(Path(run_dir))
-    tasks = _select_tasks(env, req)
-    harness_cls = harness_class(req.harness)
-    try:
-        harness_cls(**req.harness_options)  # fail early, before any model loads, on a bad option
-    except TypeError as e:
-        raise ConfigError(f"harness {req.harness!r}: {e}") from None
-    harness = functools.partial(harness_cls, **req.harness_options)
-    if req.backend == "reference":  # the tasks' reference solutions, replayed: evaluates the SFT teacher
-        from ..train.sft import teacher_backend
-
-        tok: Any = None
-        if req.tokenizer:
-            from ..proxy.backends.transformers import load_tokenizer
-
-            tok = load_tokenizer(req.tokenizer)
-        backend = teacher_backend("reference", env=env, tasks=tasks, tokenizer=tok)
-    else:
-        backend = parse_backend_spec(req.backend, tokenizer=req.tokenizer)
-    launcher = make_launcher(req.launcher)
-    sock_dir = tempfile.mkdtemp(prefix="forge-eval-")
-    try:
-        # TCP on loopback for harnesses that share the host network, plus a Unix socket that the
-        # local launcher forwards into sandboxes whose network namespace has only loopback.
-        async with ProxyServer(backend, store=store, agent_uds=os.path.join(sock_dir, "proxy.sock")) as server:
-            results = await run_groups(
-                tasks, req.trials, req.concurrency, harness=harness, environment=env, launcher=launcher,
-                proxy=server, store=store, max_retries=req.max_retries, min_group=1,
-                budget_s=req.budget_s, progress=progress, seed=req.seed,
-            )
-    finally:
-        close = getattr(launcher, "aclose", None)
-        if close is not None:
-            await close()
-        shutil.rmtree(sock_dir, ignore_errors=True)
+    tasks = select_tasks(env, split=req.split, task_ids=req.tasks)
+    harness = harness_factory(req.harness, req.harness_options)  # a bad option fails before any model loads
+    # reference: the tasks' reference solutions, replayed (evaluates the SFT teacher)
+    backend = backend_for(req.backend, environment=env, tasks=tasks, tokenizer=req.tokenizer)
+    session = Session(backend, environment=env, launcher=load_launcher(req.launcher), harness=harness, store=store,
+                      close_backend=True, proxy=ProxySettings(),
+                      rollouts=RolloutSettings(concurrency=req.concurrency, budget_s=req.budget_s, progress=progress))
+    async with session:
+        results = await session.groups(tasks, req.trials, max_retries=req.max_retries, min_group=1,
+                                       seed=req.seed)
     by_id = {t.id: t for t in tasks}
     trajs = []
     counters: dict[str, int] = {}
@@ -162,3 +131,34 @@ def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, traj
             f.write(t.to_json() + "\n")
     tmp.replace(out / "trajectories.jsonl")
     return out
+
+
+async def run_eval_harnesses(req: EvalRequest, names: Sequence[str], options: Mapping[str, dict[str, Any]], *,
+                             progress: bool = True, run_dir: Any = None,
+                             ) -> tuple[dict[str, EvalSummary], EvalSummary, list[Trajectory]]:
+    """Evaluate the same tasks through each harness; returns (per harness, pooled, all trajectories)."""
+    per: dict[str, EvalSummary] = {}
+    trajs: list[Trajectory] = []
+    for name in names:
+        summary, ts = await run_eval(req.model_copy(update={"harness": name, "harness_options": dict(options[name])}),
+                                     progress=progress, run_dir=run_dir)
+        per[name] = summary
+        trajs += ts
+    return per, summarize_eval(trajs, k=req.trials), trajs
+
+
+async def eval_backends(req: EvalRequest, backends: Sequence[str], out: str | Path, *,
+                        progress: bool = True) -> list[tuple[str, Path, EvalSummary]]:
+    """Evaluate each back-end on ``req``'s tasks; ``(label, directory, summary)`` per back-end."""
+    from .analysis.eval_many import backend_label, normalize_backend
+
+    results = []
+    for i, spec in enumerate(backends):
+        spec = normalize_backend(spec)
+        label = backend_label(spec)
+        one = req.model_copy(update={"backend": spec})
+        d = Path(out) / f"{i + 1}-{label}"
+        summary, trajs = await run_eval(one, progress=progress, run_dir=d)
+        write_eval_dir(d, one, summary, trajs)
+        results.append((label, d, summary))
+    return results
