@@ -55,3 +55,22 @@ def tool_then_answer_upstream(seen: list | None = None) -> Starlette:
                              "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
 
     return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def serve_address(proc, max_lines: int = 200) -> tuple[str, str]:
+    """The URL and admin token a ``forge proxy serve`` subprocess prints (its stdout piped, text mode);
+    fails with what it printed when it gives neither."""
+    import re
+
+    url = token = None
+    seen = []
+    for _ in range(max_lines):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        url = url or (m.group(1) if (m := re.search(r"at (http://127\.0\.0\.1:\d+)", line)) else None)
+        token = token or (m.group(1) if (m := re.search(r"admin token .*: (\S+)$", line.strip())) else None)
+        if url and token:
+            return url, token
+    raise AssertionError("forge proxy serve did not print its URL and admin token:\n" + "".join(seen))

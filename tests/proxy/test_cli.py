@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
 
 import httpx
 import pytest
+from testservers import serve_address
 
 openai = pytest.importorskip("openai")
 
@@ -22,18 +22,7 @@ def test_forge_proxy_serve_end_to_end(tmp_path, tokenizer):
                              f"scripted:{script}", "--port", "0", "--store", str(tmp_path / "t.db")],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        url = token = None
-        for _ in range(40):
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if m := re.search(r"at (http://127\.0\.0\.1:\d+)", line):
-                url = m.group(1)
-            if m := re.search(r"admin token .*: (\S+)$", line.strip()):
-                token = m.group(1)
-            if url and token:
-                break
-        assert url and token, "serve did not print its URL and admin token"
+        url, token = serve_address(proc, max_lines=40)
         h = httpx.post(f"{url}/admin/rollouts", json={"task_id": "demo"}, headers={"authorization": f"Bearer {token}"}).json()
         client = openai.OpenAI(base_url=h["openai_base_url"], api_key=h["api_key"], max_retries=0)
         r = client.chat.completions.create(model="whatever", messages=[{"role": "user", "content": "hi"}])

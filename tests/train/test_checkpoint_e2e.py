@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from testdeps import smollm2_tokenizer
+from testservers import serve_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # training alone takes 5-10 min on a loaded 2-core box
 openai = pytest.importorskip("openai")
@@ -111,18 +111,7 @@ def test_forge_proxy_serve_of_the_checkpoint_renders_training_prompts(run_dir, r
                              f"transformers:{resolve_checkpoint(run_dir, 'last')}", "--port", "0", "--max-tokens", "8"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
     try:
-        url = token = None
-        seen = []
-        for _ in range(200):
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            url = url or (m.group(1) if (m := re.search(r"at (http://127\.0\.0\.1:\d+)", line)) else None)
-            token = token or (m.group(1) if (m := re.search(r"admin token .*: (\S+)$", line.strip())) else None)
-            if url and token:
-                break
-        assert url and token, "".join(seen)
+        url, token = serve_address(proc)
         auth = {"authorization": f"Bearer {token}"}
         h = httpx.post(f"{url}/admin/rollouts", json={"task_id": "served"}, headers=auth).json()
         client = openai.OpenAI(base_url=h["openai_base_url"], api_key=h["api_key"], max_retries=0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from testservers import serve_address
 
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,20 +114,7 @@ def test_forge_proxy_serve_renders_the_training_prompt(trained, tmp_path):
                              f"transformers:{out}", "--port", "0", "--max-tokens", "4"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
-        url = token = None
-        seen = []
-        for _ in range(200):
-            line = proc.stdout.readline()
-            if not line:
-                break
-            seen.append(line)
-            if m := re.search(r"at (http://127\.0\.0\.1:\d+)", line):
-                url = m.group(1)
-            if m := re.search(r"admin token .*: (\S+)$", line.strip()):
-                token = m.group(1)
-            if url and token:
-                break
-        assert url and token, "".join(seen)
+        url, token = serve_address(proc)
         auth = {"authorization": f"Bearer {token}"}
         h = httpx.post(f"{url}/admin/rollouts", json={"task_id": "parity"}, headers=auth).json()
         client = openai.OpenAI(base_url=h["openai_base_url"], api_key=h["api_key"], max_retries=0)
