@@ -7,7 +7,7 @@ groups (``faults``) — and evaluates the warm-start ("before") and both trained
 the same tasks with faults in every episode (the recoverable kinds, one per episode, the same faults
 for every policy: a fixed eval seed). Prints, per policy: pass rate with faults, fault recovery rate
 (fault met → task still solved), faults met, steps to recover, with the number of trials and Wilson
-95 % intervals, and the after − before differences (normal-approximation 95 % interval) — the
+95 % intervals, and the after − before differences (Newcombe's 95 % interval) — the
 baseline is the warm-start measured in the same run.
 
     python benchmarks/recovery.py        # 1 GRPO step each (2 tasks × 4), evals of 4 tasks × 2 trials
@@ -22,28 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import time
 from typing import Any
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (float("nan"), float("nan"))
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
-
-
-def diff_ci(k1: int, n1: int, k2: int, n2: int, z: float = 1.96) -> tuple[float, float, float]:
-    """(p2 − p1, low, high): normal approximation for a difference of two proportions."""
-    if not n1 or not n2:
-        return (float("nan"),) * 3
-    p1, p2 = k1 / n1, k2 / n2
-    se = math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2)
-    return (p2 - p1, p2 - p1 - z * se, p2 - p1 + z * se)
 
 
 async def evaluate(forge: Any, tasks: list, trials: int, seed: int) -> dict[str, Any]:
@@ -111,16 +91,19 @@ def _say(msg: str) -> None:
 def _fmt(k: int, n: int) -> str:
     if not n:
         return "–"
-    lo, hi = wilson(k, n)
+    from openforge.analysis.ci import wilson_interval
+
+    lo, hi = wilson_interval(k, n)
     return f"{k}/{n} = {k / n:.2f} [{lo:.2f}, {hi:.2f}]"
 
 
 def _diff(a: dict[str, Any], b: dict[str, Any], kk: str, nk: str) -> str:
-    d, lo, hi = diff_ci(a[kk], a[nk], b[kk], b[nk])
-    if math.isnan(d):
+    from openforge.analysis.ci import diff_interval, verdict
+
+    if not a[nk] or not b[nk]:
         return "–"
-    verdict = "within noise" if lo <= 0 <= hi else ("better" if d > 0 else "worse")
-    return f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}] ({verdict})"
+    d, lo, hi = diff_interval(a[kk], a[nk], b[kk], b[nk])
+    return f"{d:+.2f} [{lo:+.2f}, {hi:+.2f}] ({verdict(lo, hi)})"
 
 
 def report(res: list[dict[str, Any]]) -> None:

@@ -166,6 +166,7 @@ def test_loss_agg_passes_through_and_rollout_mean_is_refused(tmp_path):
 # ------------------------------------------------------------------ the agent loop itself
 
 _RUNNER_FAIL: set[str] = set()
+_GROUP_SEEDS: dict[str, object] = {}  # rollout id -> the group_seed its task carried
 
 
 async def scripted_runner_factory(*, backend, max_tokens, **settings):
@@ -174,6 +175,7 @@ async def scripted_runner_factory(*, backend, max_tokens, **settings):
     from openforge.proxy.backends.base import GenContext, SamplingParams
 
     async def run(task: Task, rollout_id: str) -> Trajectory:
+        _GROUP_SEEDS[rollout_id] = task.metadata.get("group_seed")
         if any(rollout_id.startswith(p) for p in _RUNNER_FAIL):
             raise ConnectionError("sandbox died")
         params = SamplingParams(max_tokens=max_tokens)
@@ -245,6 +247,17 @@ async def test_agent_loop_sessions_and_group_failure(tiny_llama, smollm2_tokeniz
         assert len(o.response_logprobs) == len(o.response_ids)
         d = o.as_dict()
         assert float(d["rm_scores"][-1]) == 1.0
+    # a group's sessions share its seed (the uid), so they draw the same faults; another group does not
+    seeds = {rid.split("-")[0]: seed for rid, seed in _GROUP_SEEDS.items()}
+    assert seeds == {"u1": "u1"} and len(_GROUP_SEEDS) == 2
+    from openforge.faults.spec import FaultConfig, plan_faults
+
+    faults = FaultConfig(fraction=0.5)
+    t2 = Task(id="t2", instruction="x", environment="claw", metadata={"solution": ["cat a.txt"]})
+    draws = {g: plan_faults(t2.model_copy(update={"metadata": {**t2.metadata, "group_seed": g}}), faults)
+             for g in (f"u{i}" for i in range(12))}
+    draws = {g: (faulty, tuple(f.kind for f in fs)) for g, (faulty, fs) in draws.items()}
+    assert len(set(draws.values())) > 1  # other groups (other steps) get other faults
     rid, sp_sent = server.calls[0]
     assert rid.startswith("u1-")  # sticky routing key: the rollout id
     assert sp_sent["max_tokens"] == 4 and sp_sent["logprobs"] is True and sp_sent["temperature"] == 1.0

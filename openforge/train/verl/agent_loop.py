@@ -137,6 +137,9 @@ class OpenForgeAgentLoop(AgentLoopBase):
             raise ValueError("openforge agent loop: dataset row has no extra_info['task'] (build it with "
                              "openforge.train.verl.launch.build_dataset)")
         task = Task.model_validate_json(task_json) if isinstance(task_json, str) else Task.model_validate(task_json)
+        # the group's seed is its uid (shared by its n sessions, new every step): GRPO siblings face the
+        # same injected faults, and a task drawn again later gets a fresh draw
+        task = task.model_copy(update={"metadata": {**task.metadata, "group_seed": uid}})
         n = int(info.get("group_size") or self.rollout_config.get("n") or 1)
         rollout_id = f"{uid}-{sid}-{uuid.uuid4().hex[:6]}"
         self.backend.open_rollout(rollout_id, sampling_params)  # this session's sampling, train or validation
