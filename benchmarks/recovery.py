@@ -4,14 +4,14 @@ Trains the CPU default (SmolLM2-135M-Instruct, the ``claw-grpo`` ``cpu`` preset:
 warm-start on the reference solutions, then GRPO on the easy train tasks) twice from the same
 warm-start — once on clean episodes (``cpu``), once with faults injected into a fraction of the task
 groups (``faults``) — and evaluates the warm-start ("before") and both trained policies ("after") on
-the same tasks with faults in every episode (the recoverable kinds, one per episode, the same faults
+the same tasks (by default the claw ``heldout`` split, never trained on) with faults in every episode (the recoverable kinds, one per episode, the same faults
 for every policy: a fixed eval seed). Prints, per policy: pass rate with faults, fault recovery rate
 (fault met → task still solved), faults met, steps to recover, with the number of trials and Wilson
 95 % intervals, and the after − before differences (Newcombe's 95 % interval) — the
 baseline is the warm-start measured in the same run.
 
-    python benchmarks/recovery.py        # 1 GRPO step each (2 tasks × 4), evals of 4 tasks × 2 trials
-    python benchmarks/recovery.py --steps 4 --tasks-per-step 4 --max-tasks 11 --trials 4   # a real look
+    python benchmarks/recovery.py        # 1 GRPO step each (2 tasks × 4), evals of 9 held-out tasks × 2 trials
+    python benchmarks/recovery.py --steps 2 --tasks-per-step 4 --trials 3 --timeout-s 300   # the README's run
 
 The default size fits ~20 min on a 2-core machine shared with other jobs, with the ``cpu`` preset's
 warm-start cached (the first run of the preset builds it: add ~5-30 min). It is far too small to show
@@ -30,12 +30,9 @@ async def evaluate(forge: Any, tasks: list, trials: int, seed: int) -> dict[str,
     """Every task ``trials`` times with a fault in every episode (same faults for every policy)."""
     from openforge.analysis.recovery import fault_outcomes, is_faulty
     from openforge.faults.env import with_faults, without_faults
-    from openforge.rollout import run_groups
 
     env = with_faults(without_faults(forge.env), {"fraction": 1.0, "per_episode": 1, "seed": seed})
-    groups = await run_groups(tasks, trials, forge.cfg.rollout.concurrency, harness=forge.harness_factory(),
-                              environment=env, launcher=forge.launcher, proxy=forge.proxy, store=forge.store,
-                              budget_s=forge.cfg.rollout.timeout_s, progress=False, min_group=1, seed=seed)
+    groups = await forge.runtime.groups(tasks, trials, min_group=1, environment=env, seed=seed, keep=False)
     trajs = [t for g in groups for t in g.trajectories]
     faulty = [t for t in trajs if is_faulty(t)]
     outs = [o for t in faulty for o in fault_outcomes(t)]
@@ -53,22 +50,23 @@ async def train_and_eval(preset: str, args: argparse.Namespace, *, with_before: 
     from openforge.config import load_config
     from openforge.forge import Forge, load_tasks
     from openforge.recipes import recipe_config
-    from openforge.train.sft import warm_start
+    from openforge.teacher import warm_start
 
     overrides = [f"trainer.steps={args.steps}", "trainer.cpu.max_resample_rounds=1", "trainer.checkpoint_every=0",
                  f"rollout.tasks_per_step={args.tasks_per_step}", f"rollout.timeout_s={args.timeout_s}",
-                 f"run_dir={args.out}/{preset}", f"seed={args.seed}"]
+                 f"run_dir={args.out}/{preset}", f"seed={args.seed}", "eval.heldout.enabled=false"]
     if preset == "faults":
         overrides.append(f"env.options.faults.fraction={args.fraction}")
     cfg = load_config(recipe_config("claw-grpo"), preset=preset, overrides=overrides)
-    out: dict[str, Any] = {"preset": preset}
+    out: dict[str, Any] = {"preset": preset, "split": args.split}
     async with Forge(cfg, progress=False) as forge:
-        tasks = load_tasks(cfg, forge.env)
+        tasks = load_tasks(cfg, forge.env) if args.split == "train" else list(forge.env.tasks(args.split))
         eval_tasks = tasks[: args.max_tasks] if args.max_tasks else tasks
         if with_before:
             _say(f"{preset}: warm-start, then eval before training")
             t = time.monotonic()
-            await warm_start(forge, list(forge.env.tasks(cfg.env.split)))
+            await warm_start(forge.runtime, cfg, list(forge.env.tasks(cfg.env.split)), model=forge.model,
+                             tokenizer=forge.tokenizer, run_dir=forge.run_dir, log=_say)
             out["before"] = await evaluate(forge, eval_tasks, args.trials, args.eval_seed)
             out["before"]["s"] = time.monotonic() - t
         _say(f"{preset}: GRPO ({args.steps} step(s))")
@@ -109,7 +107,7 @@ def _diff(a: dict[str, Any], b: dict[str, Any], kk: str, nk: str) -> str:
 def report(res: list[dict[str, Any]]) -> None:
     before = res[0]["before"]
     rows = [("warm-start (before)", before)] + [(f"after GRPO, {r['preset']} preset", r["after"]) for r in res]
-    print("\nEval: the easy tasks with a fault in every episode (same faults for every policy)")
+    print(f"\nEval: the {res[0]['split']} tasks with a fault in every episode (same faults for every policy)")
     print(f"{'policy':32} {'pass rate with faults':28} {'fault recovery (met→solved)':28} {'met/injected':13} "
           f"{'steps to recover':17} repeats failing action")
     for name, r in rows:
@@ -133,7 +131,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1, help="GRPO steps per training run")
     ap.add_argument("--tasks-per-step", type=int, default=2, help="task groups (of 4 rollouts) per GRPO step")
     ap.add_argument("--trials", type=int, default=2, help="eval trials per task")
-    ap.add_argument("--max-tasks", type=int, default=4, help="eval the first N easy tasks (0: all 11)")
+    ap.add_argument("--split", default="heldout",
+                    help="eval tasks: a claw split (heldout: 9 variants of the trained skills, never trained on) "
+                         "or `train` (the easy tasks the runs train on)")
+    ap.add_argument("--max-tasks", type=int, default=0, help="eval the first N tasks of --split (0: all)")
     ap.add_argument("--fraction", type=float, default=0.5, help="faulty share of the training groups (faults preset)")
     ap.add_argument("--timeout-s", type=float, default=120, help="wall-clock budget per rollout (raise it on a loaded machine)")
     ap.add_argument("--seed", type=int, default=0)
