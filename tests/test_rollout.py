@@ -233,11 +233,11 @@ def test_forge_rollout_cli_writes_trajectory(tmp_path, env, task):
 
     if env == "desktop" and not (shutil.which("Xvfb") and shutil.which("xdotool")):
         missing("Xvfb/xdotool not installed (apt-get install xvfb xdotool)")
-    out = tmp_path / "out"
+    out = tmp_path / "runs" / "one"  # given relative, as in the README (sockets must not live under it)
     r = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--env", env, "--task", task,
-                        "--backend", "scripted:-", "--reference", "--out", str(out)], capture_output=True, text=True,
+                        "--backend", "scripted:-", "--reference", "--out", "runs/one"], capture_output=True, text=True,
                        env={**os.environ, "COLUMNS": "200"},
-                       timeout=300)
+                       cwd=tmp_path, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "success" in r.stdout and "written" in r.stdout
     traj = json.loads((out / "trajectory.json").read_text())
