@@ -73,7 +73,7 @@ async def record(client: Any, proxy: Any, turns: int, text: str) -> str:
         r = await client.post(f"{h.openai_base_url}/chat/completions", headers={"authorization": f"Bearer {h.api_key}"},
                               json={"model": "m", "max_tokens": 64, "messages": messages})
         r.raise_for_status()
-        messages = messages + [r.json()["choices"][0]["message"], {"role": "user", "content": tool_output(i, text)}]
+        messages = [*messages, r.json()["choices"][0]["message"], {"role": "user", "content": tool_output(i, text)}]
     return h.rollout_id
 
 
@@ -159,7 +159,7 @@ def pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
     xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+    return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))]
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -38,7 +38,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--eval-harnesses", default="react,pi")
     ap.add_argument("--eval-splits", default="eval,heldout", help="claw splits to evaluate on")
     ap.add_argument("--eval-tasks", type=int, default=None, help="first N tasks of each split (default: all)")
-    ap.add_argument("--trials", type=int, default=4, help="rollouts per task and eval harness")
+    ap.add_argument("--trials", type=int, default=3, help="rollouts per task and eval harness")
+    ap.add_argument("--split-trials", action="append", default=[], metavar="SPLIT=N",
+                    help="trials for one split instead of --trials (repeatable), e.g. eval=1")
     ap.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the preset's)")
     ap.add_argument("--no-untrained", action="store_true", help="skip the untrained baseline row")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -46,32 +48,47 @@ def _args() -> argparse.Namespace:
     return ap.parse_args()
 
 
+def _eval_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What a row's numbers depend on besides its training run: a saved row is reused only if they match."""
+    per_split = dict(kv.split("=", 1) for kv in args.split_trials)
+    return {"harnesses": args.eval_harnesses, "eval_tasks": args.eval_tasks, "preset": args.preset,
+            "steps": args.steps, "overrides": args.overrides,
+            "trials": {s: int(per_split.get(s, args.trials)) for s in args.eval_splits.split(",") if s}}
+
+
 async def _policy_row(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """Train one policy (or resume its finished run) and evaluate it on every split × eval harness."""
+    """Train one policy (or resume its finished run) and evaluate it on every split × eval harness;
+    a row saved by an earlier run with the same settings (``OUT/<name>/row.json``) is reused."""
     from openforge.forge import Forge
     from openforge.harnesses.prompt_fit import check_prompt_fits
     from openforge.heldout_eval import run_point
     from openforge.recipes import load_recipe_config
 
     run_dir = args.out / name
+    settings = _eval_settings(args)
+    saved = run_dir / "row.json"
+    if saved.is_file() and json.loads(saved.read_text()).get("settings") == settings:
+        print(f"{name}: reusing {saved}", flush=True)
+        return json.loads(saved.read_text())
     cfg = load_recipe_config("claw-grpo", preset=args.preset, overrides=[
         *overrides, f"run_dir={run_dir}", "eval.heldout.enabled=false", *args.overrides])
     check_prompt_fits(cfg)
     harnesses = [h for h in args.eval_harnesses.split(",") if h]
-    row: dict[str, Any] = {"train": name, "harness": cfg.harness.name, "cells": {}}
+    row: dict[str, Any] = {"train": name, "harness": cfg.harness.name, "settings": settings, "cells": {}}
     t0 = time.monotonic()
     async with Forge(cfg, progress=False) as forge:
         summary = await forge.train()
         row["train_time_s"] = round(time.monotonic() - t0, 1)
         row["steps"] = [{k: s.get(k) for k in ("step", "reward_mean", "pass_rate", "gradient_step", "per_harness")}
                         for s in summary.get("steps", [])]
-        for split in [s for s in args.eval_splits.split(",") if s]:
+        for split, trials in settings["trials"].items():
             tasks = list(forge.env.tasks(split))[: args.eval_tasks]
             res = await run_point(forge, tasks, f"transfer-{split}", label=name, harnesses=harnesses,
-                                  trials=args.trials, path=run_dir / f"eval-{split}")
+                                  trials=trials, path=run_dir / f"eval-{split}")
             for h, m in res["per_harness"].items():
                 row["cells"][f"{split}/{h}"] = m
     row["time_s"] = round(time.monotonic() - t0, 1)
+    saved.write_text(json.dumps(row, indent=1))
     print(f"{name}: trained in {row['train_time_s']:.0f}s, evaluated in {row['time_s'] - row['train_time_s']:.0f}s: "
           + ", ".join(f"{k} {m['successes']}/{m['trials']}" for k, m in row["cells"].items()), flush=True)
     return row
@@ -99,7 +116,8 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(f"| {r['train']} | {' | '.join(cells)} |")
     lines.append("")
     lines.append(f"claw-grpo preset `{args.preset}`{f', {args.steps} GRPO steps' if args.steps is not None else ''}; "
-                 f"{args.trials} trial(s) per task and harness; first {args.eval_tasks or 'all'} task(s) of each split; "
+                 f"trials per task and harness: {_eval_settings(args)['trials']}; "
+                 f"first {args.eval_tasks or 'all'} task(s) of each split; "
                  "successes/valid trials, Wilson 95 % CI; change vs the untrained model with Newcombe's 95 % CI.")
     return "\n".join(lines)
 

@@ -29,8 +29,7 @@ def agent_calls(turns: int, rid: str = "r") -> list[ModelCall]:
                                system_prefix_len=399))
         observation = [5000 + i * 3 + k for k in range(120)]
         ctx = ctx + out + observation
-        messages = messages + [{"role": "assistant", "content": f"step {i}"},
-                               {"role": "user", "content": f"tool output {i}: " + "x" * 400}]
+        messages = [*messages, {"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": f"tool output {i}: " + "x" * 400}]
     return calls
 
 
@@ -107,8 +106,8 @@ def test_a_trajectory_stores_what_was_put_not_what_was_logged(tmp_path):
         unlogged = ModelCall(index=9, prompt_ids=[42], output_ids=[43], output_logprobs=[-0.5])
         traj = Trajectory(rollout_id="r", task_id="t", calls=[calls[0], calls[1], changed, calls[3], unlogged]).build()
         padded = traj.segments[0].model_copy(update={  # valid, but longer than its last call: not derivable
-            "input_ids": traj.segments[0].input_ids + [77], "loss_mask": traj.segments[0].loss_mask + [0],
-            "logprobs": traj.segments[0].logprobs + [0.0]})
+            "input_ids": [*traj.segments[0].input_ids, 77], "loss_mask": [*traj.segments[0].loss_mask, 0],
+            "logprobs": [*traj.segments[0].logprobs, 0.0]})
         traj = traj.model_copy(update={"segments": [padded, *traj.segments[1:]]})
         store.put_trajectory(traj)
         assert store.get_trajectory("r") == traj
