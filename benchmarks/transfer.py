@@ -56,6 +56,22 @@ def _eval_settings(args: argparse.Namespace) -> dict[str, Any]:
             "trials": {s: int(per_split.get(s, args.trials)) for s in args.eval_splits.split(",") if s}}
 
 
+def _saved_point(path: Path, harnesses: list[str], trials: int, tasks: list[Any]) -> dict[str, Any] | None:
+    """The numbers of an evaluation an interrupted earlier run finished (after training, so of the same
+    policy) with the same harnesses, trials and tasks; else None."""
+    import yaml
+
+    try:
+        done = yaml.safe_load((path / "config.yaml").read_text())
+        numbers = json.loads((path / "heldout.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (done.get("harness"), done.get("trials"), done.get("tasks")) != (",".join(harnesses), trials, [t.id for t in tasks]):
+        return None
+    print(f"reusing {path}", flush=True)
+    return numbers
+
+
 async def _policy_row(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Train one policy (or resume its finished run) and evaluate it on every split × eval harness;
     a row saved by an earlier run with the same settings (``OUT/<name>/row.json``) is reused."""
@@ -83,8 +99,9 @@ async def _policy_row(name: str, overrides: list[str], args: argparse.Namespace)
                         for s in summary.get("steps", [])]
         for split, trials in settings["trials"].items():
             tasks = list(forge.env.tasks(split))[: args.eval_tasks]
-            res = await run_point(forge, tasks, f"transfer-{split}", label=name, harnesses=harnesses,
-                                  trials=trials, path=run_dir / f"eval-{split}")
+            path = run_dir / f"eval-{split}"
+            res = _saved_point(path, harnesses, trials, tasks) or await run_point(
+                forge, tasks, f"transfer-{split}", label=name, harnesses=harnesses, trials=trials, path=path)
             for h, m in res["per_harness"].items():
                 row["cells"][f"{split}/{h}"] = m
     row["time_s"] = round(time.monotonic() - t0, 1)
