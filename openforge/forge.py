@@ -388,7 +388,13 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
         dump_config(cfg, run_dir / "config.yaml")
         return await asyncio.to_thread(launch, cfg, run_dir, load_tasks(cfg))
     async with Forge(cfg, progress=progress) as forge:
-        return await forge.train()
+        try:
+            return await forge.train()
+        except asyncio.CancelledError:  # Ctrl-C: say what is kept before the clean-up (which waits for
+            forge.console.log(  # a training step under way to end: a thread cannot be stopped mid-step)
+                f"interrupted: stopping. {forge.run_dir} keeps every finished rollout and checkpoint; "
+                f"run again with run_dir={forge.run_dir} to resume")
+            raise
 
 
 def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe: str | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import typer
@@ -35,7 +36,6 @@ def serve(
 ) -> None:
     """Serve Chat Completions, Responses and Anthropic Messages under /r/{rollout_id}; create
     rollouts with POST /admin/rollouts (Authorization: Bearer $OPENFORGE_ADMIN_TOKEN)."""
-    import asyncio
     import os
     import secrets
 
@@ -54,6 +54,7 @@ def serve(
                              header_timeout_s=header_timeout, body_timeout_s=body_timeout)
 
     async def main() -> None:
+        stop = _stop_on_signals()
         async with Session(be, store=store, proxy=settings, close_backend=True) as session:
             proxy = session.proxy
             typer.echo(f"openforge proxy serving {be.describe()} at {proxy.url}" + (f" and unix:{uds}" if uds else ""))
@@ -61,7 +62,7 @@ def serve(
                 typer.echo(f"admin token (set OPENFORGE_ADMIN_TOKEN to choose one): {token}")
             typer.echo(f"create a rollout: curl -s -X POST {proxy.url}/admin/rollouts -H 'authorization: Bearer "
                        f"{'$OPENFORGE_ADMIN_TOKEN' if not printed_token else token}' -d '{{\"task_id\": \"demo\"}}'")
-            await proxy.wait_closed()
+            await stop.wait()
 
     try:
         try:
@@ -72,3 +73,16 @@ def serve(
             asyncio.run(main())
     except KeyboardInterrupt:
         pass
+
+
+
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT (installed before the proxy says where it serves, so a signal
+    that comes right after still stops it cleanly: the session closes the proxy and the store)."""
+    import signal
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop
