@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -114,6 +116,8 @@ def report(res: list[dict[str, Any]]) -> None:
         s = r["steps_to_recover"]
         print(f"{name:32} {_fmt(r['passed'], r['trials']):28} {_fmt(r['recovered'], r['met']):28} "
               f"{r['met']}/{r['faults']:<11} {('–' if s is None else f'{s:.1f}'):17} {r['repeats']}/{r['met']}")
+    print("episodes (valid / with an armed fault / discarded as infra failures): " + "; ".join(
+        f"{name} {r['all_trials']}/{r['trials']}/{r['discarded']}" for name, r in rows))
     print("\nafter − before (95 % interval):")
     for r in res:
         print(f"  {r['preset']:7} pass rate {_diff(before, r['after'], 'passed', 'trials')}; "
@@ -146,6 +150,9 @@ def main() -> None:
     res.append(asyncio.run(train_and_eval("faults", args, with_before=False)))
     report(res)
     print(f"\ntotal {time.monotonic() - t0:.0f}s")
+    out = Path(args.out) / "results.json"
+    out.write_text(json.dumps({"args": vars(args), "results": res, "total_s": round(time.monotonic() - t0)}, indent=1))
+    print(f"written {out}")
 
 
 if __name__ == "__main__":
