@@ -75,7 +75,6 @@ def serve(
         pass
 
 
-
 def _stop_on_signals() -> asyncio.Event:
     """An event set by SIGTERM or SIGINT (installed before the proxy says where it serves, so a signal
     that comes right after still stops it cleanly: the session closes the proxy and the store)."""

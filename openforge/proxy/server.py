@@ -192,11 +192,6 @@ class ProxyServer:
         if self._agent_dir is not None:
             shutil.rmtree(self._agent_dir, ignore_errors=True)
 
-    async def wait_closed(self) -> None:
-        """Return when any of the proxy's listeners has stopped (e.g. on a signal)."""
-        while self._servers and not any(task.done() for _, task in self._servers):
-            await asyncio.sleep(0.5)
-
     async def aclose(self) -> None:
         await self.stop()
         await self.backend.aclose()
