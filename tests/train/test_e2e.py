@@ -9,7 +9,7 @@ import json
 import pytest
 from testdeps import smollm2_tokenizer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 @pytest.fixture(scope="module")
