@@ -103,7 +103,9 @@ def warm_start_key(cfg: RunConfig, env: Environment, tasks: Sequence[Task]) -> s
     from . import __version__
 
     blob = json.dumps({
-        "v": __version__, "model": cfg.model.name, "harness": cfg.harness.model_dump(), "env": cfg.env.name,
+        # the harnesses as they run (name → weight, options), so `react` and `[react]` share a warm-start
+        "v": __version__, "model": cfg.model.name, "env": cfg.env.name,
+        "harness": {n: [w, cfg.harness.options_for(n)] for n, w in cfg.harness.weights().items()},
         "tasks": [[t.id, t.instruction, env.reference_solution(t)] for t in tasks],
         "sft": cfg.sft.model_dump(exclude={"cache", "task_scope"}), "max_tokens": cfg.rollout.max_tokens,
         "seed": cfg.seed,
