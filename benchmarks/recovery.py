@@ -4,8 +4,8 @@ Trains the CPU default (SmolLM2-135M-Instruct, the ``claw-grpo`` ``cpu`` preset:
 warm-start on the reference solutions, then GRPO on the easy train tasks) twice from the same
 warm-start — once on clean episodes (``cpu``), once with faults injected into a fraction of the task
 groups (``faults``) — and evaluates the warm-start ("before") and both trained policies ("after") on
-the same tasks (by default the claw ``heldout`` split, never trained on) with faults in every episode (the recoverable kinds, one per episode, the same faults
-for every policy: a fixed eval seed). Prints, per policy: pass rate with faults, fault recovery rate
+the same tasks (by default the claw ``heldout`` split, never trained on) with faults in every episode
+(the recoverable kinds, one per episode, the same faults for every policy: a fixed eval seed). Prints, per policy: pass rate with faults, fault recovery rate
 (fault met → task still solved), faults met, steps to recover, with the number of trials and Wilson
 95 % intervals, and the after − before differences (Newcombe's 95 % interval) — the
 baseline is the warm-start measured in the same run.

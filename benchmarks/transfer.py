@@ -66,7 +66,8 @@ def _saved_point(path: Path, harnesses: list[str], trials: int, tasks: list[Any]
         numbers = json.loads((path / "heldout.json").read_text())
     except (OSError, ValueError):
         return None
-    if (done.get("harness"), done.get("trials"), done.get("tasks")) != (",".join(harnesses), trials, [t.id for t in tasks]):
+    if (done.get("harness"), done.get("trials"), done.get("tasks")) != (",".join(harnesses), trials,
+                                                                       [t.id for t in tasks]):
         return None
     print(f"reusing {path}", flush=True)
     return numbers
@@ -83,9 +84,10 @@ async def _policy_row(name: str, overrides: list[str], args: argparse.Namespace)
     run_dir = args.out / name
     settings = _eval_settings(args)
     saved = run_dir / "row.json"
-    if saved.is_file() and json.loads(saved.read_text()).get("settings") == settings:
+    earlier = json.loads(saved.read_text()) if saved.is_file() else {}
+    if earlier.get("settings") == settings:
         print(f"{name}: reusing {saved}", flush=True)
-        return json.loads(saved.read_text())
+        return earlier
     cfg = load_recipe_config("claw-grpo", preset=args.preset, overrides=[
         *overrides, f"run_dir={run_dir}", "eval.heldout.enabled=false", *args.overrides])
     check_prompt_fits(cfg)

@@ -41,9 +41,9 @@ for h in codex claude-code pi openclaw browser-use; do
   python -m openforge.cli.main harness install "$h" >/dev/null 2>/tmp/openforge-harness-install.log \
     || { tail -3 /tmp/openforge-harness-install.log >&2; fail_install "could not install harness $h"; }
 done
-# Arguments: run exactly that (e.g. one file). None: the default suite (everything but `heavy`, well under
-# 30 min), then the `heavy` end-to-end training runs if the whole job is still under
-# OPENFORGE_HEAVY_START_S seconds (default 3000: they take ~10-25 min; CI stops at 90 min).
+# Arguments: run exactly that (e.g. one file). None: the default suite (everything but `heavy`), then
+# the `heavy` end-to-end training runs if the whole job is still under OPENFORGE_HEAVY_START_S seconds
+# (default 3000: they took 12 min on a loaded 2-core machine; CI stops at 90 min).
 pytest_phase() {  # pytest's exit code, with 5 (nothing collected) as success
   set +e; python -m pytest -q "$@"; local rc=$?; set -e
   if [ "$rc" -eq 5 ]; then echo "pytest collected no tests"; rc=0; fi

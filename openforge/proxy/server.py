@@ -144,7 +144,6 @@ class ProxyServer:
         # (a run's, then side proxies started and stopped while it runs) a stale handler of a stopped
         # server ends up installed and Ctrl-C does nothing. The owner stops the proxy (stop / async with).
         server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
-        server.install_signal_handlers = lambda: None  # uvicorn < 0.29
         task = asyncio.ensure_future(server.serve(sockets=socks))
         self._servers.append((server, task))
         while not server.started:

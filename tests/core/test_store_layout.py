@@ -29,7 +29,8 @@ def agent_calls(turns: int, rid: str = "r") -> list[ModelCall]:
                                system_prefix_len=399))
         observation = [5000 + i * 3 + k for k in range(120)]
         ctx = ctx + out + observation
-        messages = [*messages, {"role": "assistant", "content": f"step {i}"}, {"role": "user", "content": f"tool output {i}: " + "x" * 400}]
+        messages = [*messages, {"role": "assistant", "content": f"step {i}"},
+                    {"role": "user", "content": f"tool output {i}: " + "x" * 400}]
     return calls
 
 

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+from testservers import serve_address
+
 PROGRAM = textwrap.dedent("""
     import asyncio, httpx
     from openforge.proxy.backends.scripted import ScriptedBackend
@@ -54,8 +56,6 @@ def test_ctrl_c_after_side_proxies_cancels_the_run_while_its_proxy_serves():
 
 
 def test_forge_proxy_serve_stops_cleanly_on_sigterm(tmp_path):
-    from testservers import serve_address
-
     script = tmp_path / "policy.yaml"
     script.write_text("turns:\n  - text: hi\n")
     proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", "--backend",

@@ -18,7 +18,8 @@ import pytest
 from testdeps import smollm2_tokenizer
 from testservers import serve_address
 
-pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]  # training alone takes 5-10 min on a loaded 2-core box
+# training alone takes 5-10 min on a loaded 2-core box
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]
 openai = pytest.importorskip("openai")
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS_OPTS = ["--harness-opt", "max_turns=2", "--harness-opt", "max_tokens=48", "--harness-opt", "max_output=400"]
