@@ -46,6 +46,7 @@ __all__ = [
     "StoreError",
     "StoreForeign",
     "StoreLocked",
+    "TrainingStopped",
 ]
 
 
@@ -110,6 +111,11 @@ class StoreForeign(StoreError):
 
 class StoreCorrupt(StoreError):
     """The file is not a database, or its database is damaged."""
+
+
+class TrainingStopped(ForgeError, RuntimeError):
+    """A training step asked to stop (Ctrl-C) returned between micro-batches: the micro-batch in
+    flight was finished, its gradient dropped, no optimizer step taken for it."""
 
 
 class BackendError(ForgeError, RuntimeError):

@@ -278,6 +278,7 @@ class Forge:
     async def _grpo_step(self, step: int, order: list[Task]) -> dict[str, Any]:
         """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
         from .train.grpo import build_samples
+        from .train.stop import run_stoppable
 
         cfg = self.cfg
         tcfg = cfg.trainer.cpu
@@ -292,7 +293,7 @@ class Forge:
         tm: dict[str, float] = {"trained_tokens": 0.0}
         if take:
             async with self.runtime.paused():  # no generation while the served module changes
-                tm = await asyncio.to_thread(self.trainer.step, samples)
+                tm = await run_stoppable(self.trainer.step, samples)
             await self.trainer.publish(self.backend)
         line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
                                                             "step_time_s": time.monotonic() - t0})

@@ -13,7 +13,6 @@ decides which rollouts to run and where their results go.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import time
@@ -30,6 +29,7 @@ from .session import Session, backend_for, each_harness, load_environment, selec
 from .task import Task
 from .train.cpu import use_bf16_autocast
 from .train.sft import _no_samples, export_sft, load_token_samples, policy_renderer, sft_samples, sft_train
+from .train.stop import run_stoppable
 from .trajectory import Trajectory
 from .types import RolloutStatus
 
@@ -149,7 +149,7 @@ async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *,
             raise ConfigError(_no_samples(good, len(tasks), groups.counts(), run_dir))
     t_collect = time.monotonic() - t0
     async with session.paused():
-        stats = await asyncio.to_thread(
+        stats = await run_stoppable(
             sft_train, model, samples, lr=scfg.lr, epochs=scfg.epochs, batch_size=scfg.batch_size,
             max_steps=scfg.max_steps, seed=cfg.seed, trainer_config=cfg.trainer.cpu,
             autocast_bf16=use_bf16_autocast(scfg.autocast_bf16), log=log)

@@ -22,6 +22,9 @@ eval mode (no dropout), the exact quantity :class:`~openforge.proxy.backends.tra
 TransformersBackend` records, so importance ratios start at 1 (|Δ| ≈ 1e-5; bf16 would be ~0.2).
 The step reports that gap as ``behaviour_logprob_gap``.
 
+Stopping. A step runs in a worker thread; :meth:`CPUTrainer.step` checks its ``stop`` event between
+micro-batches, so Ctrl-C ends it within one micro-batch (:mod:`openforge.train.stop`).
+
 Weights. When the trainer holds the back-end's own module (the default) the update *is* the new
 policy; the caller pauses the proxy around :meth:`CPUTrainer.step` (pause → step → resume), see
 :meth:`CPUTrainer.publish`. Otherwise :meth:`publish` swaps the new state dict into the back-end.
@@ -30,12 +33,14 @@ policy; the caller pauses the proxy around :meth:`CPUTrainer.step` (pause → st
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ..config import CPUTrainerConfig
+from ..errors import TrainingStopped
 from .grpo import TrainSample, policy_loss
 
 __all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer", "pack_microbatches", "token_logprobs"]
@@ -201,8 +206,13 @@ class CPUTrainer:
 
     # ---------------------------------------------------------------- steps
     def step(self, samples: Sequence[TrainSample], *, kind: LossKind = "grpo",
-             progress: Callable[[int, int], None] | None = None) -> dict[str, float]:
-        """One optimizer step (``ppo_epochs`` of them for GRPO) over ``samples``; returns metrics."""
+             progress: Callable[[int, int], None] | None = None,
+             stop: threading.Event | None = None) -> dict[str, float]:
+        """One optimizer step (``ppo_epochs`` of them for GRPO) over ``samples``; returns metrics.
+
+        ``stop`` set (Ctrl-C, :func:`~openforge.train.stop.run_stoppable`) raises
+        :class:`~openforge.errors.TrainingStopped` before the next micro-batch; the gradient gathered so
+        far in that epoch is dropped, so the weights hold only whole optimizer steps."""
         import contextlib
 
         import torch
@@ -226,6 +236,9 @@ class CPUTrainer:
         for epoch in range(epochs):
             self.optimizer.zero_grad(set_to_none=True)
             for bi, (idx, t, ref) in enumerate(zip(batches, tensors, refs)):
+                if stop is not None and stop.is_set():
+                    self.optimizer.zero_grad(set_to_none=True)
+                    raise TrainingStopped(f"{kind} step {self.step_count + 1}: stopped on request")
                 amp = (torch.autocast("cpu", dtype=torch.bfloat16) if cfg.autocast_bf16
                        else contextlib.nullcontext())
                 with amp:

@@ -23,6 +23,7 @@ teachers train the warm-start and export as ``tokens`` too.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -227,8 +228,10 @@ def sft_samples(trajs: Iterable[Trajectory], renderer: Any = None) -> list[Train
 
 def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: int, batch_size: int,
               max_steps: int | None = None, seed: int = 0, trainer_config: Any = None,
-              autocast_bf16: bool = False, log: Any = None) -> dict[str, Any]:
-    """Token-mean cross-entropy on ``loss_mask == 1`` tokens, AdamW, ``batch_size`` samples per step."""
+              autocast_bf16: bool = False, log: Any = None,
+              stop: threading.Event | None = None) -> dict[str, Any]:
+    """Token-mean cross-entropy on ``loss_mask == 1`` tokens, AdamW, ``batch_size`` samples per step.
+    ``stop`` set raises :class:`~openforge.errors.TrainingStopped` between micro-batches."""
     import random
 
     from .cpu import CPUTrainer, CPUTrainerConfig
@@ -247,7 +250,7 @@ def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: 
             n = sum(s.num_trained_tokens for s in batch)
             weighted = [TrainSample(input_ids=s.input_ids, loss_mask=s.loss_mask, old_logprobs=s.old_logprobs,
                                     advantage=0.0, token_weights=[m / n for m in s.loss_mask]) for s in batch]
-            m = trainer.step(weighted, kind="sft")
+            m = trainer.step(weighted, kind="sft", stop=stop)
             losses.append(m["loss"])
             tokens += n
             steps += 1
