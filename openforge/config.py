@@ -283,6 +283,8 @@ class HeldoutConfig(_Section):
     tasks: list[str] | None = Field(None, description="explicit task ids instead of the split")
     max_tasks: int | None = Field(None, ge=1)
     trials: int = Field(3, ge=1, description="rollouts per task and harness at each point")
+    cache: bool = Field(True, description="reuse a clean 'before' measured earlier with the same model, tasks, "
+                        "harnesses and sampling (see openforge.heldout_eval)")
 
 
 class EvalConfig(_Section):

@@ -4,17 +4,26 @@
 Owns: :func:`run_point` (``trials`` rollouts of every held-out task through every harness of the run,
 with the run's live policy, through a side proxy of the run's session so nothing lands in the run's
 trajectory store; written to ``RUN_DIR/heldout/<point>/`` as a ``forge eval`` directory),
-:func:`heldout_before` and :func:`heldout_after`.
+:func:`heldout_before` and :func:`heldout_after`, and the cache of ``before`` points.
+
+The ``before`` point measures the model a run starts from, which does not depend on the run: the same
+model, tasks, harnesses, sampling and environment give the same measurement. It is the dearest part of
+a CPU run (the untrained model writes ``max_tokens`` at every call), so a clean one (no rollout lost to
+infrastructure) is kept under ``<cache root>/heldout/<key>/`` and copied into the next run that would
+measure the same thing (``eval.heldout.cache``; the table then says ``start, cached``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.heldout import compare_points, load_point, point_numbers
+from .paths import cache_root
 from .task import Task
 
 if TYPE_CHECKING:
@@ -22,7 +31,7 @@ if TYPE_CHECKING:
     from .forge import Forge
     from .trajectory import Trajectory
 
-__all__ = ["heldout_after", "heldout_before", "run_point"]
+__all__ = ["before_key", "heldout_after", "heldout_before", "run_point"]
 
 
 async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str,
@@ -65,9 +74,66 @@ def _write(path: Path, cfg: RunConfig, tasks: Sequence[Task], trajs: list[Trajec
 
 
 async def heldout_before(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
-    """The ``before`` point: run now (the policy the run starts from), or the one a resumed run wrote."""
-    before = load_point(forge.run_dir, "before") or await run_point(forge, tasks, "before", label="start")
-    return {"tasks": [t.id for t in tasks], "trials": forge.cfg.eval.heldout.trials, "before": before}
+    """The ``before`` point: the one a resumed run wrote, else a cached one, else run now (the policy
+    the run starts from; cached when no rollout was lost to infrastructure)."""
+    cfg = forge.cfg
+    before = load_point(forge.run_dir, "before")
+    if before is None:
+        key = before_key(cfg, tasks, backend=type(forge.backend).__qualname__)
+        cached = cache_root(cfg.cache_dir) / "heldout" / key if cfg.eval.heldout.cache else None
+        before = _from_cache(cached, forge.run_dir / "heldout" / "before") if cached else None
+        if before is not None:
+            forge.console.log(f"held-out before: cached {cached} (same model, tasks, harnesses and sampling)")
+        else:
+            before = await run_point(forge, tasks, "before", label="start")
+            if cached and _clean(before):
+                _to_cache(forge.run_dir / "heldout" / "before", cached)
+    return {"tasks": [t.id for t in tasks], "trials": cfg.eval.heldout.trials, "before": before}
+
+
+def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str) -> str:
+    """Everything that shapes a ``before`` measurement: the back-end serving it (``backend``: its class)
+    and its model (a local directory by its files' names, sizes and times), tasks, environment,
+    launcher, harnesses as they run, sampling, trials, seed."""
+    from . import __version__
+
+    model = Path(cfg.model.name).expanduser()
+    files = sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in model.iterdir() if f.is_file()) \
+        if model.is_dir() else None
+    blob = json.dumps({
+        "v": __version__, "backend": backend, "model": cfg.model.name, "model_files": files, "env": cfg.env.model_dump(),
+        "tasks": [[t.id, t.instruction] for t in tasks], "launcher": cfg.launcher.model_dump(),
+        "harness": {n: [w, cfg.harness.options_for(n)] for n, w in cfg.harness.weights().items()},
+        "rollout": cfg.rollout.model_dump(include={"temperature", "max_tokens", "timeout_s"}),
+        "trials": cfg.eval.heldout.trials, "seed": cfg.seed,
+    }, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _clean(point: dict[str, Any]) -> bool:
+    """No rollout of the point was lost to infrastructure (a loaded machine's timeouts are not kept)."""
+    return all(n.get("infra_failures", 0) == 0 for n in point.get("per_harness", {}).values())
+
+
+def _from_cache(cached: Path, dest: Path) -> dict[str, Any] | None:
+    if not (cached / "heldout.json").is_file():
+        return None
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(cached, dest)
+    point = json.loads((dest / "heldout.json").read_text())
+    point["label"] = "start, cached"
+    point["cached_from"] = str(cached)
+    (dest / "heldout.json").write_text(json.dumps(point, indent=1))
+    return point
+
+
+def _to_cache(src: Path, cached: Path) -> None:
+    """Copy ``src`` to ``cached`` whole or not at all (a concurrent or killed run leaves no half copy)."""
+    tmp = cached.with_name(f".{cached.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp)
+    shutil.rmtree(cached, ignore_errors=True)
+    tmp.replace(cached)
 
 
 async def heldout_after(forge: Forge, tasks: Sequence[Task], heldout: dict[str, Any]) -> dict[str, Any]:

@@ -142,7 +142,8 @@ async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_pa
     from openforge.session import Session, backend_for, harness_factory
 
     cfg = load_recipe_config("claw-grpo", overrides=["harness.name=[react]", "eval.heldout.max_tasks=2",
-                                                     "eval.heldout.trials=2", f"run_dir={tmp_path}"])
+                                                     "eval.heldout.trials=2", f"run_dir={tmp_path}",
+                                                     f"cache_dir={tmp_path / 'cache'}"])
     env = ClawEnvironment()
     held = check_heldout(cfg, env, load_tasks(cfg, env))
     forge = Forge(cfg, console=Console(quiet=True), progress=False)
@@ -165,3 +166,9 @@ async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_pa
     assert not (tmp_path / "trajectories.db").exists()  # nothing of it in the run's store
     # a resumed run reuses the before it wrote
     assert (await heldout_before(forge, held))["before"] == heldout["before"]
+    # another run that would measure the same before gets a copy of the clean one (no rollout)
+    forge.run_dir = tmp_path / "second"
+    forge.session = None
+    again = (await heldout_before(forge, held))["before"]
+    assert again["label"] == "start, cached" and again["per_harness"] == heldout["before"]["per_harness"]
+    assert json.loads((tmp_path / "second" / "heldout" / "before" / "eval.json").read_text())["tasks"] == 2
