@@ -4,10 +4,16 @@ Prints tokens/s of one :class:`openforge.train.cpu.CPUTrainer` GRPO step on ``--
 ``--tokens`` tokens (SmolLM2-135M, fp32, loss mask on the second half) next to a baseline measured
 in the same run: ``model(ids).logits → log_softmax → gather → masked clipped loss → backward →
 AdamW step`` written in plain PyTorch with no chunking or micro-batching. The ratio is the trainer's
-overhead (or gain: chunked logprobs avoid the full-vocabulary log_softmax copies).
+overhead (or gain: chunked logprobs avoid the full-vocabulary log_softmax copies, and the head runs
+only where the loss mask is 1).
+
+``--head-only`` times just that last part, on a harness-shaped batch: :func:`token_logprobs` forward +
+backward with the ``lm_head`` / ``log_softmax`` at every position (the baseline) against only at the
+trained positions (what the trainer does), same batch, same run.
 
     python benchmarks/train_step.py                 # 8 × 512, 2 timed steps each after a warm-up
     python benchmarks/train_step.py --batch 2 --tokens 256 --steps 1
+    python benchmarks/train_step.py --head-only --batch 2 --tokens 1700 --trained 200   # a pi-sized call
 """
 
 from __future__ import annotations
@@ -28,7 +34,13 @@ def main() -> None:
                     help="skip the baseline (to read the trainer's own peak RSS)")
     ap.add_argument("--trainable-layers", type=int, default=None,
                     help="also time the trainer with only the last N layers trained")
+    ap.add_argument("--trained", type=int, default=None, help="trained (generated) tokens per segment, at its "
+                    "end (default: half)")
+    ap.add_argument("--head-only", action="store_true",
+                    help="time token_logprobs at every position vs at the trained ones only")
     args = ap.parse_args()
+    if args.head_only:
+        return head_only(args)
 
     import torch
 
@@ -42,7 +54,7 @@ def main() -> None:
     B, T = args.batch, args.tokens
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(10, 49000, (B, T), generator=g)
-    half = T // 2
+    half = T - args.trained if args.trained else T // 2
     mask = [0] * half + [1] * (T - half)
     n_trained = B * (T - half)
     samples = [TrainSample(input_ids=ids[i].tolist(), loss_mask=mask, old_logprobs=[-10.0 * m for m in mask],
@@ -97,6 +109,43 @@ def main() -> None:
         print(f"{label:<34}{t_partial:>10.2f}{tok / t_partial:>12.1f}")
     print(f"trainer / plain throughput ratio: {t_plain / t_trainer:.2f}  (>1 = trainer faster)")
     print(f"peak RSS: {rss_plain:.2f} GiB after plain, {rss_all:.2f} GiB after both (ru_maxrss is a high-water mark)")
+
+
+def head_only(args: argparse.Namespace) -> None:
+    """token_logprobs forward + backward: every position (baseline) vs the trained positions only."""
+    import torch
+
+    from openforge.proxy.backends.transformers import load_smollm2
+    from openforge.train.cpu import token_logprobs
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, _ = load_smollm2()
+    B, T = args.batch, args.tokens
+    trained = args.trained or T // 2
+    ids = torch.randint(10, 49000, (B, T), generator=torch.Generator().manual_seed(0))
+    attn = torch.ones_like(ids)
+    pos = torch.zeros(B, T - 1, dtype=torch.bool)
+    pos[:, T - 1 - trained:] = True
+
+    def step(positions: torch.Tensor | None) -> float:
+        model.zero_grad(set_to_none=True)
+        t = time.perf_counter()
+        lp = token_logprobs(model, ids, attn, positions=positions)
+        (lp * pos).sum().backward()
+        return time.perf_counter() - t
+
+    every, only = [], []
+    step(None)  # warm-up
+    for _ in range(args.steps):  # interleaved, so drift in machine load hits both alike
+        every.append(step(None))
+        only.append(step(pos))
+    e, o = min(every), min(only)
+    print(f"batch {B} × {T} tokens, {trained} trained per segment, torch threads {torch.get_num_threads()}")
+    print(f"{'token_logprobs fwd+bwd':<34}{'s (best of ' + str(args.steps) + ')':>16}")
+    print(f"{'head at every position (baseline)':<34}{e:>16.2f}")
+    print(f"{'head at trained positions only':<34}{o:>16.2f}")
+    print(f"speed-up: {e / o:.2f}x")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ logprobs are computed once per step, before the first epoch, never by swapping s
 Memory. The full-vocabulary ``log_softmax`` over ``[B, T, 49152]`` is the memory hog of a step
 (0.8 GB per copy for 8 × 512 tokens). :func:`token_logprobs` runs the decoder once, then computes
 ``lm_head → log_softmax → gather`` in chunks of positions under activation checkpointing, so only
-``[B, T]`` logprobs stay alive and each chunk's logits are rebuilt during backward.
+``[B, T]`` logprobs stay alive and each chunk's logits are rebuilt during backward; and only at the
+positions the loss weighs (the generated tokens, not a harness's long prompt).
 
 Consistency. The trainer computes ``log_softmax(logits / temperature)`` in fp32 with the model in
 eval mode (no dropout), the exact quantity :class:`~openforge.proxy.backends.transformers.
@@ -89,11 +90,14 @@ def pack_microbatches(lengths: Sequence[int], max_tokens: int) -> list[list[int]
 
 
 def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperature: float = 1.0,
-                   chunk: int = 128) -> Any:
+                   chunk: int = 128, positions: Any = None) -> Any:
     """``[B, T-1]`` logprobs of ``input_ids[:, 1:]`` under ``model`` (fp32, chunked, checkpointed).
 
-    Works for decoder-only HF models exposing ``get_decoder()`` / ``get_output_embeddings()``;
-    other models fall back to one full-logits forward pass.
+    ``positions`` (bool ``[B, T-1]``): compute only there, 0 elsewhere. A loss that weighs only the
+    generated tokens needs no ``lm_head`` / ``log_softmax`` over the prompt: for a harness prompt of
+    ~1.5k tokens and a few hundred generated ones that is most of the head's cost
+    (``benchmarks/train_step.py``). Works for decoder-only HF models exposing ``get_decoder()`` /
+    ``get_output_embeddings()``; other models fall back to one full-logits forward pass.
     """
     import torch
     from torch.utils.checkpoint import checkpoint
@@ -106,6 +110,18 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperatu
         logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
         return torch.log_softmax(logits / temperature, -1).gather(-1, targets[..., None])[..., 0]
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    if positions is not None:  # the selected positions as one row: [1, N, H]
+        rows = _chunked_logprobs(head, hidden[positions][None], targets[positions][None], temperature,
+                                 chunk * hidden.shape[0], checkpoint)[0]
+        return rows.new_zeros(targets.shape).masked_scatter(positions, rows)
+    return _chunked_logprobs(head, hidden, targets, temperature, chunk, checkpoint)
+
+
+def _chunked_logprobs(head: Any, hidden: Any, targets: Any, temperature: float, chunk: int,
+                      checkpoint: Callable[..., Any]) -> Any:
+    """``head → log_softmax → gather`` over ``chunk`` positions at a time, each under activation
+    checkpointing when it needs a gradient (its logits are rebuilt during backward)."""
+    import torch
 
     def piece(h: Any, t: Any) -> Any:
         logits = head(h).float() / temperature
@@ -118,7 +134,7 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperatu
             outs.append(checkpoint(piece, h, t, use_reentrant=False))
         else:
             outs.append(piece(h, t))
-    return torch.cat(outs, 1)
+    return torch.cat(outs, 1) if outs else hidden.new_zeros(targets.shape, dtype=torch.float32)
 
 
 LossKind = Literal["grpo", "sft"]
@@ -202,6 +218,7 @@ class CPUTrainer:
 
         with torch.no_grad():
             return [token_logprobs(self.ref_model, t["ids"], t["attn"], temperature=self.config.temperature,
+                                   positions=t["w"] > 0,
                                    chunk=self.config.logprob_chunk) for t in tensors]
 
     # ---------------------------------------------------------------- steps
@@ -243,7 +260,7 @@ class CPUTrainer:
                        else contextlib.nullcontext())
                 with amp:
                     logp = token_logprobs(self.model, t["ids"], t["attn"], temperature=cfg.temperature,
-                                          chunk=cfg.logprob_chunk)
+                                          chunk=cfg.logprob_chunk, positions=t["w"] > 0)
                 mask = t["w"] > 0
                 if kind == "grpo":
                     loss, m = policy_loss(logp, t["old"], t["adv"], t["w"], clip_low=cfg.clip_low,

@@ -163,3 +163,34 @@ def test_bf16_autocast_auto_only_where_the_cpu_has_native_bf16(monkeypatch):
     assert use_bf16_autocast("auto") is False
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
     assert use_bf16_autocast("auto") is True
+
+
+def test_logprobs_at_selected_positions_match_the_full_ones(tiny_llama):
+    ids = torch.randint(2, 96, (3, 40))
+    attn = torch.ones_like(ids)
+    attn[1, 30:] = 0
+    pos = torch.zeros(3, 39, dtype=torch.bool)
+    pos[0, 20:] = True
+    pos[1, 5:9] = True  # row 2: nothing selected
+    full = token_logprobs(tiny_llama, ids, attn, temperature=0.7, chunk=8)
+    (full * pos).sum().backward()
+    want = [p.grad.clone() for p in tiny_llama.parameters()]
+    tiny_llama.zero_grad(set_to_none=True)
+    got = token_logprobs(tiny_llama, ids, attn, temperature=0.7, chunk=8, positions=pos)
+    assert torch.allclose(got[pos], full[pos].detach(), atol=1e-5) and not got[~pos].any()
+    got.sum().backward()
+    for a, b in zip(want, (p.grad for p in tiny_llama.parameters()), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_the_trainer_runs_the_head_only_where_it_trains(tiny_llama):
+    """A ~1.5k-token harness prompt with a short answer: the lm_head / log_softmax (a vocabulary-wide
+    matmul per position) runs on the generated tokens only, not on the prompt."""
+    rows: list[int] = []
+    tiny_llama.get_output_embeddings().register_forward_hook(lambda m, i, o: rows.append(i[0].shape[:-1].numel()))
+    mask = [0] * 50 + [1] * 10
+    s = TrainSample(input_ids=list(range(2, 62)), loss_mask=mask, old_logprobs=[-4.0 * m for m in mask],
+                    advantage=1.0, token_weights=[m / 10 for m in mask])
+    CPUTrainer(tiny_llama, CPUTrainerConfig(lr=1e-3, kl_coef=0.1)).step([s, s])
+    # 2 samples × 10 trained positions; run again to rebuild the logits in backward; and the KL reference
+    assert sum(rows) == 3 * 2 * 10
