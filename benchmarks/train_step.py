@@ -14,6 +14,11 @@ trained positions (what the trainer does), same batch, same run.
     python benchmarks/train_step.py                 # 8 × 512, 2 timed steps each after a warm-up
     python benchmarks/train_step.py --batch 2 --tokens 256 --steps 1
     python benchmarks/train_step.py --head-only --batch 2 --tokens 1700 --trained 200   # a pi-sized call
+
+``--shared N`` times an SFT step of :class:`CPUTrainer` on segments whose first N tokens are the same
+(a harness's system prompt and tools), with ``share_prefix`` off (the baseline) and on, same run:
+
+    python benchmarks/train_step.py --shared 1500 --batch 8 --tokens 1700 --trained 70 --steps 1  # pi SFT
 """
 
 from __future__ import annotations
@@ -38,9 +43,13 @@ def main() -> None:
                     "end (default: half)")
     ap.add_argument("--head-only", action="store_true",
                     help="time token_logprobs at every position vs at the trained ones only")
+    ap.add_argument("--shared", type=int, default=None,
+                    help="segments share their first N tokens: time an SFT step with share_prefix off vs on")
     args = ap.parse_args()
     if args.head_only:
         return head_only(args)
+    if args.shared:
+        return prefix_sharing(args)
 
     import torch
 
@@ -116,7 +125,7 @@ def head_only(args: argparse.Namespace) -> None:
     import torch
 
     from openforge.proxy.backends.transformers import load_smollm2
-    from openforge.train.cpu import token_logprobs
+    from openforge.train.logprobs import token_logprobs
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -146,6 +155,48 @@ def head_only(args: argparse.Namespace) -> None:
     print(f"{'head at every position (baseline)':<34}{e:>16.2f}")
     print(f"{'head at trained positions only':<34}{o:>16.2f}")
     print(f"speed-up: {e / o:.2f}x")
+
+
+def prefix_sharing(args: argparse.Namespace) -> None:
+    """An SFT step on segments sharing ``--shared`` leading tokens: share_prefix off (baseline) vs on."""
+    import torch
+
+    from openforge.proxy.backends.transformers import load_smollm2
+    from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
+    from openforge.train.grpo import TrainSample
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, _ = load_smollm2()
+    B, T, P = args.batch, args.tokens, args.shared
+    trained = args.trained or (T - P) // 2
+    g = torch.Generator().manual_seed(0)
+    prefix = torch.randint(10, 49000, (P,), generator=g).tolist()
+    samples = []
+    for _ in range(B):
+        ids = prefix + torch.randint(10, 49000, (T - P,), generator=g).tolist()
+        mask = [0] * (T - trained) + [1] * trained
+        samples.append(TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[0.0] * T, advantage=0.0,
+                                   token_weights=[m / (B * trained) for m in mask]))
+    trainers = {share: CPUTrainer(model, CPUTrainerConfig(lr=1e-9, share_prefix=share,
+                                                          micro_batch_tokens=args.micro_batch_tokens))
+                for share in (False, True)}
+    times: dict[bool, list[float]] = {False: [], True: []}
+    metrics = {}
+    trainers[True].step(samples, kind="sft")  # warm-up
+    for _ in range(args.steps):  # interleaved, so drift in machine load hits both alike
+        for share, tr in trainers.items():
+            t = time.perf_counter()
+            metrics[share] = tr.step(samples, kind="sft")
+            times[share].append(time.perf_counter() - t)
+    off, on = min(times[False]), min(times[True])
+    print(f"SFT step: {B} segments × {T} tokens, first {P} shared, {trained} trained each; "
+          f"micro_batch_tokens {args.micro_batch_tokens}, torch threads {torch.get_num_threads()}")
+    print(f"{'share_prefix':<16}{'s/step':>10}{'micro-batches':>15}{'loss':>12}")
+    for share, t in ((False, off), (True, on)):
+        m = metrics[share]
+        print(f"{share!s:<16}{t:>10.2f}{int(m['micro_batches']):>15}{m['loss']:>12.6f}")
+    print(f"speed-up: {off / on:.2f}x")
 
 
 if __name__ == "__main__":

@@ -234,6 +234,8 @@ class CPUTrainerConfig(BaseModel):
     ppo_epochs: int = Field(1, ge=1, description="optimizer steps per batch of rollouts")
     micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
     logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")
+    share_prefix: bool = Field(True, description="run a prompt prefix the segments of a micro-batch share through "
+                               "the decoder once (llama/qwen2/qwen3; see openforge.train.logprobs)")
     autocast_bf16: bool = Field(False, description="bf16 autocast (faster; breaks fp32 ratio consistency)")
     trainable_layers: int | None = Field(
         None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "

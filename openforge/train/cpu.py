@@ -2,8 +2,8 @@
 
 Owns: :class:`CPUTrainer` (AdamW, gradient accumulation over
 length-sorted micro-batches of segments, grad clipping, the KL reference policy, checkpoint
-save/resume, weight publication to the serving back-end), :func:`token_logprobs` (memory-aware
-logprobs of the target tokens) and :func:`pack_microbatches`. Its settings,
+save/resume, weight publication to the serving back-end). Logprobs and micro-batches are
+:mod:`openforge.train.logprobs`'s. Its settings,
 :class:`~openforge.config.CPUTrainerConfig`, live with the other configs (re-exported here).
 
 KL reference. With ``kl_coef > 0`` the reference is the policy GRPO *starts from*: a frozen copy
@@ -12,11 +12,10 @@ explicitly with :meth:`CPUTrainer.set_reference`. It is saved with every checkpo
 (``reference.safetensors``) so a resumed run keeps the reference of the run it continues. Its
 logprobs are computed once per step, before the first epoch, never by swapping state dicts.
 
-Memory. The full-vocabulary ``log_softmax`` over ``[B, T, 49152]`` is the memory hog of a step
-(0.8 GB per copy for 8 × 512 tokens). :func:`token_logprobs` runs the decoder once, then computes
-``lm_head → log_softmax → gather`` in chunks of positions under activation checkpointing, so only
-``[B, T]`` logprobs stay alive and each chunk's logits are rebuilt during backward; and only at the
-positions the loss weighs (the generated tokens, not a harness's long prompt).
+Memory and time. Each micro-batch's logprobs come from :func:`~openforge.train.logprobs.token_logprobs`:
+the head in checkpointed chunks and only at trained positions, and a prompt prefix the micro-batch's
+segments share run once (``share_prefix``); :func:`~openforge.train.logprobs.pack_microbatches` fits
+micro-batches to ``micro_batch_tokens`` counting that prefix once.
 
 Consistency. The trainer computes ``log_softmax(logits / temperature)`` in fp32 with the model in
 eval mode (no dropout), the exact quantity :class:`~openforge.proxy.backends.transformers.
@@ -43,8 +42,9 @@ from typing import Any, Literal, Protocol
 from ..config import CPUTrainerConfig
 from ..errors import TrainingStopped
 from .grpo import TrainSample, policy_loss
+from .logprobs import PREFIX_MODELS, pack_microbatches, shared_prefix, token_logprobs
 
-__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer", "pack_microbatches", "token_logprobs"]
+__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer"]
 
 REFERENCE_FILE = "reference.safetensors"
 
@@ -70,74 +70,12 @@ def use_bf16_autocast(setting: bool | str) -> bool:
     return any(getattr(torch.cpu, p, lambda: False)() for p in probes)
 
 
-def pack_microbatches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Group indices into micro-batches whose padded size ``len(batch) * max(len)`` ≤ ``max_tokens``.
-
-    Longest first, so padding stays small; a sequence longer than the budget gets its own batch.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    cur: list[int] = []
-    for i in order:
-        longest = lengths[cur[0]] if cur else lengths[i]
-        if cur and (len(cur) + 1) * longest > max_tokens:
-            batches.append(cur)
-            cur = []
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
-
-
-def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperature: float = 1.0,
-                   chunk: int = 128, positions: Any = None) -> Any:
-    """``[B, T-1]`` logprobs of ``input_ids[:, 1:]`` under ``model`` (fp32, chunked, checkpointed).
-
-    ``positions`` (bool ``[B, T-1]``): compute only there, 0 elsewhere. A loss that weighs only the
-    generated tokens needs no ``lm_head`` / ``log_softmax`` over the prompt: for a harness prompt of
-    ~1.5k tokens and a few hundred generated ones that is most of the head's cost
-    (``benchmarks/train_step.py``). Works for decoder-only HF models exposing ``get_decoder()`` /
-    ``get_output_embeddings()``; other models fall back to one full-logits forward pass.
-    """
-    import torch
-    from torch.utils.checkpoint import checkpoint
-
-    targets = input_ids[:, 1:]
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
-    if decoder is None or head is None or softcap:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
-        return torch.log_softmax(logits / temperature, -1).gather(-1, targets[..., None])[..., 0]
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
-    if positions is not None:  # the selected positions as one row: [1, N, H]
-        rows = _chunked_logprobs(head, hidden[positions][None], targets[positions][None], temperature,
-                                 chunk * hidden.shape[0], checkpoint)[0]
-        return rows.new_zeros(targets.shape).masked_scatter(positions, rows)
-    return _chunked_logprobs(head, hidden, targets, temperature, chunk, checkpoint)
-
-
-def _chunked_logprobs(head: Any, hidden: Any, targets: Any, temperature: float, chunk: int,
-                      checkpoint: Callable[..., Any]) -> Any:
-    """``head → log_softmax → gather`` over ``chunk`` positions at a time, each under activation
-    checkpointing when it needs a gradient (its logits are rebuilt during backward)."""
-    import torch
-
-    def piece(h: Any, t: Any) -> Any:
-        logits = head(h).float() / temperature
-        return (logits.gather(-1, t[..., None])[..., 0] - torch.logsumexp(logits, -1))
-
-    outs = []
-    for s in range(0, hidden.shape[1], chunk):
-        h, t = hidden[:, s:s + chunk], targets[:, s:s + chunk]
-        if torch.is_grad_enabled() and h.requires_grad:
-            outs.append(checkpoint(piece, h, t, use_reentrant=False))
-        else:
-            outs.append(piece(h, t))
-    return torch.cat(outs, 1) if outs else hidden.new_zeros(targets.shape, dtype=torch.float32)
-
-
 LossKind = Literal["grpo", "sft"]
+
+
+def _first_trained(s: TrainSample) -> int:
+    """Index of the first token the loss weighs: a shared prefix must stop there."""
+    return next((j for j, w in enumerate(s.token_weights) if w > 0), s.num_tokens)
 
 
 class CPUTrainer:
@@ -182,7 +120,11 @@ class CPUTrainer:
             p.requires_grad_(id(p) in self._trainable)
 
     # ---------------------------------------------------------------- batching
-    def _tensors(self, batch: Sequence[TrainSample]) -> dict[str, Any]:
+    def _shares_prefix(self) -> bool:
+        return self.config.share_prefix and getattr(getattr(self.model, "config", None), "model_type", None) \
+            in PREFIX_MODELS
+
+    def _tensors(self, batch: Sequence[TrainSample], share: bool = False) -> dict[str, Any]:
         import torch
 
         T = max(s.num_tokens for s in batch)
@@ -199,7 +141,8 @@ class CPUTrainer:
             old[i, : n - 1] = torch.tensor(s.old_logprobs[1:])
             w[i, : n - 1] = torch.tensor(s.token_weights[1:], dtype=torch.float32)
         adv = torch.tensor([s.advantage for s in batch])
-        return {"ids": ids, "attn": attn, "old": old, "w": w, "adv": adv}
+        prefix = shared_prefix([s.input_ids for s in batch], [_first_trained(s) for s in batch]) if share else 0
+        return {"ids": ids, "attn": attn, "old": old, "w": w, "adv": adv, "prefix": prefix}
 
     # ---------------------------------------------------------------- KL reference
     def set_reference(self) -> None:
@@ -218,8 +161,8 @@ class CPUTrainer:
 
         with torch.no_grad():
             return [token_logprobs(self.ref_model, t["ids"], t["attn"], temperature=self.config.temperature,
-                                   positions=t["w"] > 0,
-                                   chunk=self.config.logprob_chunk) for t in tensors]
+                                   chunk=self.config.logprob_chunk, positions=t["w"] > 0, prefix=t["prefix"])
+                    for t in tensors]
 
     # ---------------------------------------------------------------- steps
     def step(self, samples: Sequence[TrainSample], *, kind: LossKind = "grpo",
@@ -239,8 +182,11 @@ class CPUTrainer:
         self._apply_trainable()
         cfg = self.config
         t0 = time.perf_counter()
-        batches = pack_microbatches([s.num_tokens for s in samples], cfg.micro_batch_tokens)
-        tensors = [self._tensors([samples[i] for i in idx]) for idx in batches]
+        share = self._shares_prefix()
+        batches = pack_microbatches([s.num_tokens for s in samples], cfg.micro_batch_tokens,
+                                    seqs=[s.input_ids for s in samples] if share else None,
+                                    limits=[_first_trained(s) for s in samples])
+        tensors = [self._tensors([samples[i] for i in idx], share) for idx in batches]
         refs: list[Any] = [None] * len(batches)
         if kind == "grpo" and cfg.kl_coef > 0:
             if self.ref_model is None:
@@ -260,7 +206,7 @@ class CPUTrainer:
                        else contextlib.nullcontext())
                 with amp:
                     logp = token_logprobs(self.model, t["ids"], t["attn"], temperature=cfg.temperature,
-                                          chunk=cfg.logprob_chunk, positions=t["w"] > 0)
+                                          chunk=cfg.logprob_chunk, positions=t["w"] > 0, prefix=t["prefix"])
                 mask = t["w"] > 0
                 if kind == "grpo":
                     loss, m = policy_loss(logp, t["old"], t["adv"], t["w"], clip_low=cfg.clip_low,

@@ -6,8 +6,9 @@ import copy
 
 import pytest
 
-from openforge.train.cpu import CPUTrainer, CPUTrainerConfig, pack_microbatches, token_logprobs
+from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
 from openforge.train.grpo import TrainSample, build_samples
+from openforge.train.logprobs import pack_microbatches, token_logprobs
 from openforge.trajectory import Trajectory, TrajectoryGroup
 from openforge.types import ModelCall
 

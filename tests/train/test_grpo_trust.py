@@ -207,7 +207,8 @@ async def test_logprob_pairing_through_the_proxy(tokenizer):
 
     from openforge.proxy.backends.transformers import TransformersBackend
     from openforge.proxy.server import ProxyServer
-    from openforge.train.cpu import CPUTrainer, CPUTrainerConfig, token_logprobs
+    from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
+    from openforge.train.logprobs import token_logprobs
 
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
