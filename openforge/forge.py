@@ -391,8 +391,8 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
     async with Forge(cfg, progress=progress) as forge:
         try:
             return await forge.train()
-        except asyncio.CancelledError:  # Ctrl-C: say what is kept before the clean-up (which waits for
-            forge.console.log(  # a training step under way to end: a thread cannot be stopped mid-step)
+        except asyncio.CancelledError:  # Ctrl-C: say what is kept before the clean-up
+            forge.console.log(
                 f"interrupted: stopping. {forge.run_dir} keeps every finished rollout and checkpoint; "
                 f"run again with run_dir={forge.run_dir} to resume")
             raise

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..launchers.base import Sandbox
+from ..serving import embedded_server
 
 __all__ = ["AppServer", "socket_path"]
 
@@ -40,8 +41,7 @@ class AppServer:
         import uvicorn
 
         config = uvicorn.Config(self.app, uds=self.uds, log_level="warning", lifespan="on", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        self._server = embedded_server(config)  # one per rollout: signals stay the program's
         self._task = asyncio.create_task(self._server.serve())
         for _ in range(400):
             if self._server.started:
@@ -55,8 +55,10 @@ class AppServer:
     async def stop(self) -> None:
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(self._task, 5)
+            # wait() neither raises the server's own error or cancellation nor swallows the caller's
+            _, pending = await asyncio.wait({self._task}, timeout=5)
+            for task in pending:
+                task.cancel()
             self._server = self._task = None
             with contextlib.suppress(OSError):
                 Path(self.uds).unlink()

@@ -15,7 +15,6 @@ Owns: :class:`ProxyServer`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import shutil
@@ -26,6 +25,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..outcome import OutcomeFacts
+from ..serving import embedded_server
 from ..trajectory import Trajectory
 from ..types import RolloutStatus
 from .app import build_app
@@ -138,12 +138,7 @@ class ProxyServer:
         config = uvicorn.Config(app, http=http, log_level="warning", access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=2, timeout_keep_alive=30, backlog=2048,
                                 proxy_headers=False)  # harnesses connect directly: no X-Forwarded-* to trust
-        server = uvicorn.Server(config)
-        # Signals are the program's, not the proxy's: uvicorn >= 0.29 swaps in its own SIGINT/SIGTERM
-        # handlers while a server runs and restores what it found when it stops, so with several proxies
-        # (a run's, then side proxies started and stopped while it runs) a stale handler of a stopped
-        # server ends up installed and Ctrl-C does nothing. The owner stops the proxy (stop / async with).
-        server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+        server = embedded_server(config)  # signals are the program's; the owner stops the proxy
         task = asyncio.ensure_future(server.serve(sockets=socks))
         self._servers.append((server, task))
         while not server.started:

@@ -25,7 +25,7 @@ PKG = Path(openforge.__file__).resolve().parent
 REGISTRY = {"openforge.plugins"}
 LAYERS: list[tuple[str, ...]] = [
     ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins",
-     "openforge.extras", "openforge.paths", "openforge.modeldir"),
+     "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving"),
     # analysis.steps / analysis.recovery are pure readings of a trajectory (the fault recorder uses them)
     ("openforge.trajectory", "openforge.finite", "openforge.trajectory_io", "openforge.store",
      "openforge.analysis.steps", "openforge.analysis.recovery"),
