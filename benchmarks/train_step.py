@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import resource
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 def main() -> None:
@@ -120,16 +122,34 @@ def main() -> None:
     print(f"peak RSS: {rss_plain:.2f} GiB after plain, {rss_all:.2f} GiB after both (ru_maxrss is a high-water mark)")
 
 
+def _model(args: argparse.Namespace) -> Any:
+    import torch
+
+    from openforge.proxy.backends.transformers import load_smollm2
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return load_smollm2()[0]
+
+
+def _interleaved(variants: dict[Any, Callable[[], float]], steps: int) -> dict[Any, float]:
+    """Best of ``steps`` seconds per variant, one warm-up first, the variants taking turns so that a
+    drift in machine load hits each alike."""
+    next(iter(variants.values()))()
+    times: dict[Any, list[float]] = {k: [] for k in variants}
+    for _ in range(steps):
+        for k, fn in variants.items():
+            times[k].append(fn())
+    return {k: min(v) for k, v in times.items()}
+
+
 def head_only(args: argparse.Namespace) -> None:
     """token_logprobs forward + backward: every position (baseline) vs the trained positions only."""
     import torch
 
-    from openforge.proxy.backends.transformers import load_smollm2
     from openforge.train.logprobs import token_logprobs
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, _ = load_smollm2()
+    model = _model(args)
     B, T = args.batch, args.tokens
     trained = args.trained or T // 2
     ids = torch.randint(10, 49000, (B, T), generator=torch.Generator().manual_seed(0))
@@ -144,12 +164,8 @@ def head_only(args: argparse.Namespace) -> None:
         (lp * pos).sum().backward()
         return time.perf_counter() - t
 
-    every, only = [], []
-    step(None)  # warm-up
-    for _ in range(args.steps):  # interleaved, so drift in machine load hits both alike
-        every.append(step(None))
-        only.append(step(pos))
-    e, o = min(every), min(only)
+    best = _interleaved({"every": lambda: step(None), "only": lambda: step(pos)}, args.steps)
+    e, o = best["every"], best["only"]
     print(f"batch {B} × {T} tokens, {trained} trained per segment, torch threads {torch.get_num_threads()}")
     print(f"{'token_logprobs fwd+bwd':<34}{'s (best of ' + str(args.steps) + ')':>16}")
     print(f"{'head at every position (baseline)':<34}{e:>16.2f}")
@@ -161,13 +177,10 @@ def prefix_sharing(args: argparse.Namespace) -> None:
     """An SFT step on segments sharing ``--shared`` leading tokens: share_prefix off (baseline) vs on."""
     import torch
 
-    from openforge.proxy.backends.transformers import load_smollm2
     from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
     from openforge.train.grpo import TrainSample
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, _ = load_smollm2()
+    model = _model(args)
     B, T, P = args.batch, args.tokens, args.shared
     trained = args.trained or (T - P) // 2
     g = torch.Generator().manual_seed(0)
@@ -181,15 +194,15 @@ def prefix_sharing(args: argparse.Namespace) -> None:
     trainers = {share: CPUTrainer(model, CPUTrainerConfig(lr=1e-9, share_prefix=share,
                                                           micro_batch_tokens=args.micro_batch_tokens))
                 for share in (False, True)}
-    times: dict[bool, list[float]] = {False: [], True: []}
-    metrics = {}
-    trainers[True].step(samples, kind="sft")  # warm-up
-    for _ in range(args.steps):  # interleaved, so drift in machine load hits both alike
-        for share, tr in trainers.items():
-            t = time.perf_counter()
-            metrics[share] = tr.step(samples, kind="sft")
-            times[share].append(time.perf_counter() - t)
-    off, on = min(times[False]), min(times[True])
+    metrics: dict[bool, dict[str, float]] = {}
+
+    def step(share: bool) -> float:
+        t = time.perf_counter()
+        metrics[share] = trainers[share].step(samples, kind="sft")
+        return time.perf_counter() - t
+
+    best = _interleaved({False: lambda: step(False), True: lambda: step(True)}, args.steps)
+    off, on = best[False], best[True]
     print(f"SFT step: {B} segments × {T} tokens, first {P} shared, {trained} trained each; "
           f"micro_batch_tokens {args.micro_batch_tokens}, torch threads {torch.get_num_threads()}")
     print(f"{'share_prefix':<16}{'s/step':>10}{'micro-batches':>15}{'loss':>12}")

@@ -20,7 +20,35 @@ from openforge.train.grpo import TrainSample
 from openforge.train.sft import sft_train
 from openforge.train.stop import run_stoppable
 
+from .test_dynamic_sampling import TASKS, forge_factory  # noqa: F401 (a fixture)
+
 torch = pytest.importorskip("torch")
+
+
+class SlowWork:
+    """Stands in for a training step or the SFT: runs ~10 s unless its ``stop`` event is set, then
+    raises ``TrainingStopped`` as the trainer does; records that it saw the event."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.stopped: list[bool] = []
+
+    def __call__(self, *_: object, stop: threading.Event | None = None, **__: object) -> dict:
+        self.entered.set()
+        for _ in range(500):
+            if stop is not None and stop.is_set():
+                self.stopped.append(True)
+                raise TrainingStopped("stopped on request")
+            time.sleep(0.02)
+        return {"trained_tokens": 1.0}
+
+    async def cancel_once_running(self, task: asyncio.Future) -> None:
+        """Cancel ``task`` once the work runs; its cancellation must come after the work stopped."""
+        assert await asyncio.to_thread(self.entered.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert self.stopped == [True]
 
 
 def _samples(n: int = 4) -> list[TrainSample]:
@@ -61,30 +89,10 @@ def test_sft_train_stops(tiny_llama):
 
 
 async def test_cancelling_run_stoppable_stops_the_thread_before_it_returns():
-    entered = threading.Event()
-    state = {"stopped": False, "running": False}
-
-    def work(x: int, *, stop: threading.Event) -> int:
-        state["running"] = True
-        entered.set()
-        try:
-            for _ in range(1000):  # 20 s unless told to stop
-                if stop.is_set():
-                    state["stopped"] = True
-                    raise TrainingStopped("stopped")
-                time.sleep(0.02)
-            return x
-        finally:
-            state["running"] = False
-
-    task = asyncio.ensure_future(run_stoppable(work, 7))
-    await asyncio.to_thread(entered.wait, 10)
+    work = SlowWork()
     t0 = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert state["stopped"] and not state["running"]  # the thread returned before the cancellation did
-    assert time.monotonic() - t0 < 5
+    await work.cancel_once_running(asyncio.ensure_future(run_stoppable(work, 7)))
+    assert time.monotonic() - t0 < 5  # not the ~10 s the work would have run
 
 
 async def test_run_stoppable_returns_the_result():
@@ -106,17 +114,7 @@ async def test_cancelling_the_warm_start_stops_its_sft(monkeypatch, tmp_path):
     data = tmp_path / "tokens.jsonl"
     data.write_text(json.dumps({"input_ids": [5, 6, 7, 8], "loss_mask": [0, 0, 1, 1]}) + "\n")
     cfg = RunConfig(run_dir=str(tmp_path), sft={"data": str(data), "cache": False})
-    entered = threading.Event()
-    stopped: list[bool] = []
-
-    def slow_sft(model, samples, *, stop: threading.Event | None = None, **_):
-        entered.set()
-        for _ in range(500):  # 10 s unless told to stop
-            if stop is not None and stop.is_set():
-                stopped.append(True)
-                raise TrainingStopped("sft step 1: stopped on request")
-            time.sleep(0.02)
-        return {}
+    work = SlowWork()
 
     class Served:  # the session as the warm-start uses it: an environment, a pausable proxy
         environment = object()
@@ -126,11 +124,14 @@ async def test_cancelling_the_warm_start_stops_its_sft(monkeypatch, tmp_path):
             yield
 
     monkeypatch.setattr(teacher, "warm_start_key", lambda *a: "k")
-    monkeypatch.setattr(teacher, "sft_train", slow_sft)
-    task = asyncio.ensure_future(teacher.warm_start(Served(), cfg, [], model=None, tokenizer=None,
-                                                    run_dir=tmp_path, log=lambda _m: None))
-    assert await asyncio.to_thread(entered.wait, 30)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert stopped == [True]
+    monkeypatch.setattr(teacher, "sft_train", work)
+    await work.cancel_once_running(asyncio.ensure_future(teacher.warm_start(
+        Served(), cfg, [], model=None, tokenizer=None, run_dir=tmp_path, log=lambda _m: None)))
+
+
+async def test_cancelling_the_run_stops_its_training_step(forge_factory):  # noqa: F811
+    """Ctrl-C cancels the run's task; the step's thread sees the stop event and returns before the
+    cancellation finishes (with a plain ``to_thread`` it would train on, and exit would wait for it)."""
+    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]]])
+    f.trainer.step = work = SlowWork()
+    await work.cancel_once_running(asyncio.ensure_future(f._grpo_step(0, TASKS)))
