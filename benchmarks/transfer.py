@@ -45,7 +45,19 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--no-untrained", action="store_true", help="skip the untrained baseline row")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="extra config override of every training run (repeatable)")
-    return ap.parse_args()
+    ap.add_argument("--speed", action="append", default=[], metavar="KEY=VALUE",
+                    help=f"an override that changes only speed or memory ({', '.join(sorted(SPEED_KEYS))}): "
+                         "not part of a row's settings, so rows saved without it are still reused")
+    args = ap.parse_args()
+    bad = [kv for kv in args.speed if kv.split("=", 1)[0] not in SPEED_KEYS]
+    if bad:
+        ap.error(f"--speed takes only {', '.join(sorted(SPEED_KEYS))} (got {', '.join(bad)}); use --set")
+    return args
+
+
+#: Settings that change how fast a step runs or how much memory it takes, never its result (gradient
+#: accumulation over micro-batches and the shared-prefix path give the same gradients, up to rounding).
+SPEED_KEYS = frozenset({"trainer.cpu.micro_batch_tokens", "trainer.cpu.share_prefix", "trainer.cpu.logprob_chunk"})
 
 
 def _eval_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -89,10 +101,11 @@ async def _policy_row(name: str, overrides: list[str], args: argparse.Namespace)
         print(f"{name}: reusing {saved}", flush=True)
         return earlier
     cfg = load_recipe_config("claw-grpo", preset=args.preset, overrides=[
-        *overrides, f"run_dir={run_dir}", "eval.heldout.enabled=false", *args.overrides])
+        *overrides, f"run_dir={run_dir}", "eval.heldout.enabled=false", *args.overrides, *args.speed])
     check_prompt_fits(cfg)
     harnesses = [h for h in args.eval_harnesses.split(",") if h]
-    row: dict[str, Any] = {"train": name, "harness": cfg.harness.name, "settings": settings, "cells": {}}
+    row: dict[str, Any] = {"train": name, "harness": cfg.harness.name, "settings": settings, "speed": args.speed,
+                           "cells": {}}
     t0 = time.monotonic()
     async with Forge(cfg, progress=False) as forge:
         summary = await forge.train()
