@@ -13,6 +13,7 @@ from typing import Any
 import typer
 
 from ..errors import ConfigError
+from ._signals import run_main
 
 
 def _console() -> Any:
@@ -53,13 +54,11 @@ def _status_line(statuses: dict[str, int]) -> str:
 
 def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
     """``forge eval -b A -b B ...``: each back-end on the same tasks, then one side-by-side table."""
-    import asyncio
-
     from ..analysis.compare import compare_table
     from ..analysis.eval_many import comparison_rows
     from ..evaluation import eval_backends
 
-    results = asyncio.run(eval_backends(req, backends, out, progress=not as_json))
+    results = run_main(eval_backends(req, backends, out, progress=not as_json))
     rows = comparison_rows(results, k=req.trials)
     if as_json:
         typer.echo(json.dumps([{"backend": label, "dir": str(d), "summary": s.model_dump(mode="json")}
@@ -100,7 +99,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run every task k times (through each harness given); report pass@k, pass^k, mean reward per category
         (and per harness) and the failure taxonomy."""
-        import asyncio
         import datetime as dt
 
         from ..analysis.per_harness import harness_names, options_by_harness
@@ -130,11 +128,11 @@ def register(app: typer.Typer) -> None:
             return
         per: dict[str, Any] = {}
         if len(given) == 1:
-            summary, trajs = asyncio.run(run_eval(req, progress=not as_json, run_dir=out))
+            summary, trajs = run_main(run_eval(req, progress=not as_json, run_dir=out))
         else:
             from ..evaluation import run_eval_harnesses
 
-            per, summary, trajs = asyncio.run(run_eval_harnesses(req, given, options, progress=not as_json, run_dir=out))
+            per, summary, trajs = run_main(run_eval_harnesses(req, given, options, progress=not as_json, run_dir=out))
         write_eval_dir(out, req, summary, trajs, per_harness=per)
         if as_json:
             typer.echo((out / "eval.json").read_text())

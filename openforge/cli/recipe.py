@@ -112,9 +112,9 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
                                 agent_loop_path="RUN_DIR/verl/agent_loops.yaml", run_dir="RUN_DIR")
             typer.echo("python -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(shlex.quote(o) for o in ov))
         return
-    import asyncio
+    from ._signals import run_main
 
-    summary = asyncio.run(arun(cfg, progress=not quiet))
+    summary = run_main(arun(cfg, progress=not quiet))
     if cfg.trainer.backend == "verl":
         rc = summary.get("rc")
         if rc:
