@@ -56,14 +56,19 @@ def pack_microbatches(lengths: Sequence[int], max_tokens: int, *, seqs: Sequence
     """Group indices into micro-batches of at most ``max_tokens`` padded tokens.
 
     Longest first, so padding stays small; a sequence longer than the budget gets its own batch.
-    Without ``seqs`` a batch counts ``len(batch) * max(len)``; with ``seqs`` (and ``limits``, see
-    :func:`shared_prefix`) its shared prefix counts once: ``p + len(batch) * (max(len) - p)``.
+    Without ``seqs`` a batch counts ``len(batch) * max(len)``. With ``seqs`` (and ``limits``, see
+    :func:`shared_prefix`) sequences that open alike (the same harness prompt) are packed together,
+    longest first within each kind, and a batch's shared prefix counts once:
+    ``p + len(batch) * (max(len) - p)``.
     """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    if seqs is not None and limits is not None:
+        order = sorted(range(len(lengths)), key=lambda i: (list(seqs[i][:MIN_SHARED_PREFIX]), -lengths[i]))
+    else:
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
 
     def cost(batch: list[int]) -> int:
         p = shared_prefix([seqs[i] for i in batch], [limits[i] for i in batch]) if seqs and limits else 0
-        return p + len(batch) * (lengths[batch[0]] - p)
+        return p + len(batch) * (max(lengths[i] for i in batch) - p)
 
     batches: list[list[int]] = []
     cur: list[int] = []

@@ -72,6 +72,18 @@ def test_the_packer_counts_a_shared_prefix_once():
     assert pack_microbatches([100] * 4, 200, seqs=seqs, limits=[10] * 4) == [[0, 1], [2, 3]]  # trained from 10
 
 
+def test_the_packer_keeps_segments_of_one_harness_together():
+    """A multi-harness SFT batch mixes two system prompts; packed by length alone, no micro-batch would
+    share one (the prompts differ from their first tokens)."""
+    a = [[*range(100, 180), 1000 + i, *range(9 + i)] for i in range(3)]  # harness A: 80-token prompt
+    b = [[*range(200, 260), 2000 + i, *range(24 + 10 * i)] for i in range(3)]  # harness B: 60-token prompt
+    seqs = [a[0], b[0], a[1], b[1], a[2], b[2]]  # interleaved, as a shuffled batch is
+    lengths = [len(s) for s in seqs]
+    batches = pack_microbatches(lengths, 300, seqs=seqs, limits=[60] * 6)
+    assert sorted(map(sorted, batches)) == [[0, 2, 4], [1, 3, 5]]
+    assert all(shared_prefix([seqs[i] for i in bt], [60] * 3) == 60 for bt in batches)
+
+
 def _samples(n: int) -> list[TrainSample]:
     g = torch.Generator().manual_seed(5)
     prompt = torch.randint(2, 96, (P + 8,), generator=g).tolist()
