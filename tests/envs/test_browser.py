@@ -118,4 +118,6 @@ async def test_browser_use_harness_opens_an_article(tmp_path):
                                  proxy=proxy, budget_s=240)
     await la.aclose()
     assert traj.status.value == "success" and traj.reward == 1.0, (traj.error, traj.metadata.get("harness_stderr"))
-    assert "127.0.0.1:18001" in traj.calls[0].request["messages"][-1]["content"].__str__()
+    # the app's address reached the model (in its first call's task, or later: under load browser-use may
+    # spend a step on a slow browser start, and its first call then ends with a step-budget warning)
+    assert any("127.0.0.1:18001" in str(c.request["messages"]) for c in traj.calls)
