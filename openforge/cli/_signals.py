@@ -15,13 +15,15 @@ from typing import Any, TypeVar
 
 import typer
 
+from ..errors import ForgeError
+
 __all__ = ["run_main"]
 
 T = TypeVar("T")
 
 
-class _Terminated(Exception):
-    pass
+class _Terminated(ForgeError, RuntimeError):
+    """The command was cancelled by SIGTERM (turned into exit code 143 by :func:`run_main`)."""
 
 
 def run_main(coro: Coroutine[Any, Any, T]) -> T:
