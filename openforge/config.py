@@ -115,6 +115,11 @@ class HarnessConfig(_Section):
         key = self.block_key(name)
         return {**self.options, **(self.per_harness[key] if key is not None else {})}
 
+    def as_run(self) -> dict[str, list[Any]]:
+        """Each chosen harness → ``[weight, options]``: what runs, whichever way the config spelled it
+        (``react``, ``[react]`` and ``{react: 1}`` are equal here; cache keys use this)."""
+        return {n: [w, self.options_for(n)] for n, w in self.weights().items()}
+
     def _clashes(self, key: str) -> list[str]:
         block = self.per_harness[key]
         return [f"options.{k}={self.options[k]!r} clashes with per_harness.{key}.{k}={v!r} (the harness's "

@@ -15,7 +15,6 @@ measure the same thing (``eval.heldout.cache``; the table then says ``start, cac
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .analysis.heldout import compare_points, load_point, point_numbers
-from .paths import cache_root
+from .paths import cache_key, cache_root
 from .task import Task
 
 if TYPE_CHECKING:
@@ -100,14 +99,12 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str) -> str:
     model = Path(cfg.model.name).expanduser()
     files = sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in model.iterdir() if f.is_file()) \
         if model.is_dir() else None
-    blob = json.dumps({
+    return cache_key({
         "v": __version__, "backend": backend, "model": cfg.model.name, "model_files": files, "env": cfg.env.model_dump(),
         "tasks": [[t.id, t.instruction] for t in tasks], "launcher": cfg.launcher.model_dump(),
-        "harness": {n: [w, cfg.harness.options_for(n)] for n, w in cfg.harness.weights().items()},
+        "harness": cfg.harness.as_run(), "trials": cfg.eval.heldout.trials, "seed": cfg.seed,
         "rollout": cfg.rollout.model_dump(include={"temperature", "max_tokens", "timeout_s"}),
-        "trials": cfg.eval.heldout.trials, "seed": cfg.seed,
-    }, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    })
 
 
 def _clean(point: dict[str, Any]) -> bool:

@@ -1,6 +1,6 @@
 """Where openforge keeps files between runs: the one cache-root rule.
 
-Owns: :func:`cache_root`. Everything cached lives under it: the default model's weights
+Owns: :func:`cache_root` and :func:`cache_key`. Everything cached lives under it: the default model's weights
 (``models/``), SFT warm-starts (``sft/<key>``) and installed harness CLIs (``harnesses/``,
 ``$OPENFORGE_HARNESS_DIR`` overrides that one folder).
 
@@ -10,10 +10,19 @@ The root, first that is set: a configured folder (``RunConfig.cache_dir``), ``$O
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
+from typing import Any
 
-__all__ = ["cache_root"]
+__all__ = ["cache_key", "cache_root"]
+
+
+def cache_key(parts: dict[str, Any]) -> str:
+    """A short stable key for a cache entry: the hash of ``parts`` as sorted JSON (``str`` for the rest)."""
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def cache_root(configured: str | os.PathLike[str] | None = None) -> Path:

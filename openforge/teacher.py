@@ -13,7 +13,6 @@ decides which rollouts to run and where their results go.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import RunConfig, dump_config
 from .errors import ConfigError
-from .paths import cache_root
+from .paths import cache_key, cache_root
 from .rollout import GroupResults
 from .session import Session, backend_for, each_harness, load_environment, select_tasks
 from .task import Task
@@ -102,16 +101,14 @@ def warm_start_key(cfg: RunConfig, env: Environment, tasks: Sequence[Task]) -> s
     """Everything that shapes the warm-start: model, tasks + solutions, harness, SFT settings."""
     from . import __version__
 
-    blob = json.dumps({
+    return cache_key({
         # the harnesses as they run (name → weight, options), so `react` and `[react]` share a warm-start
-        "v": __version__, "model": cfg.model.name, "env": cfg.env.name,
-        "harness": {n: [w, cfg.harness.options_for(n)] for n, w in cfg.harness.weights().items()},
+        "v": __version__, "model": cfg.model.name, "env": cfg.env.name, "harness": cfg.harness.as_run(),
         "tasks": [[t.id, t.instruction, env.reference_solution(t)] for t in tasks],
         "sft": cfg.sft.model_dump(exclude={"cache", "task_scope"}), "max_tokens": cfg.rollout.max_tokens,
         "seed": cfg.seed,
         **({"trainable_layers": cfg.trainer.cpu.trainable_layers} if cfg.trainer.cpu.trainable_layers else {}),
-    }, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    })
 
 
 async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *, model: Any, tokenizer: Any,
