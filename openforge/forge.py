@@ -104,9 +104,9 @@ class Forge:
         self.cfg = config
         self.progress = progress
         if console is None:
-            from rich.console import Console
+            from .console import new_console
 
-            console = Console(stderr=True, quiet=not progress)
+            console = new_console(stderr=True, quiet=not progress)
         self.console = console
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(config.run_dir or f"runs/{config.recipe}-{stamp}").resolve()
@@ -332,10 +332,11 @@ def _grad_step(s: dict[str, Any]) -> str:
 
 def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     """The end-of-run table (the SFT warm-start, then one row per GRPO step)."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from .console import new_console
+
+    console = console or new_console()
     table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
     for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "mixed", "grad", "gen tok", "train tok", "s"):
         table.add_column(col, justify="left" if col == "statuses" else "right", no_wrap=col == "statuses")

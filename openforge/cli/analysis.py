@@ -17,9 +17,9 @@ from ._signals import run_main
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from ..console import new_console
 
-    return Console()
+    return new_console()
 
 
 def _eval_table(summary: Any) -> Any:

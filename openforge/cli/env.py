@@ -17,10 +17,10 @@ def register(app: typer.Typer) -> None:
 @group.command("list")
 def list_(as_json: bool = typer.Option(False, "--json", help="print JSON for scripts")) -> None:
     """Environments with their task counts per split."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from ..console import new_console
     from ..errors import ForgeError
     from ..plugins import list_environments, make_environment
 
@@ -43,7 +43,7 @@ def list_(as_json: bool = typer.Option(False, "--json", help="print JSON for scr
         else:
             table.add_row(r["name"], str(sp.get("train", 0)), str(sp.get("eval", 0)), str(sp.get("heldout", 0)),
                           str(sum(sp.values())), r["description"])
-    Console().print(table)
+    new_console().print(table)
 
 
 @group.command("tasks")
@@ -53,9 +53,9 @@ def tasks(
     as_json: bool = typer.Option(False, "--json", help="print JSON for scripts (full instructions)"),
 ) -> None:
     """Task ids, splits, categories and one-line instructions."""
-    from rich.console import Console
     from rich.table import Table
 
+    from ..console import new_console
     from ..plugins import make_environment
 
     e = make_environment(env)
@@ -69,4 +69,4 @@ def tasks(
     for t in rows:
         line = " ".join(t.instruction.split())
         table.add_row(t.id, t.split, t.category, line if len(line) <= 90 else line[:89] + "…")
-    Console().print(table)
+    new_console().print(table)

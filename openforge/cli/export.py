@@ -42,11 +42,10 @@ def register(app: typer.Typer) -> None:
                                   help="Policy whose chat template re-renders inexact teacher calls (--format tokens)"),
     ) -> None:
         """Export SFT data from recorded trajectories or fresh teacher rollouts."""
-        from rich.console import Console
-
+        from ..console import new_console
         from ..train.sft import export_sft
 
-        console = Console(stderr=True)
+        console = new_console(stderr=True)
         if source is not None:
             from ..errors import StoreError
 

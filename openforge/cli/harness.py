@@ -44,9 +44,10 @@ def register(app: typer.Typer) -> None:
         """Each harness, the wire API it speaks, and whether it is installed here."""
         import json
 
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
+
+        from ..console import new_console
 
         rows = [_describe(name) for name in _names()]
         if as_json:
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
                 continue
             mark = "[green]yes[/]" if r["installed"] else "[yellow]no[/]"
             table.add_row(r["name"], r["wire_api"], mark, escape(r["detail"] or r["install"]))
-        Console().print(table)
+        new_console().print(table)
 
     @group.command("install")
     def install(
@@ -74,11 +75,10 @@ def register(app: typer.Typer) -> None:
         """Install a harness CLI (pinned version) into the cache dir ($OPENFORGE_HARNESS_DIR)."""
         from pathlib import Path
 
-        from rich.console import Console
-
+        from ..console import new_console
         from ..harnesses import installer
 
-        console = Console()
+        console = new_console()
         with console.status(f"installing {name} …"):
             msg = installer.install(name, Path(cache_dir) if cache_dir else None, force=force,
                                     log=lambda s: console.log(s))

@@ -47,10 +47,11 @@ def main() -> None:
     try:
         app()
     except ForgeError as e:  # our errors are for humans: no traceback
-        from rich.console import Console
         from rich.text import Text
 
-        Console(stderr=True, soft_wrap=True).print(Text("error: ", style="bold red") + Text(str(e)))
+        from ..console import new_console
+
+        new_console(stderr=True, soft_wrap=True).print(Text("error: ", style="bold red") + Text(str(e)))
         raise SystemExit(2) from None
 
 

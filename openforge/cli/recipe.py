@@ -51,8 +51,9 @@ def _recipe_rows() -> list[_RecipeInfo]:
 def _list(as_json: bool) -> None:
     import json
 
-    from rich.console import Console
     from rich.table import Table
+
+    from ..console import new_console
 
     rows = _recipe_rows()
     if as_json:
@@ -65,17 +66,17 @@ def _list(as_json: bool) -> None:
     for r in rows:
         shown = ", ".join(f"[bold]{p}[/]" if p == r.default_preset else p for p in r.presets)
         table.add_row(r.name, shown, r.description)
-    Console().print(table)
+    new_console().print(table)
 
 
 def _show(name: str, preset: str | None, overrides: list[str]) -> None:
     import yaml
-    from rich.console import Console
     from rich.syntax import Syntax
 
+    from ..console import new_console
     from ..recipes import load_recipe_config, recipe_dir
 
-    console = Console()
+    console = new_console()
     path = recipe_dir(name)
     console.print(f"[bold]{path / 'config.yaml'}[/]")
     console.print(Syntax((path / "config.yaml").read_text(), "yaml"))
@@ -88,8 +89,7 @@ def _show(name: str, preset: str | None, overrides: list[str]) -> None:
 
 
 def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, quiet: bool) -> None:
-    from rich.console import Console
-
+    from ..console import new_console
     from ..forge import arun, print_summary
     from ..harnesses.prompt_fit import check_prompt_fits, prompt_tokens
     from ..recipes import load_recipe_config
@@ -120,7 +120,7 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
         if rc:
             raise typer.Exit(rc)
         return
-    print_summary(summary, Console())
+    print_summary(summary, new_console())
 
 
 def register(app: typer.Typer) -> None:

@@ -87,8 +87,9 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
 
 
 def _summary(traj, out: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from ..console import new_console
 
     color = {"success": "green", "policy_failure": "yellow", "timeout": "yellow"}.get(traj.status.value, "red")
     t = Table.grid(padding=(0, 2))
@@ -106,4 +107,4 @@ def _summary(traj, out: Path) -> None:
     times = ", ".join(f"{k[:-2]} {v:.2f}s" for k, v in traj.metrics.items() if k.endswith("_s") and isinstance(v, float))
     t.add_row("time", times)
     t.add_row("written", str(out / "trajectory.json"))
-    Console().print(t)
+    new_console().print(t)

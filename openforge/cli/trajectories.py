@@ -111,9 +111,9 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="print JSON (the list of rollouts, or the trajectory)"),
 ) -> None:
     """Show calls and segments; trained (mask 1) tokens are highlighted, context tokens dimmed."""
-    from rich.console import Console
+    from ..console import new_console
 
-    console = Console()
+    console = new_console()
     if rollout_id is None:
         rows = _rollout_rows(source)
         if len(rows) != 1:
@@ -174,12 +174,12 @@ def export(
     status: str = typer.Option(None, help="Only trajectories with this status"),
 ) -> None:
     """Export trajectories to JSONL or Parquet (readable back with openforge.store.load_trajectories)."""
-    from rich.console import Console
     from rich.text import Text
 
+    from ..console import new_console
     from ..store import export_trajectories
 
-    console, skipped = Console(), []
+    console, skipped = new_console(), []
 
     def report(e: StoreError) -> None:  # a bad row is named and left out; the rest is exported
         skipped.append(e)

@@ -8,6 +8,7 @@ import json
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
+from openforge.console import LOG_WIDTH, new_console
 from openforge.recipes import recipe_config
 
 runner = CliRunner()
@@ -48,3 +49,19 @@ def test_recipe_list_json_and_full_descriptions():
     for name in rows:
         words = rows[name]["description"].split()
         assert " ".join(words) in " ".join(cells.split()), name
+
+
+def test_a_table_piped_to_a_log_keeps_whole_cells(monkeypatch):
+    """Not a terminal (CliRunner, a CI log, nohup): rich's 80-column fallback cut install paths to "…";
+    the console is LOG_WIDTH wide there instead, and $COLUMNS still wins."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    rows = _json("harness", "list")
+    table = runner.invoke(app, ["harness", "list"]).output
+    assert "…" not in table, table
+    for r in rows:
+        for word in (r.get("detail") or r.get("install") or "").split():
+            assert word in table, (r["name"], word)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert new_console().width == 100
+    monkeypatch.delenv("COLUMNS")
+    assert new_console().width >= LOG_WIDTH

@@ -24,7 +24,7 @@ PKG = Path(openforge.__file__).resolve().parent
 #: Modules whose own imports may point upward (see the module docstring): the late-binding registry.
 REGISTRY = {"openforge.plugins"}
 LAYERS: list[tuple[str, ...]] = [
-    ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins",
+    ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.console",
      "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving"),
     # analysis.steps / analysis.recovery are pure readings of a trajectory (the fault recorder uses them)
     ("openforge.trajectory", "openforge.finite", "openforge.trajectory_io", "openforge.store",
