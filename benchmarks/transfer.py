@@ -149,7 +149,7 @@ def _markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines.append("")
     lines.append(f"claw-grpo preset `{args.preset}`{f', {args.steps} GRPO steps' if args.steps is not None else ''}; "
                  f"trials per task and harness: {_eval_settings(args)['trials']}; "
-                 f"first {args.eval_tasks or 'all'} task(s) of each split; "
+                 f"{'all tasks' if args.eval_tasks is None else f'the first {args.eval_tasks} task(s)'} of each split; "
                  "successes/valid trials, Wilson 95 % CI; change vs the untrained model with Newcombe's 95 % CI.")
     return "\n".join(lines)
 
