@@ -1,13 +1,23 @@
 """Fixtures shared across test folders: ``rig`` — the real proxy (scripted policy), local
-sandboxes and a store, for tests that run whole rollouts."""
+sandboxes and a store, for tests that run whole rollouts.
+
+It also undoes an inherited "ignore SIGINT": a suite started in the background of a non-interactive
+shell (``cmd &``, ``nohup``) gets SIGINT ignored, every process it starts inherits that, and the Ctrl-C
+tests would then fail on how the suite was launched. A handled signal is reset to the default on exec,
+so handling it here gives each child the disposition a user's terminal gives it."""
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 from testdeps import smollm2_tokenizer
 
 from openforge.launchers.local import LocalLauncher
 from openforge.store import TrajectoryStore
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
