@@ -306,3 +306,14 @@ async def test_real_smollm2_disconnect_stops_the_generation_loop(smollm2):
     assert calls[0].status == CallStatus.CANCELLED and calls[1].status == CallStatus.OK
     assert finishes[0][0] == "cancelled" and finishes[0][1] < 100, finishes  # the loop saw the cancel Event
     assert waited < 10, waited  # not queued behind the abandoned generation
+
+
+def test_assert_early_tells_a_buffered_answer_from_a_slow_start():
+    """The check itself: deltas that all arrive at the end fail it, however the time splits; deltas that
+    stream after a set-up longer than the generation (a loaded machine) pass it."""
+    streamed = [1.2 + DELAY * i for i in range(40)]  # 1.2 s of set-up, then 0.8 s of tokens
+    _early(streamed, 0.0, streamed[-1] + 0.01)
+    for setup in (0.0, 1.2):
+        buffered = [setup + 0.8 + 0.001 * i for i in range(40)]  # generated for 0.8 s, sent at once
+        with pytest.raises(AssertionError):
+            _early(buffered, 0.0, buffered[-1] + 0.01)
