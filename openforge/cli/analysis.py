@@ -12,14 +12,9 @@ from typing import Any
 
 import typer
 
+from ..console import new_console
 from ..errors import ConfigError
 from ._signals import run_main
-
-
-def _console() -> Any:
-    from ..console import new_console
-
-    return new_console()
 
 
 def _eval_table(summary: Any) -> Any:
@@ -64,7 +59,7 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
         typer.echo(json.dumps([{"backend": label, "dir": str(d), "summary": s.model_dump(mode="json")}
                                for label, d, s in results], indent=1))
         return
-    con = _console()
+    con = new_console()
     for label, _d, s in results:
         con.print(f"[bold]{label}[/]: {s.tasks} tasks × {s.k} trials · statuses {_status_line(s.statuses)}")
     con.print(compare_table(rows))
@@ -137,7 +132,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo((out / "eval.json").read_text())
             return
-        con = _console()
+        con = new_console()
         if per:
             from ..analysis.per_harness import harness_table
 
@@ -176,7 +171,7 @@ def register(app: typer.Typer) -> None:
             return
         from ..analysis.per_harness import comparability_warnings
 
-        con = _console()
+        con = new_console()
         con.print(compare_table(rows))
         for warning in comparability_warnings(rows):
             con.print(f"[yellow]warning: {warning}[/]")
@@ -207,4 +202,4 @@ def register(app: typer.Typer) -> None:
 
         target = out or (data.path / "report.html" if data.path.is_dir() else data.path.with_suffix(".html"))
         path = write_report(data, target, detokenize=detok, max_trajectories=max_trajectories)
-        _console().print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB, {len(data.trajectories)} trajectories)")
+        new_console().print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB, {len(data.trajectories)} trajectories)")
