@@ -191,7 +191,8 @@ class Forge:
     # -- training --------------------------------------------------------------------------------
     async def train(self) -> dict[str, Any]:
         """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary. With
-        ``eval.heldout.enabled`` the policy is evaluated on held-out tasks before and after."""
+        ``eval.heldout.enabled`` the policy is evaluated on held-out tasks at three points: untrained,
+        after the warm-start, and at the end (:mod:`openforge.analysis.heldout`)."""
         from .analysis.heldout import check_heldout
         from .heldout_eval import heldout_before
 
@@ -222,6 +223,11 @@ class Forge:
             summary["sft"] = await warm_start(self.runtime, cfg, sft_tasks, model=self.model, tokenizer=self.tokenizer,
                                               run_dir=self.run_dir, log=self.console.log)
             ckpts.weights_changed_before_training()
+            if held:  # the policy GRPO starts from: RL's own share is measured from here, not from "before"
+                from .heldout_eval import heldout_warmstart
+
+                await heldout_warmstart(self, held, summary["heldout"],
+                                        sft_key=summary["sft"].get("key") if cfg.sft.cache else None)
         if cfg.algorithm == "sft":
             if ck is None:
                 ckpts.save(0)

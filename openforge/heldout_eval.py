@@ -1,16 +1,19 @@
-"""Running the held-out before/after of a training run (the numbers and tables are
-:mod:`openforge.analysis.heldout`'s).
+"""Running the held-out points of a training run: untrained, SFT warm-start, final (the numbers and
+tables are :mod:`openforge.analysis.heldout`'s).
 
 Owns: :func:`run_point` (``trials`` rollouts of every held-out task through every harness of the run,
 with the run's live policy, through a side proxy of the run's session so nothing lands in the run's
 trajectory store; written to ``RUN_DIR/heldout/<point>/`` as a ``forge eval`` directory),
-:func:`heldout_before` and :func:`heldout_after`, and the cache of ``before`` points.
+:func:`heldout_before`, :func:`heldout_warmstart` and :func:`heldout_after`, and the cache of points
+that do not depend on the run.
 
-The ``before`` point measures the model a run starts from, which does not depend on the run: the same
-model, tasks, harnesses, sampling and environment give the same measurement. It is the dearest part of
-a CPU run (the untrained model writes ``max_tokens`` at every call), so a clean one (no rollout lost to
-infrastructure) is kept under ``<cache root>/heldout/<key>/`` and copied into the next run that would
-measure the same thing (``eval.heldout.cache``; the table then says ``start, cached``).
+The ``before`` point measures the model a run starts from, and the ``warmstart`` point the model after
+a cached SFT warm-start: neither depends on the rest of the run, so the same inputs give the same
+measurement. ``before`` is the dearest part of a CPU run (the untrained model writes ``max_tokens`` at
+every call), so a clean point (no rollout lost to infrastructure) is kept under
+``<cache root>/heldout/<key>/`` and copied into the next run that would measure the same thing
+(``eval.heldout.cache``; the table then says ``cached``). A cached point without per-task outcomes
+(written before points were paired) is measured again.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analysis.heldout import compare_points, load_point, point_numbers
+from .analysis.heldout import compare_points, load_point, point_numbers, shares
 from .paths import cache_key, cache_root
 from .task import Task
 
@@ -30,7 +33,7 @@ if TYPE_CHECKING:
     from .forge import Forge
     from .trajectory import Trajectory
 
-__all__ = ["before_key", "heldout_after", "heldout_before", "run_point"]
+__all__ = ["before_key", "heldout_after", "heldout_before", "heldout_warmstart", "run_point", "warmstart_key"]
 
 
 async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str,
@@ -76,18 +79,39 @@ async def heldout_before(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
     """The ``before`` point: the one a resumed run wrote, else a cached one, else run now (the policy
     the run starts from; cached when no rollout was lost to infrastructure)."""
     cfg = forge.cfg
-    before = load_point(forge.run_dir, "before")
-    if before is None:
-        key = before_key(cfg, tasks, backend=type(forge.backend).__qualname__)
-        cached = cache_root(cfg.cache_dir) / "heldout" / key if cfg.eval.heldout.cache else None
-        before = _from_cache(cached, forge.run_dir / "heldout" / "before") if cached else None
-        if before is not None:
-            forge.console.log(f"held-out before: cached {cached} (same model, tasks, harnesses and sampling)")
-        else:
-            before = await run_point(forge, tasks, "before", label="start")
-            if cached and _clean(before):
-                _to_cache(forge.run_dir / "heldout" / "before", cached)
+    key = before_key(cfg, tasks, backend=type(forge.backend).__qualname__)
+    before = await _cached_point(forge, tasks, "before", label="start", key=key)
     return {"tasks": [t.id for t in tasks], "trials": cfg.eval.heldout.trials, "before": before}
+
+
+async def heldout_warmstart(forge: Forge, tasks: Sequence[Task], heldout: dict[str, Any], *,
+                            sft_key: str | None) -> dict[str, Any]:
+    """Add the ``warmstart`` point (the policy after the SFT warm-start, before any GRPO step) to
+    ``heldout``. ``sft_key``: the warm-start's cache key when its weights are cached (the point is then
+    cached too, under a key of both), ``None`` when they are not (the point is measured, never cached)."""
+    key = warmstart_key(forge.cfg, tasks, backend=type(forge.backend).__qualname__, sft_key=sft_key) \
+        if sft_key else None
+    heldout["warmstart"] = await _cached_point(forge, tasks, "warmstart", label="SFT", key=key)
+    return heldout
+
+
+async def _cached_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str,
+                        key: str | None) -> dict[str, Any]:
+    """``point`` as a resumed run wrote it, else from the cache under ``key``, else measured now (and
+    cached when clean)."""
+    cfg = forge.cfg
+    got = load_point(forge.run_dir, point)
+    if got is not None:
+        return got
+    cached = cache_root(cfg.cache_dir) / "heldout" / key if key and cfg.eval.heldout.cache else None
+    got = _from_cache(cached, forge.run_dir / "heldout" / point) if cached else None
+    if got is not None:
+        forge.console.log(f"held-out {point}: cached {cached} (same model, tasks, harnesses and sampling)")
+        return got
+    got = await run_point(forge, tasks, point, label=label)
+    if cached and _clean(got):
+        _to_cache(forge.run_dir / "heldout" / point, cached)
+    return got
 
 
 def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str) -> str:
@@ -107,18 +131,28 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str) -> str:
     })
 
 
+def warmstart_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, sft_key: str) -> str:
+    """What shapes a ``warmstart`` measurement: all that shapes ``before`` plus the warm-start's own
+    cache key (teacher, SFT settings and tasks: :func:`openforge.teacher.warm_start_key`)."""
+    return cache_key({"before": before_key(cfg, tasks, backend=backend), "sft": sft_key})
+
+
 def _clean(point: dict[str, Any]) -> bool:
     """No rollout of the point was lost to infrastructure (a loaded machine's timeouts are not kept)."""
     return all(n.get("infra_failures", 0) == 0 for n in point.get("per_harness", {}).values())
 
 
 def _from_cache(cached: Path, dest: Path) -> dict[str, Any] | None:
-    if not (cached / "heldout.json").is_file():
+    try:
+        point = json.loads((cached / "heldout.json").read_text())
+    except (OSError, ValueError):
         return None
+    if not all("outcomes" in n for n in point.get("per_harness", {}).values()):
+        return None  # written before points carried their outcomes: it cannot be paired
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(cached, dest)
     point = json.loads((dest / "heldout.json").read_text())
-    point["label"] = "start, cached"
+    point["label"] = f"{point.get('label', 'start')}, cached"
     point["cached_from"] = str(cached)
     (dest / "heldout.json").write_text(json.dumps(point, indent=1))
     return point
@@ -134,7 +168,9 @@ def _to_cache(src: Path, cached: Path) -> None:
 
 
 async def heldout_after(forge: Forge, tasks: Sequence[Task], heldout: dict[str, Any]) -> dict[str, Any]:
-    """Add the ``after`` point (the final policy) and the per-harness comparison to ``heldout``."""
+    """Add the ``after`` point (the final policy), the per-harness comparison with ``before`` (``diff``)
+    and each stage's share (``shares``: SFT's, GRPO's own, the total) to ``heldout``."""
     heldout["after"] = await run_point(forge, tasks, "after", label="end")
     heldout["diff"] = compare_points(heldout["before"], heldout["after"])
+    heldout["shares"] = shares(heldout)
     return heldout

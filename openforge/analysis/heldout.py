@@ -1,15 +1,20 @@
 """The held-out before/after of a training run: does the policy do better on tasks it never trained on?
 
 Owns: :func:`heldout_tasks` (the ``eval.heldout`` tasks, refused when one is a task the run trains on),
-:func:`point_numbers` (a point's successes / trials with Wilson CIs), :func:`compare_points` (per harness:
-successes / trials, Wilson 95 % CI, and the difference with Newcombe's CI labelled ``within noise``,
-``better`` or ``worse``) and :func:`heldout_table` (the table printed next to the per-step table).
+:func:`point_numbers` (a point's successes / trials with Wilson CIs, and its per-task outcomes),
+:func:`compare_points` (per harness: the difference between two points with a 95 % CI labelled ``within
+noise``, ``better`` or ``worse``; *paired* by task and trial when both points carry their outcomes),
+:func:`shares` (SFT's share and GRPO's share of the change) and :func:`heldout_table` (the table printed
+next to the per-step table).
 
 Running a point (rollouts of the live policy) is :mod:`openforge.heldout_eval`'s job.
 
-``before`` is the policy the run starts from (before the SFT warm-start); a resumed run reuses the
-``before`` it wrote when it started. ``after`` is the final policy. Both sample at the run's
-``rollout.temperature``, like the training rollouts.
+Three points answer one question: ``before`` is the policy the run starts from (the untrained model,
+before the SFT warm-start), ``warmstart`` the policy after the warm-start and before the first GRPO
+step (absent when the run has no warm-start), ``after`` the final policy. RL's claim is ``after`` −
+``warmstart`` (GRPO's own share), next to SFT's (``warmstart`` − ``before``): crediting RL with
+``after`` − ``before`` would count what the warm-start did. All three sample at the run's
+``rollout.temperature`` on the same tasks, trials and harnesses. A resumed run reuses the points it wrote.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..task import Task
-from .ci import diff_interval, verdict, wilson_interval
+from .ci import diff_interval, paired_diff_interval, paired_table, verdict, wilson_interval
 
 if TYPE_CHECKING:
     from ..config import RunConfig
@@ -34,6 +39,7 @@ __all__ = [
     "heldout_tasks",
     "load_point",
     "point_numbers",
+    "shares",
 ]
 
 
@@ -83,9 +89,12 @@ def point_numbers(trajs: Sequence[Trajectory], k: int) -> dict[str, Any]:
     c, n = sum(t.status.value == "success" for t in valid), len(valid)
     lo, hi = wilson_interval(c, n)
     s = summarize_eval(trajs, k=k)
+    outcomes: dict[str, list[int]] = {}
+    for t in valid:  # in rollout order: trial j of a task pairs with trial j of the same task elsewhere
+        outcomes.setdefault(t.task_id, []).append(int(t.status.value == "success"))
     return {"successes": c, "trials": n, "infra_failures": len(trajs) - n, "pass_rate": c / n if n else None,
             "ci95": [round(lo, 4), round(hi, 4)], "mean_reward": s.mean_reward, "pass_at_k": s.pass_at_k,
-            "pass_hat_k": s.pass_hat_k, "k": k}
+            "pass_hat_k": s.pass_hat_k, "k": k, "outcomes": outcomes}
 
 
 def load_point(run_dir: Path, point: str) -> dict[str, Any] | None:
@@ -97,17 +106,69 @@ def load_point(run_dir: Path, point: str) -> dict[str, Any] | None:
         return None
 
 
+def _numbers(point: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    if not point:
+        return None
+    return point.get("all") if key == "all" else point.get("per_harness", {}).get(key)
+
+
+def _pairs(b: dict[str, Any], a: dict[str, Any], key: str, before: dict[str, Any],
+           after: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """Trial ``j`` of task ``t`` in one point against trial ``j`` of ``t`` in the other, over the tasks
+    and trials both measured validly; ``None`` when a point does not carry its outcomes (older runs)."""
+    if key == "all":  # every harness's pairs together
+        first: list[int] = []
+        second: list[int] = []
+        for h in before.get("per_harness", {}):
+            hb, ha = _numbers(before, h), _numbers(after, h)
+            got = _pairs(hb, ha, h, before, after) if hb and ha else None
+            if got is None:
+                return None
+            first, second = first + got[0], second + got[1]
+        return first, second
+    ob, oa = b.get("outcomes"), a.get("outcomes")
+    if ob is None or oa is None:
+        return None
+    first, second = [], []
+    for task in sorted(set(ob) & set(oa)):
+        m = min(len(ob[task]), len(oa[task]))
+        first += ob[task][:m]
+        second += oa[task][:m]
+    return first, second
+
+
 def compare_points(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """Per harness (and ``all``): the change in pass rate with its 95 % CI and verdict."""
+    """Per harness (and ``all``): the change in pass rate from ``before`` to ``after`` with its 95 % CI and
+    verdict. Paired (Newcombe's method 10 for paired data, over the task/trial pairs both points measured)
+    when both carry their outcomes, else the unpaired interval of the two pass rates."""
     out: dict[str, Any] = {}
     keys = [*before.get("per_harness", {}), *(["all"] if "all" in before else [])]
     for key in keys:
-        b = before["all"] if key == "all" else before["per_harness"][key]
-        a = (after["all"] if key == "all" else after.get("per_harness", {}).get(key)) or None
-        if a is None:
+        b, a = _numbers(before, key), _numbers(after, key)
+        if b is None or a is None:
             continue
-        d, lo, hi = diff_interval(b["successes"], b["trials"], a["successes"], a["trials"])
-        out[key] = {"delta": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)], "verdict": verdict(lo, hi)}
+        pairs = _pairs(b, a, key, before, after)
+        if pairs is not None:
+            d, lo, hi = paired_diff_interval(*paired_table(*pairs))
+            extra = {"paired": True, "pairs": len(pairs[0])}
+        else:
+            d, lo, hi = diff_interval(b["successes"], b["trials"], a["successes"], a["trials"])
+            extra = {"paired": False}
+        out[key] = {"delta": round(d, 4), "ci95": [round(lo, 4), round(hi, 4)], "verdict": verdict(lo, hi), **extra}
+    return out
+
+
+def shares(heldout: dict[str, Any]) -> dict[str, Any]:
+    """``sft`` (warm-start − untrained), ``grpo`` (final − warm-start: RL's own share; final − untrained
+    when the run has no warm-start) and ``total`` (final − untrained), each from :func:`compare_points`."""
+    before, warm, after = heldout.get("before"), heldout.get("warmstart"), heldout.get("after")
+    out: dict[str, Any] = {}
+    if before and warm:
+        out["sft"] = compare_points(before, warm)
+    if after and (warm or before):
+        out["grpo"] = compare_points(warm or before, after)
+    if before and after:
+        out["total"] = compare_points(before, after)
     return out
 
 
@@ -118,23 +179,41 @@ def _rate(m: dict[str, Any]) -> str:
     return f"{m['successes']}/{m['trials']} = {100 * m['pass_rate']:.0f} % [{100 * lo:.0f}–{100 * hi:.0f}]"
 
 
+def _change(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "–"
+    return f"{100 * d['delta']:+.0f} pts [{100 * d['ci95'][0]:+.0f}, {100 * d['ci95'][1]:+.0f}] {d['verdict']}"
+
+
 def heldout_table(heldout: dict[str, Any] | None) -> Any:
-    """The before/after table (None when the run has no held-out result)."""
+    """The three-point table (None when the run has no held-out result): untrained, SFT warm-start and
+    final pass rates, then SFT's share and GRPO's own share of the change with paired 95 % CIs."""
     if not heldout or "before" not in heldout:
         return None
     from rich.table import Table
 
-    before, after = heldout["before"], heldout.get("after") or {}
-    diff = heldout.get("diff") or {}
+    before, warm, after = heldout["before"], heldout.get("warmstart"), heldout.get("after") or {}
+    sh = heldout.get("shares") or shares(heldout)
     table = Table(title=f"held-out tasks ({len(heldout.get('tasks', []))} never trained on × "
-                        f"{heldout.get('trials')} trials): pass, successes/trials [95 % CI]")
-    for col in ("harness", f"before ({before.get('label')})", f"after ({after.get('label', 'not run')})", "change [95 % CI]", ""):
-        table.add_column(col, justify="left" if col in ("harness", "") else "right")
+                        f"{heldout.get('trials')} trials): pass, successes/trials [95 % CI]; changes paired by "
+                        "task and trial")
+    cols = ["harness", f"untrained ({before.get('label')})"]
+    if warm:
+        cols.append(f"SFT warm-start ({warm.get('label')})")
+    cols.append(f"final ({after.get('label', 'not run')})")
+    if warm:
+        cols.append("SFT: warm-start − untrained")
+    cols.append("GRPO: final − warm-start" if warm else "GRPO: final − untrained")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "harness" else "right")
     keys = [*before.get("per_harness", {}), *(["all"] if "all" in before else [])]
     for key in keys:
-        b = before["all"] if key == "all" else before["per_harness"][key]
-        a = (after.get("all") if key == "all" else after.get("per_harness", {}).get(key)) or {}
-        d = diff.get(key)
-        change = f"{100 * d['delta']:+.0f} pts [{100 * d['ci95'][0]:+.0f}, {100 * d['ci95'][1]:+.0f}]" if d else "–"
-        table.add_row(key, _rate(b), _rate(a), change, d["verdict"] if d else "")
+        row = [key, _rate(_numbers(before, key) or {})]
+        if warm:
+            row.append(_rate(_numbers(warm, key) or {}))
+        row.append(_rate(_numbers(after, key) or {}))
+        if warm:
+            row.append(_change((sh.get("sft") or {}).get(key)))
+        row.append(_change((sh.get("grpo") or {}).get(key)))
+        table.add_row(*row)
     return table

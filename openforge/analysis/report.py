@@ -251,30 +251,36 @@ def _harness_rows(run: RunData, k: int) -> list[dict[str, str]]:
 
 
 def _heldout_rows(run: RunData) -> list[dict[str, str]]:
-    """The held-out before/after of a training run (``RUN_DIR/heldout/``), one row per harness."""
-    from .heldout import compare_points, load_point
+    """The held-out points of a training run (``RUN_DIR/heldout/``: untrained, SFT warm-start, final),
+    one row per harness, with SFT's share and GRPO's own share of the change."""
+    from .heldout import load_point, shares
 
     if not run.path.is_dir():
         return []
-    before, after = load_point(run.path, "before"), load_point(run.path, "after")
+    points = {p: load_point(run.path, p) for p in ("before", "warmstart", "after")}
+    before = points["before"]
     if not before:
         return []
-    diff = compare_points(before, after) if after else {}
+    sh = shares(points)
 
     def rate(m: dict[str, Any] | None) -> str:
         if not m or not m.get("trials"):
             return "–"
         return f"{m['successes']}/{m['trials']} ({100 * m['pass_rate']:.0f} %, CI {100 * m['ci95'][0]:.0f}–{100 * m['ci95'][1]:.0f} %)"
 
-    rows = []
-    for h in [*before.get("per_harness", {}), *(["all"] if "all" in before else [])]:
-        b = before["all"] if h == "all" else before["per_harness"][h]
-        a = ((after or {}).get("all") if h == "all" else (after or {}).get("per_harness", {}).get(h))
-        d = diff.get(h)
-        rows.append({"harness": h, "before": rate(b), "after": rate(a),
-                     "change": f"{100 * d['delta']:+.0f} pts [{100 * d['ci95'][0]:+.0f}, {100 * d['ci95'][1]:+.0f}]" if d else "–",
-                     "verdict": d["verdict"] if d else "not run"})
-    return rows
+    def change(d: dict[str, Any] | None) -> str:
+        if not d:
+            return "–"
+        return f"{100 * d['delta']:+.0f} pts [{100 * d['ci95'][0]:+.0f}, {100 * d['ci95'][1]:+.0f}] {d['verdict']}"
+
+    def at(point: str, h: str) -> dict[str, Any] | None:
+        p = points[point] or {}
+        return p.get("all") if h == "all" else p.get("per_harness", {}).get(h)
+
+    return [{"harness": h, "before": rate(at("before", h)), "warmstart": rate(at("warmstart", h)),
+             "after": rate(at("after", h)), "sft": change(sh.get("sft", {}).get(h)),
+             "grpo": change(sh.get("grpo", {}).get(h))}
+            for h in [*before.get("per_harness", {}), *(["all"] if "all" in before else [])]]
 
 
 def build_report(run: RunData, *, detokenize: Detokenize | None = None, max_trajectories: int = 200) -> str:

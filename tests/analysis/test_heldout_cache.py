@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from openforge import heldout_eval
-from openforge.heldout_eval import before_key, heldout_before
+from openforge.heldout_eval import before_key, heldout_before, heldout_warmstart, warmstart_key
 from openforge.recipes import load_recipe_config
 from openforge.task import Task
 
@@ -52,7 +52,8 @@ def runs(monkeypatch, tmp_path):
     async def run_point(forge, tasks, point, *, label, **_):
         calls.append(forge.run_dir)
         out = {"point": point, "label": label, "per_harness": {"react": {
-            "successes": 1, "trials": 6 - forge.infra, "infra_failures": forge.infra}}}
+            "successes": 1, "trials": 6 - forge.infra, "infra_failures": forge.infra,
+            "outcomes": {"a": [1, 0, 0], "b": [0, 0, 0][: 3 - forge.infra]}}}}
         d = forge.run_dir / "heldout" / point
         d.mkdir(parents=True)
         (d / "heldout.json").write_text(json.dumps(out))
@@ -93,3 +94,38 @@ async def test_cache_off_measures_every_time(runs, tmp_path):
     await run("one", "eval.heldout.cache=false")
     await run("two", "eval.heldout.cache=false")
     assert len(calls) == 2 and not (tmp_path / "cache" / "heldout").exists()
+
+
+async def test_a_cached_point_without_outcomes_is_measured_again(runs, tmp_path):
+    """A point cached before points were paired cannot be paired: it is a miss, not a silent unpaired row."""
+    run, calls = runs
+    await run("one")
+    [cached] = (tmp_path / "cache" / "heldout").iterdir()
+    point = json.loads((cached / "heldout.json").read_text())
+    del point["per_harness"]["react"]["outcomes"]
+    (cached / "heldout.json").write_text(json.dumps(point))
+    await run("two")
+    assert calls == [tmp_path / "one", tmp_path / "two"]
+
+
+async def test_the_warm_start_point_is_cached_under_its_warm_start(runs, tmp_path):
+    """Keyed by everything that shapes ``before`` and by the warm-start's own key; never cached when the
+    warm-start's weights are not (``sft_key=None``)."""
+    _, calls = runs
+
+    async def warm(name: str, sft_key: str | None) -> dict:
+        forge = SimpleNamespace(cfg=_cfg(tmp_path), run_dir=tmp_path / name, infra=0, console=Console(quiet=True),
+                                backend=object())
+        return (await heldout_warmstart(forge, TASKS, {}, sft_key=sft_key))["warmstart"]
+
+    first = await warm("one", "k1")
+    second = await warm("two", "k1")
+    await warm("three", "k2")
+    await warm("four", None)
+    await warm("five", None)
+    assert calls == [tmp_path / n for n in ("one", "three", "four", "five")]
+    assert first["label"] == "SFT" and second["label"] == "SFT, cached"
+    cfg = _cfg(tmp_path)
+    keys = {warmstart_key(cfg, TASKS, backend="B", sft_key=k) for k in ("k1", "k2")}
+    keys |= {warmstart_key(_cfg(tmp_path, "seed=3"), TASKS, backend="B", sft_key="k1")}
+    assert len(keys) == 3 and before_key(cfg, TASKS, backend="B") not in keys

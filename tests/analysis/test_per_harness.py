@@ -126,8 +126,9 @@ def test_heldout_tasks_are_refused_when_the_run_trains_on_them():
 
 
 async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_path):
-    """before/after through the real react harness and proxy, the tasks' reference solutions as the
-    policy: every trial succeeds, the points are forge eval directories, the change is within noise."""
+    """The three points through the real react harness and proxy, the tasks' reference solutions as the
+    policy: every trial succeeds, the points are forge eval directories, each change is paired and
+    within noise."""
     pytest.importorskip("openai")
 
     from rich.console import Console
@@ -136,7 +137,7 @@ async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_pa
     from openforge.analysis.heldout import check_heldout, heldout_table
     from openforge.envs.claw import ClawEnvironment
     from openforge.forge import Forge, load_tasks
-    from openforge.heldout_eval import heldout_after, heldout_before
+    from openforge.heldout_eval import heldout_after, heldout_before, heldout_warmstart
     from openforge.launchers.local import LocalLauncher
     from openforge.recipes import load_recipe_config
     from openforge.session import Session, backend_for, harness_factory
@@ -153,15 +154,19 @@ async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_pa
     await forge.session.start()  # no store: held-out points must not need one
     try:
         heldout = await heldout_before(forge, held)
+        await heldout_warmstart(forge, held, heldout, sft_key="sft-key")
         await heldout_after(forge, held, heldout)
     finally:
         await forge.__aexit__(None, None, None)
-    for point in ("before", "after"):
+    for point in ("before", "warmstart", "after"):
         assert heldout[point]["per_harness"]["react"] | {"ci95": None} == {
             "successes": 4, "trials": 4, "infra_failures": 0, "pass_rate": 1.0, "ci95": None, "mean_reward": 1.0,
-            "pass_at_k": 1.0, "pass_hat_k": 1.0, "k": 2}
+            "pass_at_k": 1.0, "pass_hat_k": 1.0, "k": 2, "outcomes": {t.id: [1, 1] for t in held}}
         assert json.loads((tmp_path / "heldout" / point / "eval.json").read_text())["tasks"] == 2
-    assert heldout["diff"]["react"] == {"delta": 0.0, "ci95": heldout["diff"]["react"]["ci95"], "verdict": "within noise"}
+    assert heldout["diff"]["react"] == {"delta": 0.0, "ci95": heldout["diff"]["react"]["ci95"], "verdict": "within noise",
+                                        "paired": True, "pairs": 4}
+    assert set(heldout["shares"]) == {"sft", "grpo", "total"}
+    assert heldout["shares"]["grpo"]["react"]["pairs"] == 4
     assert heldout_table(heldout) is not None
     assert not (tmp_path / "trajectories.db").exists()  # nothing of it in the run's store
     # a resumed run reuses the before it wrote

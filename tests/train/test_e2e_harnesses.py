@@ -80,16 +80,17 @@ def test_multi_harness_run_with_heldout_before_and_after(tmp_path):
     assert set(grpo["per_harness"]) == {"react", "pi"}
     assert all(m["rollouts"] % 2 == 0 for m in grpo["per_harness"].values())  # whole groups of 2
     assert "per harness" in out
-    # held-out: before and after, each task × trial through each harness, written as forge eval dirs
+    # held-out: untrained, SFT warm-start and final, each task × trial through each harness, as forge eval dirs
     summary = json.loads((run_dir / "summary.json").read_text())
     held = summary["heldout"]
     assert held["tasks"] == ["files-create-bye", "files-append-item"] and held["trials"] == 1
-    for point in ("before", "after"):
+    for point in ("before", "warmstart", "after"):
         assert set(held[point]["per_harness"]) == {"react", "pi"}
         assert all(m["trials"] + m["infra_failures"] == 2 for m in held[point]["per_harness"].values())
         assert (run_dir / "heldout" / point / "eval.json").is_file()
     assert set(held["diff"]) == {"react", "pi", "all"}
     assert all(d["verdict"] in ("within noise", "better", "worse") for d in held["diff"].values())
     assert "held-out" in out and held["diff"]["all"]["verdict"] == "within noise"  # 2 trials a harness: nothing is significant
+    assert set(held["shares"]) == {"sft", "grpo", "total"} and "GRPO" in out
     # nothing of the held-out rollouts is in the run's store: the per-step analysis stays exact
     assert not any(t.task_id in held["tasks"] for t in _trajectories(run_dir))
