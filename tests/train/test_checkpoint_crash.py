@@ -56,7 +56,7 @@ def crash_at(monkeypatch, phase: str, step: int):
     real_replace, real_unlink, real_rmtree = os.replace, pathlib.Path.unlink, shutil.rmtree
     real_write = ckmod.write_model_files
 
-    def older(p) -> bool:
+    def older(p) -> bool:  # an older checkpoint, or a file in one
         parts = pathlib.Path(p).parts
         return any(x.startswith("step-") and x != name for x in parts[-2:])
 
@@ -67,7 +67,7 @@ def crash_at(monkeypatch, phase: str, step: int):
             raise Crash(phase)
         if phase == "committed" and d.name == "index.json" and (d.parent / name).is_dir():
             raise Crash(phase)
-        if phase == "cleaning" and pathlib.Path(src).name.startswith("step-") and pathlib.Path(src).name != name:
+        if phase == "cleaning" and older(src) and (d.parent / name).is_dir():
             raise Crash(phase)  # an older checkpoint renamed away to be deleted
 
     def unlink(self, *a, **k):
@@ -78,7 +78,7 @@ def crash_at(monkeypatch, phase: str, step: int):
 
     def rmtree(path, *a, **k):
         real_rmtree(path, *a, **k)
-        if phase == "cleaning" and pathlib.Path(path).name.startswith("step-") and pathlib.Path(path).name != name:
+        if phase == "cleaning" and older(path) and (pathlib.Path(path).parent / name).is_dir():
             raise Crash(phase)
 
     def write_model_files(path, **kw):
