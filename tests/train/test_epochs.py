@@ -113,3 +113,20 @@ async def test_a_run_killed_while_checkpointing_resumes_the_same_tasks_and_state
     assert all(torch.equal(ref[k], v) for k, v in initial.items())
     final = {k: v for k, v in again.model.state_dict().items()}
     assert all(torch.allclose(final[k], v, atol=1e-6) for k, v in whole.model.state_dict().items())
+
+
+async def test_a_resume_without_the_optimizer_state_refuses_unless_told_to_start_it_fresh(tokenizer, tmp_path):
+    from openforge.errors import ForgeError
+
+    first = await _forge(tmp_path / "run", 2, model=fresh_llama(), tokenizer=tokenizer)
+    await _train(first)
+    (tmp_path / "run" / "checkpoints" / "step-2" / "trainer_state.pt").unlink()
+    refused = await _forge(tmp_path / "run", 3, model=fresh_llama(1), tokenizer=tokenizer)
+    with pytest.raises(ForgeError, match=r"trainer_state\.pt \(optimizer state\) is missing"):
+        await _train(refused)
+    assert refused.drawn == []  # nothing rolled out, nothing trained
+    fresh = await _forge(tmp_path / "run", 3, model=fresh_llama(1), tokenizer=tokenizer,
+                         resume_missing_state="fresh")
+    summary = await _train(fresh)
+    assert [s["step"] for s in summary["steps"]] == [3]
+    assert fresh.trainer.step_count == 1  # a fresh AdamW (the run log says so: Checkpoints.notes)
