@@ -232,10 +232,14 @@ class CPUTrainerConfig(BaseModel):
     loss_scale_tokens: int = Field(4096, ge=1, description="constant normaliser of seq-mean-token-sum-norm (Dr. GRPO)")
     norm_adv_by_std: bool = True
     skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
-    min_mixed_groups: int = Field(1, ge=0, description="dynamic sampling: groups with differing rewards a step "
-                                  "needs before it trains (0: off)")
+    min_mixed_groups: int = Field(1, ge=0, description="groups with differing rewards a step needs before it "
+                                  "trains (a step left with fewer takes no gradient step; 0: dynamic sampling off)")
+    target_mixed_groups: int | None = Field(
+        None, ge=0, description="dynamic sampling: a step draws the next tasks_per_step tasks (at most "
+        "max_resample_rounds times) until this many of its groups have differing rewards (default: "
+        "rollout.tasks_per_step, i.e. a full step of mixed groups; 0 when min_mixed_groups is 0)")
     max_resample_rounds: int = Field(2, ge=0, description="dynamic sampling: extra rounds of tasks drawn when a "
-                                     "step has fewer than min_mixed_groups mixed groups")
+                                     "step has fewer than target_mixed_groups mixed groups")
     ppo_epochs: int = Field(1, ge=1, description="optimizer steps per batch of rollouts")
     micro_batch_tokens: int = Field(2048, ge=1, description="padded tokens per forward/backward micro-batch")
     logprob_chunk: int = Field(128, ge=1, description="positions per lm_head/log_softmax chunk")
@@ -306,6 +310,9 @@ class TrainerConfig(_Section):
                                          "a step that changed no weight writes none")
     keep_best: bool = Field(True, description="also keep the checkpoint whose rollouts scored the best mean reward")
     resume: bool = Field(True, description="continue from the run directory's latest checkpoint")
+    resume_missing_state: Literal["refuse", "fresh"] = Field(
+        "refuse", description="a checkpoint to resume from that lacks its optimizer state or KL reference: "
+        "refuse (the error names the file), or fresh (a new AdamW; the loaded weights as the KL reference)")
     cpu: CPUTrainerConfig = Field(default_factory=CPUTrainerConfig)
     verl: VerlConfig = Field(default_factory=VerlConfig)
 
@@ -340,6 +347,11 @@ class RunConfig(_Section):
         if self.harness.is_mix and self.trainer.backend == "verl":
             problems.append(f"harness.name: the veRL back-end runs one harness per run, named as a string (got "
                             f"{self.harness.name}); multi-harness runs use trainer.backend=cpu")
+        cpu = self.trainer.cpu
+        if cpu.target_mixed_groups is not None and cpu.target_mixed_groups < cpu.min_mixed_groups:
+            problems.append(f"trainer.cpu.target_mixed_groups ({cpu.target_mixed_groups}) is below "
+                            f"trainer.cpu.min_mixed_groups ({cpu.min_mixed_groups}): resampling would stop before "
+                            "the step has the mixed groups it needs to train")
         if self.algorithm == "sft" and self.trainer.backend == "verl":
             problems.append("algorithm=sft runs on the cpu trainer; use trainer.backend=cpu")
         if problems:

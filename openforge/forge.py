@@ -12,15 +12,18 @@ A CPU GRPO run (``trainer.backend=cpu``)::
     (checkpoints: complete model directories, kept and indexed by :mod:`openforge.train.checkpoint`)
     [SFT warm-start: teacher rollouts (reference solutions replayed through the real harness + proxy)
      → supervised steps; cached under the cache dir by a key of everything that shapes it]
-    for each step: pick tasks_per_step tasks → group_size rollouts each through the real proxy →
-        [dynamic sampling: while fewer than min_mixed_groups groups have differing rewards, draw the
-         next tasks_per_step tasks, at most max_resample_rounds times] →
-        GRPO samples → proxy paused → one optimizer step on the served module → proxy resumed →
-        metrics line (reward mean/std, pass rate, statuses, mixed groups, whether a gradient step
-        was taken, trained tokens, times) → checkpoint
+    for each step: the next tasks_per_step tasks of the run's task cursor (every task once per
+        epoch, reshuffled each epoch; :mod:`openforge.task_cursor`) → group_size rollouts each through
+        the real proxy → [dynamic sampling: while fewer than target_mixed_groups groups have differing
+        rewards, the cursor's next tasks_per_step tasks, at most max_resample_rounds times;
+        :mod:`openforge.step_sampling`] → GRPO samples → proxy paused → one optimizer step on the
+        served module → proxy resumed → metrics line (reward mean/std, pass rate, statuses, mixed
+        groups reached and the target, whether a gradient step was taken, trained tokens, times) →
+        checkpoint (the manifest entry carries the cursor, so a resumed run draws the same tasks)
 
-A step left with no mixed group trains nothing: its metrics say ``gradient_step: false`` and the
-summary table says "no gradient step" rather than showing a reward change as if it were learning.
+A step left with fewer than min_mixed_groups (at least one) mixed groups trains nothing: its metrics
+say ``gradient_step: false`` and the summary table says "no gradient step" rather than showing a
+reward change as if it were learning.
 
 ``trainer.backend=verl`` writes the veRL dataset, agent-loop YAML and command into the run
 directory and runs ``python -m verl.trainer.main_ppo`` (see :mod:`openforge.train.verl.launch`).
@@ -31,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import random
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -42,7 +44,9 @@ from .config import RunConfig, dump_config, load_config
 from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
 from .rollout import GroupResults
 from .session import Session, group_harnesses, load_environment, select_tasks
+from .step_sampling import SampledStep, SamplingPlan, sample_step
 from .task import Task
+from .task_cursor import CursorState, TaskCursor
 from .train.grpo import count_mixed_groups
 from .trajectory import Trajectory
 
@@ -202,6 +206,8 @@ class Forge:
                                    "steps": []}
         ckpts = self.checkpoints()
         ck, start = ckpts.resume_point() if cfg.trainer.resume else (None, 0)
+        for note in ckpts.notes:
+            self.console.log(note)
         held = check_heldout(cfg, self.env, tasks)  # before/after on tasks the run never trains on
         if held and (ck is not None or start):
             self.console.log("resumed run: no held-out before/after (the starting model is not the base)")
@@ -233,20 +239,34 @@ class Forge:
                 ckpts.save(0)
             await self._end(summary, held)
             return summary
-        rng = random.Random(cfg.seed)
-        order = list(tasks)
-        rng.shuffle(order)
+        cursor = self._task_cursor(tasks, resumed=bool(start), saved=ckpts.cursor_state())
         for step in range(start, cfg.trainer.steps):
-            line = await self._grpo_step(step, order)
+            line = await self._grpo_step(step, cursor)
             summary["steps"].append(line)
             every = cfg.trainer.checkpoint_every
             due = bool(every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps
-            saved = ckpts.after_step(step + 1, line, due=due)
+            saved = ckpts.after_step(step + 1, line, due=due, cursor=cursor.state.to_json())
             if due:
                 self.console.log(f"checkpoint {saved}" if saved else f"step {step + 1}: weights unchanged, "
                                  f"no checkpoint written (they are {ckpts.current})")
+        summary["task_epochs"] = round(cursor.epochs, 3)
+        summary["mixed_groups"] = mixed_summary(summary["steps"])
         await self._end(summary, held)
         return summary
+
+    def _task_cursor(self, tasks: list[Task], *, resumed: bool, saved: dict[str, Any] | None) -> TaskCursor[Task]:
+        """The run's task cursor: a fresh one, or the one of the step a resumed run continues after."""
+        if not resumed:
+            return TaskCursor(tasks, seed=self.cfg.seed)
+        if saved is None:
+            self.console.log("the resumed step has no saved task cursor (an older run directory): the tasks are "
+                             "drawn from a fresh epoch")
+            return TaskCursor(tasks, seed=self.cfg.seed)
+        try:
+            return TaskCursor(tasks, seed=self.cfg.seed, state=CursorState.from_json(saved))
+        except ValueError as e:
+            self.console.log(f"task cursor not resumed ({e}): the tasks are drawn from a fresh epoch")
+            return TaskCursor(tasks, seed=self.cfg.seed)
 
     async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
         if held:
@@ -255,33 +275,17 @@ class Forge:
             await heldout_after(self, held, summary["heldout"])
         self._finish(summary)
 
-    async def _sample_step(self, step: int, order: list[Task]) -> tuple[GroupResults, int]:
-        """The step's groups, with dynamic sampling: more tasks while too few groups are mixed.
-
-        Round ``r`` rolls out the ``tasks_per_step`` tasks after the previous round's, cycling
-        through the run's shuffled tasks (so every round is a fresh draw of the current policy)."""
+    async def _sample_step(self, step: int, cursor: TaskCursor[Task]) -> SampledStep:
+        """The step's groups: the cursor's next tasks, resampled while too few groups are mixed."""
         cfg = self.cfg
-        k = min(cfg.rollout.tasks_per_step, len(order))
-        tcfg = cfg.trainer.cpu
-        stride = k * (1 + tcfg.max_resample_rounds)  # no two steps draw the same slots
 
-        def slots(r: int) -> list[int]:
-            return [step * stride + r * k + i for i in range(k)]
+        async def one_round(tasks: list[Task], slots: Sequence[int]) -> GroupResults:
+            return await self.rollouts(tasks, cfg.rollout.group_size, harnesses=self.mix.assign(slots))
 
-        def draw(r: int) -> list[Task]:
-            return [order[s % len(order)] for s in slots(r)]
+        plan = SamplingPlan.from_config(cfg, len(cursor.ids))
+        return await sample_step(one_round, cursor, plan, log=self.console.log, label=f"step {step + 1}")
 
-        groups = await self.rollouts(draw(0), cfg.rollout.group_size, harnesses=self.mix.assign(slots(0)))
-        rounds = 0
-        while count_mixed_groups(groups) < tcfg.min_mixed_groups and rounds < tcfg.max_resample_rounds:
-            rounds += 1
-            self.console.log(f"step {step + 1}: {count_mixed_groups(groups)} of {len(groups)} groups mixed "
-                             f"(< {tcfg.min_mixed_groups}): resample round {rounds}/{tcfg.max_resample_rounds}")
-            groups.extend_with(await self.rollouts(draw(rounds), cfg.rollout.group_size,
-                                                   harnesses=self.mix.assign(slots(rounds))))
-        return groups, rounds
-
-    async def _grpo_step(self, step: int, order: list[Task]) -> dict[str, Any]:
+    async def _grpo_step(self, step: int, cursor: TaskCursor[Task]) -> dict[str, Any]:
         """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
         from .train.grpo import build_samples
         from .train.stop import run_stoppable
@@ -289,13 +293,15 @@ class Forge:
         cfg = self.cfg
         tcfg = cfg.trainer.cpu
         t0 = time.monotonic()
-        groups, rounds = await self._sample_step(step, order)
+        sampled = await self._sample_step(step, cursor)
+        groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
         samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
                                 loss_scale_tokens=tcfg.loss_scale_tokens)
-        mixed = count_mixed_groups(groups)
-        take = bool(samples) and (mixed > 0 or not tcfg.skip_zero_advantage)
+        # below the floor nothing is trained; with every group tied and skip_zero_advantage off the
+        # optimizer step still runs (no policy-gradient term)
+        take = bool(samples) and (sampled.trains or (mixed == 0 and not tcfg.skip_zero_advantage))
         tm: dict[str, float] = {"trained_tokens": 0.0}
         if take:
             async with self.runtime.paused():  # no generation while the served module changes
@@ -303,13 +309,15 @@ class Forge:
             await self.trainer.publish(self.backend)
         line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
                                                             "step_time_s": time.monotonic() - t0})
-        line.update({"resample_rounds": rounds, "gradient_step": take and mixed > 0})
+        line.update({"resample_rounds": rounds, "mixed_target": sampled.target,
+                     "gradient_step": take and mixed > 0, "task_epochs": round(cursor.epochs, 3)})
         line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
         line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
         self._log_metrics(line)
-        what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s), "
-                f"loss {tm.get('loss', 0):.4f}" if line["gradient_step"] else
-                f"no gradient step: {mixed} of {len(groups)} groups mixed after {rounds} resample round(s)")
+        what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "
+                f"{sampled.target}), loss {tm.get('loss', 0):.4f}" if line["gradient_step"] else
+                f"no gradient step: {mixed} of {len(groups)} groups mixed after {rounds} resample round(s) "
+                f"(needs {sampled.min_mixed})")
         self.console.log(
             f"step {step + 1}/{cfg.trainer.steps}: reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
             f"pass {line['pass_rate']:.2f} rollouts {line['rollouts']}; {what} ({line['step_time_s']:.0f}s)")
@@ -321,6 +329,14 @@ class Forge:
 
 
 # ------------------------------------------------------------------------------------ entry points
+
+
+def mixed_summary(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run's mixed groups against the per-step target: how many steps reached it, which did not."""
+    below = [s["step"] for s in steps if s.get("mixed_groups", 0) < s.get("mixed_target", 0)]
+    return {"reached": sum(s.get("mixed_groups", 0) for s in steps),
+            "target": sum(s.get("mixed_target", 0) for s in steps),
+            "steps_at_target": len(steps) - len(below), "steps_below_target": below}
 
 
 def _statuses(counts: dict[str, int]) -> str:
@@ -344,17 +360,18 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
 
     console = console or new_console()
     table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
-    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "mixed", "grad", "gen tok", "train tok", "s"):
+    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "mixed", "target", "grad", "gen tok",
+                "train tok", "s"):
         table.add_column(col, justify="left" if col == "statuses" else "right", no_wrap=col == "statuses")
     sft = summary.get("sft")
     if sft:
         table.add_row("sft", "", "", f"{sft.get('teacher_pass_rate') or 0:.2f}", str(sft.get("trajectories", "")),
-                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} SFT steps", "", "sft", "",
+                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} SFT steps", "", "", "sft", "",
                       str(int(sft.get("trained_tokens", 0))), "0" if sft.get("cached") else f"{sft.get('time_s', 0):.0f}")
     for s in summary.get("steps", []):
         table.add_row(str(s["step"]), f"{s['reward_mean']:.3f}", f"{s['reward_std']:.3f}", f"{s['pass_rate']:.2f}",
                       str(s["rollouts"]), _statuses(s["statuses"]), f"{s.get('mixed_groups', '?')}/{s['groups']}",
-                      _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
+                      str(s.get("mixed_target", "")), _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
                       f"{s['step_time_s']:.0f}")
     console.print(table)
     from .analysis.heldout import heldout_table
@@ -363,11 +380,16 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     for extra in (per_harness_table(summary.get("steps", [])), heldout_table(summary.get("heldout"))):
         if extra is not None:
             console.print(extra)
+    mixed = summary.get("mixed_groups")
+    if mixed and mixed.get("steps_below_target"):
+        console.print(f"mixed groups: {mixed['reached']} reached of a target of {mixed['target']} over the run; below "
+                      f"the step's target after its resample rounds at step(s) "
+                      f"{', '.join(map(str, mixed['steps_below_target']))} (trainer.cpu.max_resample_rounds bounds them)")
     idle = [s["step"] for s in summary.get("steps", []) if not s.get("gradient_step", True)]
     if idle:
-        console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: every group was tied (same reward "
-                      "for all its rollouts) even after resampling, so no policy gradient; those steps' rewards are "
-                      "samples of an unchanged policy")
+        console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: too few groups had differing "
+                      "rewards (trainer.cpu.min_mixed_groups) even after resampling, so no policy gradient; those "
+                      "steps' rewards are samples of an unchanged policy")
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
 
 

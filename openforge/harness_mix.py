@@ -6,13 +6,13 @@ of each group slot, deterministically), :class:`PerGroupHarness` (the seam
 factory per group) and :func:`harness_breakdown` (a ``metrics.jsonl`` line's ``per_harness`` block).
 
 A group runs one harness, so its siblings differ only by the policy's samples and GRPO's advantages
-compare like with like. The harness of slot ``s`` (the run's ``s``-th group, counted the way
-:class:`~openforge.forge.Forge` draws tasks: step, resample round, position) is a pure function of
-``s`` and the run's seed: the slots are cut into blocks of ``sum(weights)``; each block holds every
-harness exactly ``weight`` times (a smooth weighted round-robin pattern) in an order shuffled by
+compare like with like. The harness of slot ``s`` (the run's ``s``-th group: the task cursor's count
+of tasks handed out before it, :mod:`openforge.step_sampling`) is a pure function of ``s`` and the
+run's seed: the slots are cut into blocks of ``sum(weights)``; each block holds every harness exactly
+``weight`` times (a smooth weighted round-robin pattern) in an order shuffled by
 ``Random(f"{seed}:{block}")``. So the mix holds exactly over every block, a rerun or a resumed run
-picks the same harnesses, and a task is not tied to one harness when the number of tasks is a
-multiple of the block.
+(whose cursor is restored) picks the same harnesses, and a task is not tied to one harness when the
+number of tasks is a multiple of the block.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ PKG = Path(openforge.__file__).resolve().parent
 REGISTRY = {"openforge.plugins"}
 LAYERS: list[tuple[str, ...]] = [
     ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.console",
-     "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving"),
+     "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving", "openforge.task_cursor"),
     # analysis.steps / analysis.recovery are pure readings of a trajectory (the fault recorder uses them)
     ("openforge.trajectory", "openforge.finite", "openforge.trajectory_io", "openforge.store",
      "openforge.analysis.steps", "openforge.analysis.recovery"),
@@ -34,7 +34,8 @@ LAYERS: list[tuple[str, ...]] = [
      "openforge.faults", "openforge.config"),
     ("openforge.harness_mix", "openforge.seams", "openforge.rollout", "openforge.session"),
     ("openforge.train", "openforge.analysis"),
-    ("openforge.teacher", "openforge.evaluation", "openforge.heldout_eval", "openforge.forge", "openforge.recipes"),
+    ("openforge.teacher", "openforge.evaluation", "openforge.heldout_eval", "openforge.forge", "openforge.recipes",
+     "openforge.step_sampling"),
     ("openforge.cli",),
 ]
 

@@ -1,6 +1,8 @@
-"""Dynamic sampling in the CPU GRPO loop: a step whose groups are all tied draws more tasks (bounded
-by ``max_resample_rounds``) until ``min_mixed_groups`` groups are mixed, then trains on them; a step
-that still has none says so ("no gradient step") instead of training nothing silently.
+"""Dynamic sampling in the CPU GRPO loop: a step with fewer than ``target_mixed_groups`` mixed groups
+draws the task cursor's next tasks (bounded by ``max_resample_rounds``), then trains on every mixed
+group it reached, and says how many against the target; a step left with fewer than
+``min_mixed_groups`` says so ("no gradient step") instead of training on them silently. Over a run,
+the task cursor makes every task come up once per epoch.
 
 The rollout layer is replaced by recorded groups (the tasks' rewards are scripted per draw); the
 trainer, the proxy pause/resume, the metrics file and the summary table are the real ones."""
@@ -15,6 +17,7 @@ from openforge.config import RunConfig
 from openforge.forge import Forge, print_summary
 from openforge.rollout import GroupResults
 from openforge.task import Task
+from openforge.task_cursor import TaskCursor
 from openforge.trajectory import Trajectory, TrajectoryGroup
 from openforge.types import ModelCall
 
@@ -30,7 +33,7 @@ class ScriptedRewards(Forge):
         self.drawn: list[list[str]] = []
 
     async def rollouts(self, tasks, group_size, *, proxy=None, min_group=2, **_):
-        rewards = self.draws[len(self.drawn)]
+        rewards = self.draws(tasks) if callable(self.draws) else self.draws[len(self.drawn)]
         self.drawn.append([t.id for t in tasks])
         out = GroupResults()
         for ti, (task, rs) in enumerate(zip(tasks, rewards, strict=True)):
@@ -69,12 +72,16 @@ async def forge_factory(tiny_llama, tokenizer, tmp_path):
 TASKS = [Task(id=f"task-{i}", instruction="x") for i in range(5)]
 
 
+def cursor(tasks=TASKS):
+    return TaskCursor(tasks, seed=0)
+
+
 async def test_all_tied_first_draw_resamples_then_trains(forge_factory, tmp_path):
     f = await forge_factory([[[0.0, 0.0], [1.0, 1.0]],      # first draw: both groups tied (0/2, 2/2)
                        [[0.0, 0.0], [1.0, 0.0]]],     # resample round 1: one mixed group
-                      min_mixed_groups=1, max_resample_rounds=2)
+                      min_mixed_groups=1, target_mixed_groups=1, max_resample_rounds=2)
     w0 = f.model.get_decoder().layers[-1].mlp.down_proj.weight.detach().clone()
-    line = await f._grpo_step(0, TASKS)
+    line = await f._grpo_step(0, cursor())
     assert len(f.drawn) == 2 and f.drawn[1] != f.drawn[0]  # fresh tasks, not the same slots again
     assert line["resample_rounds"] == 1 and line["gradient_step"] is True
     assert line["groups"] == 4 and line["mixed_groups"] == 1 and line["rollouts"] == 8
@@ -89,7 +96,7 @@ async def test_still_tied_after_the_rounds_says_no_gradient_step(forge_factory, 
 
     f = await forge_factory([[[0.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [0.0, 0.0]]], max_resample_rounds=1)
     w0 = {k: v.clone() for k, v in f.model.state_dict().items()}
-    line = await f._grpo_step(0, TASKS)
+    line = await f._grpo_step(0, cursor())
     assert len(f.drawn) == 2  # bounded by max_resample_rounds
     assert line["gradient_step"] is False and line["mixed_groups"] == 0 and line["train/trained_tokens"] == 0
     assert all(torch.equal(v, f.model.state_dict()[k]) for k, v in w0.items())  # nothing trained
@@ -100,7 +107,59 @@ async def test_still_tied_after_the_rounds_says_no_gradient_step(forge_factory, 
 
 
 async def test_mixed_first_draw_does_not_resample(forge_factory):
-    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]]])
-    line = await f._grpo_step(0, TASKS)
+    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]]], target_mixed_groups=1)
+    line = await f._grpo_step(0, cursor())
     assert len(f.drawn) == 1 and line["resample_rounds"] == 0 and line["gradient_step"] is True
+    assert line["mixed_groups"] == 1 and line["mixed_target"] == 1
+
+
+async def test_a_step_is_filled_to_the_target_of_mixed_groups(forge_factory):
+    """The default target is a full step (tasks_per_step = 2) of mixed groups: one mixed group of two
+    draws another round, and the step trains on every mixed group it reached."""
+    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]],     # 1 of 2 mixed
+                             [[0.0, 0.0], [0.0, 1.0]]])    # resample round: 1 more → 2, the target
+    line = await f._grpo_step(0, cursor())
+    assert len(f.drawn) == 2 and len(set(f.drawn[0] + f.drawn[1])) == 4  # fresh tasks from the cursor
+    assert line["resample_rounds"] == 1 and line["mixed_groups"] == 2 and line["mixed_target"] == 2
+    assert line["gradient_step"] is True and line["train/trained_tokens"] == 12  # both mixed groups, 2×2×3 tok
+
+
+async def test_below_the_target_after_the_bounded_rounds_is_reported(forge_factory, tmp_path):
+    from rich.console import Console
+
+    from openforge.forge import mixed_summary
+
+    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]], max_resample_rounds=1)
+    line = await f._grpo_step(0, cursor())
+    assert len(f.drawn) == 2 and line["mixed_groups"] == 1 and line["mixed_target"] == 2
+    assert line["gradient_step"] is True and line["train/trained_tokens"] == 6  # the one group it reached
+    summary = {"recipe": "r", "run_dir": str(tmp_path), "steps": [line], "mixed_groups": mixed_summary([line])}
+    assert summary["mixed_groups"] == {"reached": 1, "target": 2, "steps_at_target": 0, "steps_below_target": [1]}
+    console = Console(record=True, width=200)
+    print_summary(summary, console=console)
+    text = console.export_text()
+    assert "1 reached of a target of 2" in text and "step(s) 1" in text
+
+
+async def test_fewer_mixed_groups_than_the_floor_train_nothing(forge_factory):
+    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]], min_mixed_groups=2,
+                            max_resample_rounds=1)
+    w0 = {k: v.clone() for k, v in f.model.state_dict().items()}
+    line = await f._grpo_step(0, cursor())
+    assert line["mixed_groups"] == 1 and line["gradient_step"] is False and line["train/trained_tokens"] == 0
+    assert all(torch.equal(v, f.model.state_dict()[k]) for k, v in w0.items())
+
+
+def test_target_below_the_floor_is_a_config_error():
+    from openforge.config import load_config
+    from openforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="target_mixed_groups"):
+        load_config({"trainer": {"cpu": {"min_mixed_groups": 3, "target_mixed_groups": 2}}})
+    plan_cfg = load_config({"rollout": {"tasks_per_step": 4}, "trainer": {"cpu": {"min_mixed_groups": 0}}})
+    from openforge.step_sampling import SamplingPlan
+
+    assert SamplingPlan.from_config(plan_cfg, 12).target == 0  # min_mixed_groups: 0 still turns it off
+    assert SamplingPlan.from_config(load_config({"rollout": {"tasks_per_step": 4}}), 12).target == 4
+    assert SamplingPlan.from_config(load_config({"rollout": {"tasks_per_step": 4}}), 3).target == 3
 

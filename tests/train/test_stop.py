@@ -20,7 +20,7 @@ from openforge.train.grpo import TrainSample
 from openforge.train.sft import sft_train
 from openforge.train.stop import run_stoppable
 
-from .test_dynamic_sampling import TASKS, forge_factory  # noqa: F401 (a fixture)
+from .test_dynamic_sampling import cursor, forge_factory  # noqa: F401 (a fixture)
 
 torch = pytest.importorskip("torch")
 
@@ -132,6 +132,6 @@ async def test_cancelling_the_warm_start_stops_its_sft(monkeypatch, tmp_path):
 async def test_cancelling_the_run_stops_its_training_step(forge_factory):  # noqa: F811
     """Ctrl-C cancels the run's task; the step's thread sees the stop event and returns before the
     cancellation finishes (with a plain ``to_thread`` it would train on, and exit would wait for it)."""
-    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]]])
+    f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]]], target_mixed_groups=1)
     f.trainer.step = work = SlowWork()
-    await work.cancel_once_running(asyncio.ensure_future(f._grpo_step(0, TASKS)))
+    await work.cancel_once_running(asyncio.ensure_future(f._grpo_step(0, cursor())))
