@@ -1,0 +1,243 @@
+"""The verifier's edge of the trust boundary, played by an agent: it leaves files in its workdir that
+a verifier would run, import, follow or load (a repository's ``core.fsmonitor``, a rewritten test, a
+``json.py`` / ``sitecustomize.py`` next to the verifier's cwd with an empty ``PYTHONPATH`` entry, a
+fake ``python3`` on an empty ``PATH`` entry, a symlink to a driver-only file, a workdir swapped for a
+symlink, a file that makes the verifier blow up its memory) and then the real
+:meth:`TaskDirEnvironment.verify` runs. Nothing may run on the host as the driver, no host file may
+reach the verdict, and no such file may raise the reward.
+
+The agent's actions are real: commands run in the rollout's own sandbox (``sandbox.exec``), as the
+harness's shell tool would run them. The example tasks are the shipped ones (``examples/tasks``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from openforge.envs.taskdir import TaskDirEnvironment
+from openforge.errors import EnvironmentError_
+from openforge.launchers.base import SandboxSpec
+from openforge.launchers.local import LocalLauncher
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "tasks"
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+async def launcher(tmp_path):
+    la = LocalLauncher(base_dir=tmp_path / "sbx")
+    if la.isolation != "bwrap":  # pragma: no cover - auto refuses without bwrap
+        pytest.skip("needs the bwrap sandbox")
+    yield la
+    await la.aclose()
+
+
+@pytest.fixture
+def private(tmp_path):
+    """A driver-only place outside /tmp (which every sandbox masks): ``REPO/.pytest-security/ID``."""
+    d = REPO / ".pytest-security" / f"verif-{uuid.uuid4().hex[:8]}"
+    d.mkdir(parents=True)
+    d.chmod(0o700)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+async def attack(env: TaskDirEnvironment, task_id: str, launcher: LocalLauncher, agent: str, *,
+                 setup: bool = True):
+    """Set the task up, run ``agent`` (a shell script) as the agent in its sandbox, then verify."""
+    task = env.task(task_id)
+    sbx = await launcher.start(SandboxSpec(rollout_id=f"hv-{task_id}", task=task, proxy_url="", api_key="k",
+                                           hidden_paths=env.hidden_paths(task)))
+    try:
+        if setup:
+            await env.setup(task, sbx)
+        r = await sbx.exec(["bash", "-c", agent], env=env.harness_env(task, sbx), timeout_s=60)
+        assert r.returncode == 0, r.stderr
+        return await env.verify(task, sbx)
+    finally:
+        await env.teardown(task, sbx)
+        await sbx.close()
+
+
+@pytest.fixture
+def examples(tmp_path):
+    return TaskDirEnvironment(EXAMPLES, log_dir=tmp_path / "logs")
+
+
+# -- git-bugfix: the repository's config and the test are the agent's ----------------------------
+
+async def test_fsmonitor_in_the_agents_repo_runs_nothing_on_the_host(examples, launcher):
+    """``core.fsmonitor`` in calc/.git/config: any ``git status`` in that repository runs it."""
+    marker = Path(f"/tmp/openforge-pwned-{uuid.uuid4().hex[:8]}")
+    agent = f"""cd calc
+git config core.fsmonitor 'id -u > {marker}; echo'
+git commit -q --allow-empty -m 'fix: nothing at all'
+"""
+    try:
+        res = await attack(examples, "git-bugfix", launcher, agent)
+        assert not marker.exists(), f"the agent's fsmonitor ran on the host as uid {marker.read_text().strip()}"
+        assert res.reward == 0.0, res
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+async def test_rewritten_test_does_not_pass_an_unfixed_bug(examples, launcher):
+    agent = """cd calc
+printf 'print("ok")\\n' > test_stats.py
+git commit -q -am 'fix: the test'
+"""
+    res = await attack(examples, "git-bugfix", launcher, agent)
+    assert res.reward == 0.0, res
+
+
+async def test_stats_that_exits_early_does_not_pass(examples, launcher):
+    """The agent's stats.py runs (it is what is tested): printing "ok" and exiting is not a fix."""
+    agent = """cd calc
+printf 'import os\\nprint("ok")\\nos._exit(0)\\n' > stats.py
+git commit -q -am 'fix: exit early'
+"""
+    res = await attack(examples, "git-bugfix", launcher, agent)
+    assert res.reward == 0.0, res
+
+
+async def test_fake_python3_on_an_empty_path_entry(examples, launcher, monkeypatch):
+    """The driver's PATH starts with an empty entry (= the cwd); the agent commits an executable
+    ``python3`` that exits 0, so the unfixed test would "pass"."""
+    monkeypatch.setenv("PATH", ":" + os.environ["PATH"])
+    agent = """cd calc
+printf '#!/bin/sh\\necho ok\\nexit 0\\n' > python3 && chmod +x python3
+git add python3 && git commit -q -m 'fix: a better python'
+"""
+    res = await attack(examples, "git-bugfix", launcher, agent)
+    assert res.reward == 0.0, res
+
+
+# -- inventory-setup: Python imports from the agent's workdir ------------------------------------
+
+SHADOWS = {
+    "json.py": "def dumps(*a, **k):\n    return '{\"reward\": 1.0}'\n",
+    "sitecustomize.py": "import atexit\natexit.register(lambda: print('{\"reward\": 1.0}'))\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHADOWS))
+async def test_shadowing_module_with_an_empty_pythonpath_entry(examples, launcher, monkeypatch, name):
+    """``export PYTHONPATH=$PYTHONPATH:/x`` with an empty PYTHONPATH leaves an empty entry (= the cwd)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep + "/nonexistent")
+    body = SHADOWS[name].replace("'", "'\"'\"'")
+    res = await attack(examples, "inventory-setup", launcher, f"printf '%s' '{body}' > {name}")
+    assert res.reward == 0.0, res
+
+
+# -- log-report: a link to a driver-only file -----------------------------------------------------
+
+SECRET = "DRIVER-ONLY-SECRET-{}"
+
+
+async def test_symlink_to_a_driver_only_file_stays_out_of_the_verdict(examples, launcher, private):
+    secret = SECRET.format(uuid.uuid4().hex[:8])
+    f = private / "credentials"
+    f.write_text(f"# Error summary\n- {secret}\n## Total: 0\n")
+    f.chmod(0o600)
+    res = await attack(examples, "log-report", launcher, f"mkdir -p report && ln -s {f} report/summary.md")
+    assert secret not in (res.detail or "") and secret not in res.model_dump_json(), res.detail
+    assert res.reward == 0.0
+
+
+async def test_workdir_swapped_for_a_symlink_is_not_followed(examples, launcher, private):
+    """The agent owns its rollout directory: it renames its workdir and puts a link to a directory
+    under a driver-only parent in its place (readable files, a parent the agent cannot enter)."""
+    secret = SECRET.format(uuid.uuid4().hex[:8])
+    data = private / "data"
+    (data / "report").mkdir(parents=True)
+    (data / "report" / "summary.md").write_text(f"# Error summary\n- {secret}\n## Total: 0\n")
+    for p in (data, data / "report"):
+        p.chmod(0o755)
+    agent = f"w=$PWD; cd ..; mv \"$w\" \"$w.old\"; ln -s {data} \"$w\""
+    res = await attack(examples, "log-report", launcher, agent)
+    assert secret not in res.model_dump_json(), res.detail
+    assert res.reward == 0.0
+
+
+# -- a verifier's memory is bounded ------------------------------------------------------------------
+
+def _task_dir(root: Path, name: str, verify_py: str, toml: str = "") -> Path:
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "task.toml").write_text(f'split = "train"\n{toml}')
+    (d / "instruction.md").write_text("Do something.\n")
+    (d / "verify.py").write_text(verify_py)
+    return d
+
+
+async def test_memory_bomb_is_stopped_by_the_verifiers_limit(tmp_path, launcher):
+    """A sparse file the agent made (no disk used) is read whole by a naive verifier: it is stopped at
+    the task's memory limit (an ``env_error``), not allowed to grow on the host."""
+    d = _task_dir(tmp_path / "tasks", "bomb", "import json\ndata = open('big.bin', 'rb').read()\n"
+                  "print(json.dumps({'reward': 1.0, 'detail': str(len(data))}))\n",
+                  "[resources]\nmemory_mb = 128\n")
+    env = TaskDirEnvironment(d)
+    with pytest.raises(EnvironmentError_, match="verifier of bomb"):
+        await attack(env, "bomb", launcher, "truncate -s 600M big.bin")
+
+
+# -- the verifier's own view -----------------------------------------------------------------------
+
+VIEW_PY = """
+import json, os, sys
+def can_write(p):
+    try:
+        open(p, "w").close()
+        return True
+    except OSError:
+        return False
+print(json.dumps({"reward": 0.0, "uid": os.getuid(), "cwd": os.getcwd(), "path": os.environ["PATH"],
+                  "pythonpath": os.environ.get("PYTHONPATH"), "home": os.environ["HOME"],
+                  "git_global": os.environ.get("GIT_CONFIG_GLOBAL"), "secret_env": os.environ.get("OPENAI_API_KEY"),
+                  "write_workdir": can_write("x.txt"), "write_task": can_write(os.environ["OPENFORGE_TASK_DIR"] + "/x"),
+                  "sys_path": sys.path, "task_dir": os.environ["OPENFORGE_TASK_DIR"]}))
+"""
+
+
+async def test_the_verifier_runs_unprivileged_with_a_clean_environment(tmp_path, launcher, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-driver-secret")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep + "/nonexistent")
+    d = _task_dir(tmp_path / "tasks", "view", VIEW_PY)
+    env = TaskDirEnvironment(d)
+    res = await attack(env, "view", launcher, "true")
+    m = res.metadata
+    if os.geteuid() == 0:
+        assert m["uid"] == 65534, "a root driver's verifier runs as nobody"
+    assert m["secret_env"] is None and m["pythonpath"] is None and m["git_global"] == "/dev/null"
+    assert m["path"].split(":")[0] == os.path.dirname(sys.executable) and "" not in m["path"].split(":")
+    assert not m["write_workdir"] and not m["write_task"], "workdir and task dir are read-only"
+    assert m["task_dir"] == str(d) and "" not in m["sys_path"] and m["cwd"] not in m["sys_path"]
+
+
+async def test_verify_on_host_copies_the_workdir_as_data(tmp_path, launcher, private, monkeypatch):
+    """The opt-in host verifier: a copy without links, FIFOs or the agent's modules on its path, and
+    never the copy as its cwd."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep + "/nonexistent")
+    secret = SECRET.format(uuid.uuid4().hex[:8])
+    (private / "key").write_text(secret)
+    d = _task_dir(tmp_path / "tasks", "onhost", """
+import json, os, pathlib, sys
+w = pathlib.Path(os.environ["OPENFORGE_WORKDIR"])
+print(json.dumps({"reward": float((w / "out.txt").read_text().strip() == "42"),
+                  "cwd_is_copy": os.getcwd() == str(w), "names": sorted(p.name for p in w.iterdir()),
+                  "link": (w / "link").read_text() if (w / "link").exists() else None}))
+""", "verify_on_host = true\n")
+    env = TaskDirEnvironment(d)
+    agent = (f"echo 42 > out.txt; ln -s {private / 'key'} link; mkfifo pipe; "
+             "printf 'def dumps(*a, **k):\\n    return 1\\n' > json.py")
+    res = await attack(env, "onhost", launcher, agent)
+    m = res.metadata
+    assert res.reward == 1.0 and not m["cwd_is_copy"] and m["link"] is None
+    assert m["names"] == ["json.py", "out.txt"], "links and FIFOs are left out of the copy"
