@@ -241,3 +241,41 @@ print(json.dumps({"reward": float((w / "out.txt").read_text().strip() == "42"),
     m = res.metadata
     assert res.reward == 1.0 and not m["cwd_is_copy"] and m["link"] is None
     assert m["names"] == ["json.py", "out.txt"], "links and FIFOs are left out of the copy"
+
+
+# -- end to end: a naive verifier, through `forge rollout` ----------------------------------------
+
+NAIVE_VERIFY_SH = """cd calc || exit 1
+git -c safe.directory=* status --porcelain >/dev/null
+echo '{"reward": 0.0}'
+"""
+
+
+def test_naive_git_verifier_through_forge_rollout_runs_nothing_on_the_host(tmp_path):
+    """A verifier written like the old git-bugfix one (``git status`` in the agent's repository), the
+    agent's commands replayed by the real harness through the real proxy (``--reference`` replays
+    solution.sh as one shell-tool call): the agent's ``core.fsmonitor`` runs, if at all, inside the
+    verifier's sandbox, never on the host."""
+    import json
+    import subprocess
+
+    marker = Path(f"/tmp/openforge-pwned-{uuid.uuid4().hex[:8]}")
+    d = tmp_path / "tasks" / "naive-git"
+    d.mkdir(parents=True)
+    (d / "task.toml").write_text('split = "train"\n')
+    (d / "instruction.md").write_text("Make a repository in calc/.\n")
+    (d / "verify.sh").write_text(NAIVE_VERIFY_SH)
+    (d / "solution.sh").write_text(f"mkdir calc && cd calc && git init -q . && "
+                                   f"git config core.fsmonitor 'id -u > {marker}; echo'\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    try:
+        p = subprocess.run([sys.executable, "-m", "openforge.cli.main", "rollout", "--env", str(d.parent), "--task",
+                            "naive-git", "--reference", "-o", str(out)], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=280)
+        assert not marker.exists(), f"the agent's fsmonitor ran on the host as uid {marker.read_text().strip()}"
+        assert p.returncode in (0, 1), p.stdout[-2000:] + p.stderr[-2000:]
+        traj = json.loads((out / "trajectory.json").read_text())
+        assert traj["reward"] == 0.0 and traj["status"] != "success", traj["status"]
+    finally:
+        marker.unlink(missing_ok=True)
