@@ -131,7 +131,12 @@ class VerifierView:
     python: str = field(default_factory=lambda: sys.executable)
 
     def inside(self, host_path: str | Path) -> str:
-        return self.paths.get(str(host_path), str(host_path))
+        """Where ``host_path`` (one of the paths given, or a file under one) is seen in the sandbox."""
+        p = Path(host_path)
+        for host, there in self.paths.items():
+            if p.is_relative_to(host):
+                return str(Path(there) / p.relative_to(host))
+        return str(p)
 
 
 class SandboxFailure(SandboxError):
