@@ -279,3 +279,72 @@ def test_naive_git_verifier_through_forge_rollout_runs_nothing_on_the_host(tmp_p
         assert traj["reward"] == 0.0 and traj["status"] != "success", traj["status"]
     finally:
         marker.unlink(missing_ok=True)
+
+
+# -- claw: the built-in verifiers read the workdir from the driver -----------------------------------
+
+async def _claw(launcher, task_id: str, agent: str, *, rid: str = "claw", after=None):
+    from openforge.envs.claw import ClawEnvironment
+
+    env = ClawEnvironment()
+    task = env.task(task_id)
+    sbx = await launcher.start(SandboxSpec(rollout_id=rid, task=task, proxy_url="", api_key="k",
+                                           hidden_paths=env.hidden_paths(task)))
+    try:
+        await env.setup(task, sbx)
+        r = await sbx.exec(["bash", "-c", agent], env=env.harness_env(task, sbx), timeout_s=60)
+        assert r.returncode == 0, r.stderr
+        res = await (after(env, task, sbx) if after else env.verify(task, sbx))
+        return res, sbx
+    finally:
+        await env.teardown(task, sbx)
+        await sbx.close()
+
+
+async def test_claw_workdir_swapped_for_another_rollouts_is_not_credited(launcher):
+    """Rollout B solved the task; rollout A replaces its own workdir by a link to B's (its path is
+    no secret) and would be scored on B's work."""
+    from openforge.envs.claw import ClawEnvironment
+
+    env = ClawEnvironment()
+    task = env.task("files-create-hello")
+    victim = await launcher.start(SandboxSpec(rollout_id="victim", task=task, proxy_url="", api_key="k"))
+    try:
+        await env.setup(task, victim)
+        assert (await victim.exec(["bash", "-c", env.reference_solution(task)[0]])).returncode == 0
+        assert (await env.verify(task, victim)).reward == 1.0
+        agent = f'w=$PWD; cd ..; mv "$w" "$w.old"; ln -s {victim.workdir} "$w"'
+        res, _ = await _claw(launcher, "files-create-hello", agent, rid="thief")
+        assert res.reward == 0.0, res
+    finally:
+        await victim.close()
+
+
+async def test_claw_file_check_reads_a_bounded_amount(launcher):
+    """A 200 MB sparse file where the check looks: the driver reads at most MAX_READ_BYTES of it."""
+    import tracemalloc
+
+    async def measured(env, task, sbx):
+        tracemalloc.start()
+        try:
+            res = await env.verify(task, sbx)
+            return res, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    (res, peak), _ = await _claw(launcher, "files-create-hello", "truncate -s 200M hello.txt", after=measured)
+    assert res.reward == 0.0 and peak < 32 << 20, f"the verifier held {peak >> 20} MB"
+
+
+async def test_claw_git_check_does_not_run_the_repos_fsmonitor(launcher):
+    """The claw git checks run ``git status`` in the agent's (now idle) sandbox: the repository's
+    ``core.fsmonitor`` must not run there either (it could change what is being checked)."""
+    agent = ("cd project && git init -q && git add -A && git commit -qm initial && "
+             "git config core.fsmonitor \"touch $PWD/../fsmonitor-ran; echo\"")
+
+    async def look(env, task, sbx):
+        res = await env.verify(task, sbx)
+        return res, (sbx.workdir / "fsmonitor-ran").exists()
+
+    (res, ran), _ = await _claw(launcher, "git-init-commit", agent, after=look)
+    assert not ran, "the agent's fsmonitor ran during verification"
