@@ -44,6 +44,7 @@ from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._reaper import kill_tree
+from ._verifier import VERIFIER_WEAK_MODE_RISKS, intact_dir
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec, VerifierView
 
 __all__ = ["WEAK_MODE_RISKS", "LocalLauncher", "LocalSandbox"]
@@ -96,8 +97,8 @@ class LocalLauncher(Launcher):
             if isolation == "unshare" and mode == "none":
                 raise SandboxError(f"isolation 'unshare' is not available here ({why})")
             self.isolation = isolation
-            log.warning("local launcher: isolation=%r: %s. Use it only with a policy you trust.",
-                        isolation, WEAK_MODE_RISKS[isolation])
+            log.warning("local launcher: isolation=%r: %s. Verifiers lose their sandbox too: %s. Use it only with a "
+                        "policy you trust.", isolation, WEAK_MODE_RISKS[isolation], VERIFIER_WEAK_MODE_RISKS[isolation])
         else:
             raise SandboxError(f"unknown isolation {isolation!r}: use auto, bwrap, unshare or none")
         self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes")
@@ -256,8 +257,6 @@ class LocalSandbox(Sandbox):
     async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
         """A fresh sandbox of this launcher for the verifier (see :meth:`Sandbox.verifier_view`). A
         workdir the agent replaced by a symlink is not followed: the verifier then sees an empty one."""
-        from ._verifier import intact_dir
-
         work = str(self.workdir) if intact_dir(self.workdir) else None
         spec = SandboxSpec(rollout_id=f"{self.spec.rollout_id}-verify", task=self.spec.task, proxy_url="",
                            api_key="", ro_paths=[*([work] if work else []), *ro_paths], view_workdir=work)

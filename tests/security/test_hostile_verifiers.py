@@ -348,3 +348,15 @@ async def test_claw_git_check_does_not_run_the_repos_fsmonitor(launcher):
 
     (res, ran), _ = await _claw(launcher, "git-init-commit", agent, after=look)
     assert not ran, "the agent's fsmonitor ran during verification"
+
+
+@pytest.mark.parametrize("mode", ["unshare", "none"])
+def test_weak_modes_say_what_the_verifier_gives_up(tmp_path, caplog, mode):
+    from openforge.launchers._isolation import detect_isolation
+    from openforge.launchers._verifier import VERIFIER_WEAK_MODE_RISKS
+
+    if mode == "unshare" and detect_isolation()[0] == "none":
+        pytest.skip("unshare is not available here")
+    with caplog.at_level("WARNING", logger="openforge.launchers.local"):
+        LocalLauncher(base_dir=tmp_path / "sbx", isolation=mode)
+    assert VERIFIER_WEAK_MODE_RISKS[mode] in caplog.text and "Verifiers lose their sandbox too" in caplog.text
