@@ -361,3 +361,46 @@ def test_weak_modes_say_what_the_verifier_gives_up(tmp_path, caplog, mode):
     with caplog.at_level("WARNING", logger="openforge.launchers.local"):
         LocalLauncher(base_dir=tmp_path / "sbx", isolation=mode)
     assert VERIFIER_WEAK_MODE_RISKS[mode] in caplog.text and "Verifiers lose their sandbox too" in caplog.text
+
+
+# -- the same attacks with the driver as a normal user ---------------------------------------------
+
+def test_normal_user_driver_verifier_reads_no_driver_file_and_runs_nothing(tmp_path):
+    """As a normal user the verifier's sandbox runs as the driver's own uid (in a user namespace), so
+    a driver-only file is readable by uid: it must simply not be in the verifier's view."""
+    import json
+    import subprocess
+    import sysconfig
+
+    from .test_sandbox_escapes import TEST_UID, _user_python
+
+    if os.geteuid() != 0:
+        pytest.skip("switching to a normal user needs root")
+    py = _user_python()
+    if py is None or shutil.which("setpriv") is None:
+        pytest.skip("no system Python of this version or no setpriv to run a non-root driver")
+    work = REPO / ".pytest-security" / f"vsc-{uuid.uuid4().hex[:8]}"
+    home = work / "home"
+    home.mkdir(parents=True)
+    secret = SECRET.format(uuid.uuid4().hex[:8])
+    (home / ".secret-credentials").write_text(f"# Error summary\n- {secret}\n## Total: 0\n")
+    try:
+        for p in [work, *work.rglob("*")]:
+            os.chown(p, TEST_UID, TEST_UID)
+        (home / ".secret-credentials").chmod(0o600)
+        env = {**os.environ, "HOME": str(home),
+               "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"]])}
+        user = ["setpriv", f"--reuid={TEST_UID}", f"--regid={TEST_UID}", "--clear-groups", py]
+        probe = subprocess.run([*user, "-c", "import openforge"], env=env, capture_output=True, text=True)
+        if probe.returncode != 0:
+            pytest.skip(f"this checkout or venv is not readable by a normal user: {probe.stderr.strip()[-300:]}")
+        r = subprocess.run([*user, str(Path(__file__).with_name("_verifier_scenario.py")), "--work", str(work)],
+                           env=env, capture_output=True, text=True, timeout=280, cwd=str(work))
+        assert r.returncode == 0, r.stderr[-3000:]
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+        assert rep["driver_uid"] == TEST_UID and rep["isolation"] == "bwrap" and secret in rep["secret"]
+        assert secret not in rep["link"]["verdict"] and rep["link"]["reward"] == 0.0, rep["link"]
+        assert rep["marker"] is None, f"the agent's fsmonitor ran on the host as uid {rep['marker']}"
+        assert rep["fsmonitor"]["reward"] == 0.0, rep["fsmonitor"]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
