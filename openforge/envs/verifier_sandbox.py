@@ -112,6 +112,7 @@ async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None) -
                 url, bridge = await expose_tcp(vs, f"v-{svc.spec.name}", svc.host_port, sock_dir)
                 bridges.append(bridge)
                 extra[svc.spec.url_var] = url
+        _check_readable(task, Path(tdir), vs)
         argv = _argv(view.python, view.inside(_script(Path(tdir))), str(vs.workdir))
         return await vs.exec(argv, env=verifier_env(view.python, extra), timeout_s=task.verify_timeout_s)
     finally:
@@ -119,6 +120,16 @@ async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None) -
             b.close()
         await vs.close()
         shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def _check_readable(task: Task, tdir: Path, vs: Sandbox) -> None:
+    """A root driver's verifier sandbox runs as ``nobody``: the task directory must be readable by all."""
+    if os.geteuid() != 0 or vs.isolation != "bwrap":
+        return
+    script = _script(tdir)
+    if not (tdir.stat().st_mode & 0o005 == 0o005 and script.stat().st_mode & 0o004):
+        raise EnvironmentError_(f"the verifier of {task.id} runs as uid nobody in its sandbox, and {script} is not "
+                                f"readable by all users: chmod -R a+rX {tdir}")
 
 
 async def _on_host(task: Task, sandbox: Sandbox, group: ServiceGroup | None) -> ExecResult:

@@ -404,3 +404,12 @@ def test_normal_user_driver_verifier_reads_no_driver_file_and_runs_nothing(tmp_p
         assert rep["fsmonitor"]["reward"] == 0.0, rep["fsmonitor"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root driver's verifier runs as nobody")
+async def test_a_task_dir_nobody_can_read_is_a_clear_error(tmp_path, launcher):
+    d = _task_dir(tmp_path / "tasks", "private", "print('{\"reward\": 1.0}')\n")
+    (d / "verify.py").chmod(0o600)
+    env = TaskDirEnvironment(d)
+    with pytest.raises(EnvironmentError_, match=r"runs as uid nobody .* chmod -R a\+rX"):
+        await attack(env, "private", launcher, "true")
