@@ -413,3 +413,18 @@ async def test_a_task_dir_nobody_can_read_is_a_clear_error(tmp_path, launcher):
     env = TaskDirEnvironment(d)
     with pytest.raises(EnvironmentError_, match=r"runs as uid nobody .* chmod -R a\+rX"):
         await attack(env, "private", launcher, "true")
+
+
+# -- a workdir that would hang the verifier: a policy failure, not an env_error ----------------------
+
+@pytest.mark.parametrize("task_id, agent", [
+    ("git-bugfix", "cd calc && printf 'while True:\\n    pass\\n' > stats.py && git commit -q -am 'fix: spin'"),
+    ("git-bugfix", "cd calc && git rm -q stats.py && git commit -q -m 'fix: a pipe' && mkfifo stats.py "
+                   "&& echo stats.py >> .git/info/exclude"),
+    ("sqlite-sales", "rm shop.db && mkfifo shop.db"),
+])
+async def test_a_hanging_workdir_scores_zero_instead_of_timing_out(examples, launcher, task_id, agent):
+    """An agent that could make its verifier time out would turn its failure into an env_error (never
+    trained): the examples bound what they run or open from the workdir."""
+    res = await attack(examples, task_id, launcher, agent)
+    assert res.reward == 0.0, res

@@ -3,6 +3,7 @@ original orders are fixed here, not computed from the agent's database (which it
 
 import json
 import sqlite3
+from pathlib import Path
 
 ORDERS = [(1, "ada", 120.5, "paid"), (2, "ada", 30.0, "refunded"), (3, "bo", 15.25, "paid"),
           (4, "bo", 4.75, "paid"), (5, "cy", 99.0, "pending"), (6, "ada", 9.5, "paid")]  # as setup.sh made them
@@ -11,6 +12,10 @@ for _, customer, amount, status in ORDERS:
     if status == "paid":
         want[customer] = want.get(customer, 0.0) + amount
 
+if not Path("shop.db").is_file():  # gone, or a FIFO / device the agent put there (opening one would block)
+    print(json.dumps({"reward": 0.0, "subscores": {"table": 0.0, "totals": 0.0, "orders_kept": 0.0},
+                      "detail": "shop.db is not a regular file"}))
+    raise SystemExit(0)
 db = sqlite3.connect("file:shop.db?mode=ro", uri=True)
 tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 got = dict(db.execute("SELECT customer, total FROM customer_totals LIMIT 1000")) if "customer_totals" in tables else {}
