@@ -428,3 +428,18 @@ async def test_a_hanging_workdir_scores_zero_instead_of_timing_out(examples, lau
     trained): the examples bound what they run or open from the workdir."""
     res = await attack(examples, task_id, launcher, agent)
     assert res.reward == 0.0, res
+
+
+async def test_verify_on_host_copy_survives_any_directory_depth(tmp_path, launcher):
+    """Nested directories deeper than PATH_MAX (made with relative ``chdir``s): the host copy stops at
+    its depth limit instead of failing on them. (200 levels: the launcher's own cleanup of far deeper
+    trees is another matter.)"""
+    d = _task_dir(tmp_path / "tasks", "deep", """
+import json, os
+w = os.environ["OPENFORGE_WORKDIR"]
+print(json.dumps({"reward": float(open(os.path.join(w, "out.txt")).read().strip() == "42")}))
+""", "verify_on_host = true\n")
+    env = TaskDirEnvironment(d)
+    agent = ("echo 42 > out.txt; python3 -c \"import os\nfor _ in range(200): os.mkdir('d' * 60); os.chdir('d' * 60)\"")
+    res = await attack(env, "deep", launcher, agent)
+    assert res.reward == 1.0, res
