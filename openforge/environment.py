@@ -5,9 +5,12 @@ Owns: :class:`Environment` (implement :meth:`Environment.tasks` and :meth:`Envir
 and :class:`VerifyResult` (reward + named sub-scores + detail). Looking environments up by name or
 task-directory path is :mod:`openforge.plugins`' job (:func:`~openforge.plugins.make_environment`).
 
-The verifier runs after the agent has stopped, in the driver (outside every agent process), and
-reads state the agent cannot forge: files through :meth:`Sandbox.read_file` /
-:meth:`Sandbox.pull_workdir`, and the mock services' in-driver state. Sandbox options an
+The verifier runs after the agent has stopped, outside every agent process, and reads state the
+agent cannot forge: files through :meth:`Sandbox.read_file` / :meth:`Sandbox.pull_workdir`
+(Python checks in the driver, which must treat the workdir as hostile: bounded reads, no links out
+of it), and the mock services' in-driver state. A verifier that is a *program* (a task directory's
+``verify.py``) never runs in the driver: it runs in a fresh sandbox of the same launcher
+(:meth:`Sandbox.verifier_view`). Sandbox options an
 environment needs (paths to hide from the agent, services to expose) come from
 :meth:`Environment.hidden_paths` and :meth:`Environment.setup`.
 """

@@ -16,10 +16,12 @@ docs/task-format.md)::
       services/ ...    optional: whatever the [[services]] commands run
 
 Order per rollout: services start (on the host) → ``setup/`` copied → ``setup.sh`` → agent →
-verifier → services stopped. The verifier runs on the host after the agent stopped, never inside
-the sandbox, with the task directory hidden from the agent; its cwd is the rollout's workdir (also
-``$OPENFORGE_WORKDIR`` and its first argument), with ``$OPENFORGE_TASK_DIR``,
-``$OPENFORGE_SERVICE_DIR`` and each service's ``${NAME}_URL``. Its last stdout line is a JSON object
+verifier → services stopped. The verifier never runs on the host with the agent's files: it runs
+after the agent stopped, in a fresh sandbox of the same launcher (``verifier_sandbox``), with the
+agent's workdir read-only as its cwd (also ``$OPENFORGE_WORKDIR`` and its first argument), the task
+directory read-only as ``$OPENFORGE_TASK_DIR``, ``$OPENFORGE_SERVICE_DIR`` and each service's
+``${NAME}_URL``, a clean environment, and the task's limits; ``verify_on_host = true`` (opt-in) runs
+it on the host on a copy of the workdir as data instead. Its last stdout line is a JSON object
 ``{"reward": x, "subscores" | "rewards": {...}, "detail": "...", ...}``; other keys are kept as
 metadata. Without such a line it is an error (``env_error``) unless ``exit_code_reward = true``
 (exit 0 → 1.0, exit 1 → 0.0). Any other exit code, or a Python traceback, means the verifier failed.
@@ -27,10 +29,7 @@ metadata. Without such a line it is an error (``env_error``) unless ``exit_code_
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -44,6 +43,7 @@ from ..launchers.base import Sandbox
 from ..task import Task
 from .services import ServiceGroup, ServiceWrapper
 from .taskdir_format import load_task_dir, taskdir_extras
+from .verifier_sandbox import run_verifier
 
 __all__ = ["TaskDirEnvironment", "load_task_dir", "parse_result"]
 
@@ -189,19 +189,12 @@ class TaskDirEnvironment(Environment):
                                     f"{(res.stderr or res.stdout)[-800:]}")
 
     async def verify(self, task: Task, sandbox: Sandbox) -> VerifyResult:
-        tdir = Path(task.metadata["task_dir"])
         _, exit_code_reward, links = taskdir_extras(task)
         group = self._services.get(id(sandbox))
         if group is not None:
             group.check_alive()  # a service that died under the agent: its state is gone, no verdict
-        workdir = await sandbox.pull_workdir()
-        script = tdir / "verify.py"
-        argv = [sys.executable, str(script)] if script.is_file() else ["bash", str(tdir / "verify.sh")]
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "HOME", "PYTHONPATH")}
-        env.update({"OPENFORGE_WORKDIR": str(workdir), "OPENFORGE_TASK_DIR": str(tdir)})
-        if group is not None:
-            env.update(group.host_env)
-        out, err, rc = await _run_verifier(task, [*argv, str(workdir)], cwd=workdir, env=env)
+        on_host = bool((task.metadata.get("taskdir") or {}).get("verify_on_host"))
+        out, err, rc = await run_verifier(task, sandbox, group=group, on_host=on_host)
         if group is not None:
             group.check_alive()
         res = parse_result(task.id, out, err, rc, exit_code_reward=exit_code_reward)
@@ -214,17 +207,3 @@ class TaskDirEnvironment(Environment):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "path": str(self.path)}
-
-
-async def _run_verifier(task: Task, argv: list[str], *, cwd: Path, env: dict[str, str]) -> tuple[str, str, int | None]:
-    proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-                                                start_new_session=True)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), task.verify_timeout_s)
-    except asyncio.TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise EnvironmentError_(f"verifier of {task.id} ran over {task.verify_timeout_s:g}s") from None
-    return out.decode(errors="replace"), err.decode(errors="replace"), proc.returncode
-

@@ -42,6 +42,7 @@ TASK_TOML_KEYS = {
     "resources": "[resources] cpu, memory_mb, max_processes, max_open_files",
     "services": "[[services]] name, command, ready, ready_timeout_s",
     "exit_code_reward": "score by the verifier's exit status when it prints no result line",
+    "verify_on_host": "run the verifier on the host (as the driver) on a copy of the workdir, not in a sandbox",
     "environment": "environment name recorded on trajectories (default: the folder's name)",
     "faults": "[[faults]] kind, ...: faults injected on every episode (openforge.faults, README 'Fault injection')",
     "metadata": "[metadata]: anything else, free-form",
@@ -118,6 +119,9 @@ def load_task_dir(path: Path, environment: str = "taskdir") -> Task:
     exit_code_reward = meta.pop("exit_code_reward", False)
     if not isinstance(exit_code_reward, bool):
         problems.append(f"{toml}: exit_code_reward must be true or false")
+    verify_on_host = meta.pop("verify_on_host", False)
+    if not isinstance(verify_on_host, bool):
+        problems.append(f"{toml}: verify_on_host must be true or false")
     subgoals, links = _subgoals(meta.pop("subgoals", None), toml, problems)
     if problems:
         raise ConfigError(problems)
@@ -126,7 +130,7 @@ def load_task_dir(path: Path, environment: str = "taskdir") -> Task:
     metadata = dict(meta.pop("metadata", {}))
     metadata["task_dir"] = str(path.resolve())
     metadata["taskdir"] = {"services": [s.__dict__ for s in services], "exit_code_reward": exit_code_reward,
-                           "subgoal_scores": links}
+                           "subgoal_scores": links, "verify_on_host": verify_on_host}
     if "faults" in meta:  # [[faults]]: checked here, injected by openforge.faults
         from ..faults.spec import parse_faults
 

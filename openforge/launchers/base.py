@@ -12,6 +12,7 @@ Implementations: ``local.py`` (process group + namespaces + rlimits) and ``kuber
 from __future__ import annotations
 
 import abc
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..errors import SandboxError
 from ..task import Task
 from ..types import RolloutStatus
 
-__all__ = ["ExecResult", "Launcher", "Sandbox", "SandboxFailure", "SandboxSpec"]
+__all__ = ["ExecResult", "Launcher", "Sandbox", "SandboxFailure", "SandboxSpec", "VerifierView"]
 
 
 @dataclass
@@ -50,6 +51,9 @@ class SandboxSpec:
     hidden_paths: list[str] = field(default_factory=list)
     #: Host paths the harness needs read-only (its install dir; ``Harness.ro_paths()``).
     ro_paths: list[str] = field(default_factory=list)
+    #: A verifier sandbox (:meth:`Sandbox.verifier_view`): the host directory (the rollout's workdir)
+    #: this sandbox sees read-only and runs in, instead of a workdir of its own.
+    view_workdir: str | None = None
 
 
 class Sandbox(abc.ABC):
@@ -93,6 +97,13 @@ class Sandbox(abc.ABC):
         sandbox; return its base URL as seen from inside (``http://127.0.0.1:PORT``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot expose host services")
 
+    async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
+        """A fresh sandbox of the same launcher in which this rollout's verifier runs, after the agent
+        stopped: none of the agent's processes, no network but what is :meth:`expose` d to it, this
+        sandbox's workdir read-only as its :attr:`workdir`, and ``ro_paths`` (host directories: the
+        task directory, the services' state) read-only. The caller closes ``view.sandbox``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot run a verifier in a sandbox")
+
     async def pull_workdir(self) -> Path:
         """Make :attr:`workdir` on the host reflect the sandbox's files (a no-op locally; a copy out
         of the pod for Kubernetes) and return it; called before a file-based verifier runs."""
@@ -107,6 +118,25 @@ class Sandbox(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+@dataclass
+class VerifierView:
+    """A verifier's sandbox (:meth:`Sandbox.verifier_view`) and where each host path given to it is
+    seen inside (``paths[host path] = path inside``; the same path for the local launcher, a copy
+    for a pod), and the Python that runs ``verify.py`` there."""
+
+    sandbox: Sandbox
+    paths: dict[str, str] = field(default_factory=dict)
+    python: str = field(default_factory=lambda: sys.executable)
+
+    def inside(self, host_path: str | Path) -> str:
+        """Where ``host_path`` (one of the paths given, or a file under one) is seen in the sandbox."""
+        p = Path(host_path)
+        for host, there in self.paths.items():
+            if p.is_relative_to(host):
+                return str(Path(there) / p.relative_to(host))
+        return str(p)
 
 
 class SandboxFailure(SandboxError):

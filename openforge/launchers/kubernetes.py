@@ -10,8 +10,10 @@ builders in ``k8s_manifests``; this module owns the client flow:
   orchestrator retries those); ``activeDeadlineSeconds`` → ``timeout``. A pod lost mid-run sets
   ``sandbox.lost_status`` / ``lost_reason``, which ``run_rollout`` records;
 * commands and files go to the in-pod agent through the API server's pod proxy
-  (``pods/NAME:PORT/proxy``), so the driver needs no network route to pods; ``pull_workdir`` copies
-  the pod's workdir out (tar) for file-based verifiers; ``logs()`` reads the container log;
+  (``pods/NAME:PORT/proxy``), so the driver needs no network route to pods; a task directory's
+  verifier runs in the pod (``verifier_view``, ``_k8s_verify``), never on the driver; ``pull_workdir``
+  copies the pod's workdir out (tar, at most ``max_workdir_mb``) for the built-in environments'
+  in-driver checks; ``logs()`` reads the container log;
 * orphans — pods and secrets labelled with this run id — are removed when the launcher starts and
   when it closes (and at interpreter exit); ``activeDeadlineSeconds`` bounds a pod whose driver was
   SIGKILLed.
@@ -36,13 +38,11 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import io
 import json
 import logging
 import secrets
 import shutil
 import socket
-import tarfile
 import tempfile
 import threading
 import time
@@ -53,7 +53,8 @@ from urllib.parse import quote, urlparse
 
 from ..errors import SandboxError
 from ..types import RolloutStatus
-from .base import ExecResult, Launcher, Sandbox, SandboxFailure, SandboxSpec
+from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
+from .base import ExecResult, Launcher, Sandbox, SandboxFailure, SandboxSpec, VerifierView
 from .k8s_manifests import (
     AGENT_PORT,
     _k8s_name,
@@ -89,7 +90,8 @@ class KubernetesLauncher(Launcher):
     (``k=v,k=v``) / ``proxy_namespace`` / ``allow_dns`` (NetworkPolicy), ``network_policy``,
     ``creates_per_s``, ``ready_timeout_s``, ``workdir`` / ``home`` (``{pod}`` is replaced by the
     pod name), ``service_account``, ``service_ports`` (``FIRST-LAST``) / ``service_host`` /
-    ``service_url_host`` (where environment services are published: see the module docstring)."""
+    ``service_url_host`` (where environment services are published: see the module docstring),
+    ``max_workdir_mb`` (the most ``pull_workdir`` copies out of a pod, packed or unpacked; 1024)."""
 
     name = "kubernetes"
 
@@ -100,7 +102,7 @@ class KubernetesLauncher(Launcher):
                  creates_per_s: Any = 5.0, ready_timeout_s: Any = 300.0, workdir: str = "/work",
                  home: str = "/home/agent", service_account: str | None = None, api_client: Any = None,
                  service_ports: Any = "18100-18299", service_host: str | None = None,
-                 service_url_host: str | None = None):
+                 service_url_host: str | None = None, max_workdir_mb: Any = 1024):
         try:
             from kubernetes import client, config
         except ImportError as e:  # pragma: no cover - the k8s extra is missing
@@ -136,6 +138,7 @@ class KubernetesLauncher(Launcher):
         self.service_ports = _port_range(service_ports)
         self.service_host, self.service_url_host = service_host, service_url_host
         self._service_ports_used: set[int] = set()
+        self.max_workdir_mb = int(max_workdir_mb)
         self._pods: dict[str, dict[str, Any]] = {}  # name -> latest pod dict (from the watch)
         self._waiters: dict[str, asyncio.Event] = {}
         self._owned: set[str] = set()
@@ -355,7 +358,7 @@ class KubernetesSandbox(Sandbox):
         return self.lost_status is not None
 
     def _call(self, method: str, path: str, *, query: dict[str, str] | None = None, body: Any = None,
-              timeout: float = 60.0) -> tuple[int, bytes]:
+              timeout: float = 60.0, max_bytes: int | None = None, what: str = "a reply") -> tuple[int, bytes]:
         la = self.launcher
         q = ("?" + "&".join(f"{k}={quote(str(v), safe='')}" for k, v in query.items())) if query else ""
         headers = {"X-Openforge-Token": self.token}
@@ -366,6 +369,8 @@ class KubernetesSandbox(Sandbox):
             path_params={"namespace": la.namespace, "name": f"{self.pod}:{AGENT_PORT}", "path": path},
             header_params=headers, body=body, auth_settings=["BearerToken"])
         resp = la.api.call_api(m, url + q, header_params=hdrs, body=ser_body, _request_timeout=timeout)
+        if max_bytes is not None:  # streamed, never more than max_bytes in memory
+            return resp.status, read_capped(resp.response, max_bytes, what)
         resp.read()
         return resp.status, resp.data
 
@@ -387,6 +392,8 @@ class KubernetesSandbox(Sandbox):
             waiter.cancel()
         try:
             return call.result()
+        except SandboxFailure:  # a reply over its size limit: it says what it means
+            raise
         except Exception as e:
             if await self._await_loss(5.0):
                 raise _sandbox_error(f"pod {self.pod} lost: {self.lost_reason}", self.lost_status or RolloutStatus.INFRA_ERROR) from e
@@ -434,8 +441,17 @@ class KubernetesSandbox(Sandbox):
         if code != 200:
             raise SandboxError(f"cannot write {path} in pod {self.pod}: {resp[:200]!r}")
 
+    async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
+        """The verifier runs in this pod, not on the driver (``_k8s_verify``)."""
+        return await pod_verifier_view(self, ro_paths)
+
     async def pull_workdir(self) -> Path:
-        code, data = await self._agent("GET", "tar", query={"path": str(self.workdir)}, timeout=300)
+        """A local copy of the pod's workdir, at most ``max_workdir_mb`` (packed and unpacked); more is
+        a :class:`SandboxFailure` with ``env_error``."""
+        limit = self.launcher.max_workdir_mb << 20
+        what = f"the workdir of pod {self.pod}"
+        code, data = await self._agent("GET", "tar", query={"path": str(self.workdir)}, timeout=300,
+                                       max_bytes=limit, what=f"{what} (as sent)")
         if code != 200:
             raise SandboxError(f"cannot copy the workdir out of pod {self.pod}: {data[:200]!r}")
         if self._local is None:
@@ -443,12 +459,7 @@ class KubernetesSandbox(Sandbox):
         dest = self._local / "work"
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir()
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            try:
-                tar.extractall(dest, filter="data")  # no absolute paths, links out, devices
-            except TypeError:  # pragma: no cover - Python without extraction filters
-                tar.extractall(dest, members=[m for m in tar if m.isreg() or m.isdir()
-                                              if not m.name.startswith("/") and ".." not in m.name])
+        await asyncio.to_thread(extract_capped, data, dest, limit, f"{what} (unpacked)")
         return dest
 
     async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:

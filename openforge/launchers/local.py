@@ -44,7 +44,8 @@ from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._reaper import kill_tree
-from .base import ExecResult, Launcher, Sandbox, SandboxSpec
+from ._verifier import VERIFIER_WEAK_MODE_RISKS, intact_dir
+from .base import ExecResult, Launcher, Sandbox, SandboxSpec, VerifierView
 
 __all__ = ["WEAK_MODE_RISKS", "LocalLauncher", "LocalSandbox"]
 
@@ -96,8 +97,8 @@ class LocalLauncher(Launcher):
             if isolation == "unshare" and mode == "none":
                 raise SandboxError(f"isolation 'unshare' is not available here ({why})")
             self.isolation = isolation
-            log.warning("local launcher: isolation=%r: %s. Use it only with a policy you trust.",
-                        isolation, WEAK_MODE_RISKS[isolation])
+            log.warning("local launcher: isolation=%r: %s. Verifiers lose their sandbox too: %s. Use it only with a "
+                        "policy you trust.", isolation, WEAK_MODE_RISKS[isolation], VERIFIER_WEAK_MODE_RISKS[isolation])
         else:
             raise SandboxError(f"unknown isolation {isolation!r}: use auto, bwrap, unshare or none")
         self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes")
@@ -173,7 +174,9 @@ class LocalSandbox(Sandbox):
 
     def __init__(self, launcher: LocalLauncher, spec: SandboxSpec, root: Path):
         self.launcher, self.spec, self.root = launcher, spec, root
-        self.workdir, self.home = root / "work", root / "home"
+        # A verifier sandbox runs in the rollout's workdir (bound read-only), not in one of its own.
+        self.workdir = Path(spec.view_workdir) if spec.view_workdir else root / "work"
+        self.home = root / "home"
         self.tmpdir = root / "tmp"
         self.isolation = launcher.isolation
         self._maps: list[tuple[int, str]] = []  # (in-sandbox port, host unix socket)
@@ -190,7 +193,7 @@ class LocalSandbox(Sandbox):
                 launcher._watch(f"+cg {p}")
 
     async def _init(self) -> None:
-        for d in (self.workdir, self.home, self.tmpdir):
+        for d in (self.root / "work", self.home, self.tmpdir):
             d.mkdir(mode=0o755)
             self._own(d)
         self._own(self.root)
@@ -250,6 +253,14 @@ class LocalSandbox(Sandbox):
                 os.chmod(uds_path, os.stat(uds_path).st_mode & 0o777 | 0o666)
         self._maps.append((port, uds_path))
         return f"http://127.0.0.1:{port}"
+
+    async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
+        """A fresh sandbox of this launcher for the verifier (see :meth:`Sandbox.verifier_view`). A
+        workdir the agent replaced by a symlink is not followed: the verifier then sees an empty one."""
+        work = str(self.workdir) if intact_dir(self.workdir) else None
+        spec = SandboxSpec(rollout_id=f"{self.spec.rollout_id}-verify", task=self.spec.task, proxy_url="",
+                           api_key="", ro_paths=[*([work] if work else []), *ro_paths], view_workdir=work)
+        return VerifierView(await self.launcher.start(spec))
 
     def _resolve(self, path: str | Path) -> Path:
         p = Path(path)

@@ -1,5 +1,6 @@
 """Task directories: loading, clear errors, setup.sh as a file, solution.sh as one script, verify.py /
-verify.sh on the host in the workdir (result line, subscores, metadata), hidden from the agent."""
+verify.sh in a verifier sandbox on the workdir (result line, subscores, metadata), hidden from the
+agent. Hostile workdirs: tests/security/test_hostile_verifiers.py."""
 
 from __future__ import annotations
 

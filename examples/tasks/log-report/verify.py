@@ -1,12 +1,16 @@
-"""Scores log-report: report/summary.md against counts made here from the same logs."""
+"""Scores log-report: report/summary.md (cwd: the rollout's workdir) against counts made here from the
+task's own copy of the logs ($OPENFORGE_TASK_DIR/setup/logs), never from the workdir's logs/, which
+the agent could edit to match a wrong report."""
 
 import json
+import os
 from pathlib import Path
 
-logs = sorted(Path("logs").glob("*.log"))  # the verifier's cwd is the rollout's workdir
+logs = sorted((Path(os.environ["OPENFORGE_TASK_DIR"]) / "setup" / "logs").glob("*.log"))
 counts = {p.name: sum(" ERROR " in line for line in p.read_text().splitlines()) for p in logs}
 report = Path("report/summary.md")
-text = report.read_text() if report.is_file() else ""
+with open(report, errors="replace") if report.is_file() else open(os.devnull) as f:
+    text = f.read(1 << 20)  # a bounded read: the report is the agent's file
 lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
 expected = [f"- {name}: {n} errors" for name, n in sorted(counts.items())]
 scores = {
@@ -15,4 +19,4 @@ scores = {
     "total": float(bool(lines) and lines[-1] == f"## Total: {sum(counts.values())}"),
 }
 print(json.dumps({"reward": float(all(scores.values())), "subscores": scores,
-                  "detail": f"expected {expected}, got {lines[1:-1]}"}))
+                  "detail": f"expected {expected}, got {lines[1:-1][:20]}"}))

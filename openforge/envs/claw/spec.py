@@ -5,21 +5,37 @@ shell commands, named checks), :class:`CheckContext` (what a check may inspect: 
 on the host, read-only commands run in the sandbox after the agent stopped, and the services'
 in-driver state) and the helpers ``file_is``, ``file_has``, ``gone``, ``sh``, ``sql``, ``json_at``,
 ``state``.
+
+The workdir is the agent's output, read by the driver: a file is read only when it resolves inside a
+workdir that is still the directory the launcher made (not a symlink the agent put in its place, to
+another rollout's workdir say), and at most :data:`MAX_READ_BYTES` of it (a larger file fails its
+check: the agent's output, not the environment's fault). Commands run with a fixed ``PATH`` and git
+ignoring the repository's ``core.fsmonitor`` and hooks.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...launchers._verifier import intact_dir
 from ...launchers.base import Sandbox
+from ..verifier_sandbox import verifier_env
 from .services import ServiceState
 
 Check = Callable[["CheckContext"], Awaitable[bool]]
+#: The most of one workdir file a check reads; a larger file fails the check.
+MAX_READ_BYTES = 4 << 20
+#: git, as a check runs it: the repository's own config may not run anything (config from the
+#: environment outranks the repository's).
+_GIT_ENV = {"GIT_CONFIG_COUNT": "2", "GIT_CONFIG_KEY_0": "core.fsmonitor", "GIT_CONFIG_VALUE_0": "false",
+            "GIT_CONFIG_KEY_1": "core.hooksPath", "GIT_CONFIG_VALUE_1": "/dev/null"}
 
 
 @dataclass
@@ -28,14 +44,32 @@ class CheckContext:
     sandbox: Sandbox
     state: ServiceState | None
 
-    def text(self, rel: str) -> str | None:
-        p = (self.workdir / rel).resolve()
-        if not p.is_relative_to(self.workdir.resolve()) or not p.is_file():
+    def path(self, rel: str) -> Path | None:
+        """``rel`` in the workdir, resolved, when it stays inside an intact workdir; else None."""
+        if not intact_dir(self.workdir):
             return None
-        return p.read_text(errors="replace")
+        p = (self.workdir / rel).resolve()
+        return p if p.is_relative_to(self.workdir) else None
+
+    def exists(self, rel: str) -> bool:
+        """Whether ``rel`` is there at all (a dangling link counts: it was not removed)."""
+        return intact_dir(self.workdir) and os.path.lexists(self.workdir / rel)
+
+    def text(self, rel: str) -> str | None:
+        p = self.path(rel)
+        if p is None or not p.is_file():
+            return None
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_READ_BYTES + 1)
+        return None if len(data) > MAX_READ_BYTES else data.decode(errors="replace")
 
     async def sh(self, cmd: str) -> tuple[int | None, str]:
-        r = await self.sandbox.exec(["sh", "-c", cmd], timeout_s=30, env={"GIT_CONFIG_NOSYSTEM": "1"})
+        env = verifier_env(sys.executable, {"GIT_CONFIG_NOSYSTEM": "1", **_GIT_ENV})
+        r = await self.sandbox.exec(["sh", "-c", cmd], timeout_s=30, env=env)
         return r.returncode, r.stdout
 
 
@@ -73,7 +107,7 @@ def file_has(rel: str, *needles: str) -> Check:
 
 def gone(*rels: str) -> Check:
     async def check(c: CheckContext) -> bool:
-        return not any((c.workdir / r).exists() for r in rels)
+        return intact_dir(c.workdir) and not any(c.exists(r) for r in rels)
 
     return check
 
@@ -90,8 +124,8 @@ def sh(cmd: str, expected: str | None = None, *, rc: int = 0) -> Check:
 
 def sql(db: str, query: str, expected: list[tuple]) -> Check:
     async def check(c: CheckContext) -> bool:
-        path = c.workdir / db
-        if not path.is_file():
+        path = c.path(db)
+        if path is None or not path.is_file():
             return False
         try:
             con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)

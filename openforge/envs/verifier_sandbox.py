@@ -1,0 +1,167 @@
+"""Where a task directory's verifier runs, and with what: never on the host with the agent's files.
+
+Owns: :func:`run_verifier` (the verifier's stdout, stderr and exit status), :func:`verifier_env` (its
+clean environment) and :data:`VERIFY_COPY_MAX_BYTES`.
+
+* By default the verifier runs in a **fresh sandbox of the rollout's launcher**
+  (:meth:`Sandbox.verifier_view`): local bwrap as ``nobody``, no network but the task's services
+  (reached the way the agent reaches them), the task directory and the services' state directory
+  read-only, the agent's workdir read-only as its cwd, the task's memory / cpu / pids limits and
+  ``verify_timeout_s``. On Kubernetes that sandbox is the rollout's pod.
+* ``verify_on_host = true`` in task.toml (an explicit opt-in) runs it on the host as the driver,
+  on a **copy of the workdir as data** (regular files and directories only, at most
+  :data:`VERIFY_COPY_MAX_BYTES`) in a temp dir it is never started in: its cwd is an empty scratch
+  directory, and the copy is on neither ``PATH`` nor ``PYTHONPATH``. Memory is capped by rlimit.
+
+Either way the environment is built from nothing (:func:`verifier_env`): ``HOME`` and ``TMPDIR`` of
+its own, a fixed system ``PATH`` behind the driver's interpreter directory, no ``PYTHONPATH``, git
+reading neither a system nor a global config, and ``verify.py`` run as ``python -E -s -B``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import EnvironmentError_
+from ..launchers._isolation import limits_prefix
+from ..launchers._verifier import copy_as_data
+from ..launchers.base import ExecResult, Sandbox, VerifierView
+from ..task import Task
+from .services import ServiceGroup, expose_tcp
+
+__all__ = ["VERIFY_COPY_MAX_BYTES", "run_verifier", "verifier_env"]
+
+#: The only directories on a verifier's PATH (after its interpreter's own directory).
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: How much of the workdir a host verifier's copy may take (``verify_on_host``).
+VERIFY_COPY_MAX_BYTES = 1 << 30
+#: ``verify.py`` runs without PYTHONPATH / PYTHONHOME / user site-packages, writing no bytecode.
+PY_FLAGS = ("-E", "-s", "-B")
+
+
+def verifier_env(python: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """A verifier's environment: fixed, plus ``extra`` (the OPENFORGE_* paths and service URLs)."""
+    return {
+        "PATH": f"{os.path.dirname(python)}:{SYSTEM_PATH}" if os.path.isabs(python) else SYSTEM_PATH,
+        "LANG": "C.UTF-8",
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+        "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+        **extra,
+    }
+
+
+def _argv(python: str, script: str, workdir: str) -> list[str]:
+    if script.endswith(".py"):
+        return [python, *PY_FLAGS, script, workdir]
+    return ["bash", "--noprofile", "--norc", script, workdir]
+
+
+def _script(task_dir: Path) -> Path:
+    py = task_dir / "verify.py"
+    return py if py.is_file() else task_dir / "verify.sh"
+
+
+async def run_verifier(task: Task, sandbox: Sandbox, *, group: ServiceGroup | None,
+                       on_host: bool) -> tuple[str, str, int | None]:
+    """Run the task directory's verifier after the agent stopped; (stdout, stderr, exit status).
+    :class:`EnvironmentError_` when it ran over ``verify_timeout_s`` or cannot be run."""
+    if on_host:
+        res = await _on_host(task, sandbox, group)
+    else:
+        try:
+            view = await sandbox.verifier_view(_ro_paths(task, group))
+        except NotImplementedError as e:
+            raise EnvironmentError_(f"{e}: the verifier of {task.id} cannot run here. Use a launcher that runs "
+                                    "verifiers in a sandbox (local, kubernetes), or set verify_on_host = true in "
+                                    "its task.toml to run it on the host on a copy of the workdir") from None
+        res = await _in_view(task, view, group)
+    if res.timed_out:
+        raise EnvironmentError_(f"verifier of {task.id} ran over {task.verify_timeout_s:g}s")
+    if res.returncode in (137, -9) and not res.stdout.strip():
+        res.stderr += (f"\n(killed: the verifier of {task.id} is limited to the task's memory, "
+                       f"{task.resources.memory_mb} MB)")
+    return res.stdout, res.stderr, res.returncode
+
+
+def _ro_paths(task: Task, group: ServiceGroup | None) -> list[str]:
+    paths = [task.metadata["task_dir"]]
+    if group is not None:
+        state = group.state_dir
+        os.chmod(state, 0o755)  # the verifier (uid nobody under a root driver) reads the services' state
+        paths.append(str(state))
+    return paths
+
+
+async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None) -> ExecResult:
+    vs, tdir = view.sandbox, task.metadata["task_dir"]
+    bridges: list[asyncio.AbstractServer] = []
+    sock_dir = Path(tempfile.mkdtemp(prefix="ofvf-", dir="/tmp"))  # short: AF_UNIX paths ≤ 108 bytes
+    os.chmod(sock_dir, 0o755)
+    try:
+        extra = {"OPENFORGE_WORKDIR": str(vs.workdir), "OPENFORGE_TASK_DIR": view.inside(tdir)}
+        if group is not None:
+            extra["OPENFORGE_SERVICE_DIR"] = view.inside(group.state_dir)
+            for svc in group.running:  # the real service, not a fault wrapper in front of it
+                url, bridge = await expose_tcp(vs, f"v-{svc.spec.name}", svc.host_port, sock_dir)
+                bridges.append(bridge)
+                extra[svc.spec.url_var] = url
+        _check_readable(task, Path(tdir), vs)
+        argv = _argv(view.python, view.inside(_script(Path(tdir))), str(vs.workdir))
+        return await vs.exec(argv, env=verifier_env(view.python, extra), timeout_s=task.verify_timeout_s)
+    finally:
+        for b in bridges:
+            b.close()
+        await vs.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+
+
+def _check_readable(task: Task, tdir: Path, vs: Sandbox) -> None:
+    """A root driver's verifier sandbox runs as ``nobody``: the task directory must be readable by all."""
+    if os.geteuid() != 0 or vs.isolation != "bwrap":
+        return
+    script = _script(tdir)
+    if not (tdir.stat().st_mode & 0o005 == 0o005 and script.stat().st_mode & 0o004):
+        raise EnvironmentError_(f"the verifier of {task.id} runs as uid nobody in its sandbox, and {script} is not "
+                                f"readable by all users: chmod -R a+rX {tdir}")
+
+
+async def _on_host(task: Task, sandbox: Sandbox, group: ServiceGroup | None) -> ExecResult:
+    """``verify_on_host``: the driver runs it, on a copy of the workdir as data, from a scratch cwd."""
+    src = await sandbox.pull_workdir()
+    with tempfile.TemporaryDirectory(prefix="openforge-verify-") as tmp:
+        data, home = Path(tmp) / "work", Path(tmp) / "home"
+        await asyncio.to_thread(copy_as_data, src, data, max_bytes=VERIFY_COPY_MAX_BYTES)
+        home.mkdir()
+        extra = {"HOME": str(home), "TMPDIR": str(home), "OPENFORGE_WORKDIR": str(data),
+                 "OPENFORGE_TASK_DIR": task.metadata["task_dir"], **(group.host_env if group else {})}
+        res = task.resources
+        prefix = limits_prefix(memory_mb=res.memory_mb, cpu_s=task.verify_timeout_s * max(res.cpu, 1.0) + 5,
+                               max_open_files=res.max_open_files, max_procs=None)
+        argv = _argv(sys.executable, str(_script(Path(task.metadata["task_dir"]))), str(data))
+        return await _host_exec([*prefix, *argv], cwd=home, env=verifier_env(sys.executable, extra),
+                                timeout_s=task.verify_timeout_s)
+
+
+async def _host_exec(argv: list[str], *, cwd: Path, env: dict[str, str], timeout_s: float) -> ExecResult:
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    proc = await asyncio.create_subprocess_exec(*argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                start_new_session=True)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except (asyncio.TimeoutError, asyncio.CancelledError) as e:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 9)
+        await proc.wait()
+        if isinstance(e, asyncio.CancelledError):
+            raise
+        return ExecResult(None, "", "", loop.time() - t0, timed_out=True)
+    return ExecResult(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), loop.time() - t0)
