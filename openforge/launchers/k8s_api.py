@@ -45,8 +45,6 @@ class NetworkingApi(Protocol):
     """The part of ``kubernetes.client.NetworkingV1Api`` used here."""
 
     def create_namespaced_network_policy(self, namespace: str, body: Any) -> Any: ...
-    def read_namespaced_network_policy(self, name: str, namespace: str) -> Any: ...
-    def replace_namespaced_network_policy(self, name: str, namespace: str, body: Any) -> Any: ...
     def list_namespaced_network_policy(self, namespace: str, **kw: Any) -> Any: ...
     def delete_namespaced_network_policy(self, name: str, namespace: str, **kw: Any) -> Any: ...
 
@@ -115,16 +113,22 @@ def wait_service_account(core: CoreApi, namespace: str, name: str, wait_s: float
 
 
 def _create_or_replace(net: NetworkingApi, namespace: str, body: dict[str, Any], ser: Serialize) -> dict[str, Any]:
+    """Create, or delete and create again (the launcher applies its policy before its first pod, so
+    no pod of the run is without it in between)."""
+    name = body["metadata"]["name"]
     try:
         return ser(net.create_namespaced_network_policy(namespace, body))
     except Exception as e:
         r = refusal(e)
         if r is None or r[0] != 409:
             raise
-    name = body["metadata"]["name"]  # left by an earlier driver of this run: make it ours
-    current = ser(net.read_namespaced_network_policy(name, namespace))
-    body = {**body, "metadata": {**body["metadata"], "resourceVersion": current["metadata"].get("resourceVersion")}}
-    return ser(net.replace_namespaced_network_policy(name, namespace, body))
+    try:
+        net.delete_namespaced_network_policy(name, namespace)
+    except Exception as e:
+        r = refusal(e)
+        if r is None or r[0] != 404:
+            raise
+    return ser(net.create_namespaced_network_policy(namespace, body))
 
 
 def apply_network_policy(net: NetworkingApi, namespace: str, body: dict[str, Any], port_by_port: Callable[[], dict[str, Any]],
@@ -140,8 +144,8 @@ def apply_network_policy(net: NetworkingApi, namespace: str, body: dict[str, Any
             return stored
         log.warning("kubernetes launcher: the API server dropped the NetworkPolicy's endPort (a server before "
                     "v1.21, or the feature is off); listing the %d service ports one by one", len(want) - 1)
-        fallback = port_by_port()
-        stored = _create_or_replace(net, namespace, fallback, ser)
+        net.delete_namespaced_network_policy(name, namespace)
+        stored = _create_or_replace(net, namespace, port_by_port(), ser)
     except Exception as e:
         r = refusal(e)
         if r is not None and r[0] in (400, 403, 422):

@@ -161,6 +161,7 @@ class KubernetesLauncher(Launcher):
         self._policy_done = False
         self._next_create = 0.0
         self._create_lock = asyncio.Lock()
+        self._policy_lock = asyncio.Lock()  # concurrent first starts: one policy, in place before any pod
         atexit.register(self._cleanup_sync)
 
     # -- cluster plumbing ----------------------------------------------------------------------
@@ -233,6 +234,10 @@ class KubernetesLauncher(Launcher):
             self._next_create = max(now, self._next_create) + 1.0 / self.creates_per_s
 
     async def _ensure_policy(self, spec: SandboxSpec) -> None:
+        async with self._policy_lock:
+            await self._apply_policy(spec)
+
+    async def _apply_policy(self, spec: SandboxSpec) -> None:
         if not self.network_policy or self._policy_done:
             return
         cidr, labels = self.proxy_cidr, self.proxy_pod_labels

@@ -71,6 +71,7 @@ class StrictEmulator(kmock.KubernetesEmulator):
     """kmock's emulator, refusing and rewriting like a real API server (see the module docstring)."""
 
     drop_end_port = False
+    rewrite_limits: dict[str, str] | None = None  # like a mutating webhook / LimitRange
 
     async def _handle(self, request: kmock.Request) -> Any:
         data = request.data
@@ -92,6 +93,8 @@ class StrictEmulator(kmock.KubernetesEmulator):
                 for q in ((c.get("resources") or {}).get("limits"), (c.get("resources") or {}).get("requests")):
                     for k in q or {}:
                         q[k] = _canonical(k, q[k])
+                if self.rewrite_limits and (c.get("resources") or {}).get("limits"):
+                    c["resources"]["limits"].update(self.rewrite_limits)
             if self.drop_end_port:
                 for rule in (data.get("spec") or {}).get("egress") or []:
                     for port in rule.get("ports") or []:
