@@ -79,9 +79,9 @@ def create_refused(e: BaseException, what: str, namespace: str, service_account:
     if code in (400, 422):
         return SandboxFailure(f"the Kubernetes API server refused {what} as invalid ({code}; a configuration error, "
                               f"not retried): {msg}", RolloutStatus.ENV_ERROR)
-    if code in (401, 403):
-        return SandboxFailure(f"the driver's credentials may not create {what} in namespace {namespace} ({code}; "
-                              f"not retried): {msg}", RolloutStatus.ENV_ERROR)
+    if code in (401, 403):  # RBAC, a LimitRange's maximum, a policy webhook: retrying cannot help
+        return SandboxFailure(f"the Kubernetes API server refused {what} in namespace {namespace} ({code}; not "
+                              f"retried): {msg}", RolloutStatus.ENV_ERROR)
     return SandboxFailure(f"cannot create {what} ({code}): {msg}", RolloutStatus.INFRA_ERROR)
 
 

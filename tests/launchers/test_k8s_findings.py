@@ -144,6 +144,28 @@ async def test_missing_service_account_is_a_clear_non_retried_error(cluster, tmp
         await la.aclose()
 
 
+async def test_a_service_account_that_appears_meanwhile_is_waited_for(cluster, tmp_path):
+    """A new namespace gets its ServiceAccount a moment later (the controller manager): the launcher
+    waits (bounded) instead of failing the first rollouts. Here the pod is then created and, with no
+    kubelet in that namespace, never ready: an ordinary ``infra_error``, not the ServiceAccount one."""
+    import asyncio
+
+    async def create_sa_later():
+        await asyncio.sleep(0.5)
+        await asyncio.to_thread(cluster.core.create_namespaced_service_account, "late-sa", {
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": "late-sa"}})
+
+    la = launcher(cluster, tmp_path, "f-late-sa", namespace="late-sa", service_account_wait_s=10, ready_timeout_s=1)
+    later = asyncio.create_task(create_sa_later())
+    try:
+        with pytest.raises(SandboxFailure, match="not ready within") as e:
+            await la.start(spec("r-late-sa"))
+        assert e.value.status == S.INFRA_ERROR
+    finally:
+        await later
+        await la.aclose()
+
+
 def test_pod_create_403_for_service_account_is_named():
     e = api_error(403, 'pods "of-x" is forbidden: error looking up service account ns/runner: serviceaccount '
                        '"runner" not found')
