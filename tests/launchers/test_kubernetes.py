@@ -219,6 +219,10 @@ async def test_forge_rollout_cli_with_kubernetes_launcher(cluster, tmp_path):
 async def test_real_cluster_pod_roundtrip(tmp_path):
     if not os.environ.get("KUBECONFIG"):
         pytest.skip("KUBECONFIG not set: no real cluster")
+    from kubernetes import client, config
+
+    if not client.CoreV1Api(config.new_client_from_config()).list_node().items:
+        pytest.skip("the cluster has no nodes (an API server alone, e.g. scripts/k8s-apiserver.sh): pods cannot run")
     from openforge.launchers.kubernetes import KubernetesLauncher
 
     la = KubernetesLauncher(namespace=os.environ.get("OPENFORGE_K8S_NAMESPACE", "default"), run_id="openforge-ci",
