@@ -181,9 +181,10 @@ def egress_ports(policy: dict[str, Any]) -> set[int]:
     out: set[int] = set()
     for rule in (policy.get("spec") or {}).get("egress") or []:
         for p in rule.get("ports") or []:
-            first = int(p["port"])
-            last = p.get("endPort") or p.get("end_port") or first
-            out.update(range(first, int(last) + 1))
+            if not isinstance(p.get("port"), int):  # a named port (not one openforge writes)
+                continue
+            last = p.get("endPort") or p.get("end_port") or p["port"]
+            out.update(range(p["port"], int(last) + 1))
     return out
 
 
