@@ -7,7 +7,7 @@ under ``missing/``, eviction, deadline) by patching their status through the API
 
 The API server is kmock's emulator made stricter where a real server (seen against v1.20.2) differs
 and it is cheap to mimic (:class:`StrictEmulator`): quantities are stored canonical (``1000m`` → ``1``),
-invalid env names / label values / duplicate mount paths / IP blocks are answered with 422, pods
+invalid object names / env names / label values / duplicate mount paths / IP blocks are answered with 422, pods
 are refused (403) in a namespace without the ServiceAccount they run as, and ``drop_end_port``
 makes it store NetworkPolicies without ``endPort`` the way servers before v1.21 do. These checks are
 its own (not openforge's), so they catch what openforge's checks miss."""
@@ -29,6 +29,7 @@ import kmock
 
 PROXY_RE = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/:]+):(\d+)/proxy/(.*)")
 ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
@@ -47,6 +48,9 @@ def _canonical(kind: str, q: str) -> str:
 def _invalid(obj: dict[str, Any]) -> list[str]:
     """What a real API server answers 422 for (the subset openforge's objects can hit)."""
     bad: list[str] = []
+    name = (obj.get("metadata") or {}).get("name") or ""
+    if not (len(name) <= 253 and DNS_SUBDOMAIN.fullmatch(name)):
+        bad.append(f"metadata.name: Invalid value: {name!r}")
     labels = dict((obj.get("metadata") or {}).get("labels") or {})
     spec = obj.get("spec") or {}
     labels.update((spec.get("podSelector") or {}).get("matchLabels") or {})
