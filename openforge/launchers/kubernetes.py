@@ -12,9 +12,13 @@ builders in ``k8s_manifests``; this module owns the client flow:
 * commands and files go to the in-pod agent through the API server's pod proxy
   (``pods/NAME:PORT/proxy``), so the driver needs no network route to pods; ``pull_workdir`` copies
   the pod's workdir out (tar) for file-based verifiers; ``logs()`` reads the container log;
-* orphans — pods and secrets labelled with this run id — are removed when the launcher starts and
-  when it closes (and at interpreter exit); ``activeDeadlineSeconds`` bounds a pod whose driver was
-  SIGKILLed.
+* orphans — pods, Secrets and the NetworkPolicy labelled with this run id — are removed when the
+  launcher starts and when it closes (and at interpreter exit); ``activeDeadlineSeconds`` bounds a
+  pod whose driver was SIGKILLed;
+* what the API server would refuse (422) is refused before sending (``k8s_checks``); what it answers
+  is read back (``k8s_api``): the pod's resources by value, the NetworkPolicy's ports (spelled one by
+  one where the server dropped ``endPort``), a missing ServiceAccount and 4xx refusals as clear,
+  non-retried errors. See docs/kubernetes.md.
 
 **Proxy exposure in-cluster**: run ``forge proxy serve --host 0.0.0.0`` (or the driver) behind a
 ClusterIP Service and pass its in-cluster URL as ``proxy_url`` (e.g. ``http://openforge-proxy.ns.svc:8765``)
