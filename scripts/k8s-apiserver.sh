@@ -6,6 +6,7 @@
 #   scripts/k8s-apiserver.sh status   # exit 0 when the API server answers
 #   scripts/k8s-apiserver.sh stop     # stops both; removes nothing that `build` made
 #   scripts/k8s-apiserver.sh env      # prints `export KUBECONFIG=...` for the k8s suite
+#   scripts/k8s-apiserver.sh clean    # removes what only the build needs (keeps the binary)
 #
 # Every step is idempotent. Nothing listens beyond 127.0.0.1, and nothing else is started: no kubelet (its
 # cloud credential provider probes a metadata address outside 127.0.0.0/8), no controller manager, no
@@ -92,6 +93,10 @@ build_apiserver() {
 }
 
 cmd_build() {
+    if [ -x "$APISERVER" ]; then
+        say "built $("$APISERVER" --version)"
+        return
+    fi
     ensure_packages
     ensure_source
     gen_openapi
@@ -211,6 +216,12 @@ cmd_stop() {
     say "stopped"
 }
 
+cmd_clean() {
+    # what only the build needs (~1.5 GB: Go's cache, the source tree); the binary, PKI and etcd data stay
+    rm -rf "$K8SX/gocache" "$K8SX/gopath" "$K8SX/src" "$K8SX/openapi-gen"
+    say "removed the build cache; kept $APISERVER"
+}
+
 cmd_status() {
     local name
     for name in etcd apiserver; do
@@ -226,6 +237,7 @@ case "${1:-}" in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    clean) cmd_clean ;;
     env) echo "export KUBECONFIG=$K8SX/kubeconfig" ;;
-    *) die "usage: $0 build|start|stop|status|env" ;;
+    *) die "usage: $0 build|start|stop|status|env|clean" ;;
 esac
