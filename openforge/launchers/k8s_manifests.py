@@ -17,8 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from ..types import RolloutStatus
+from .k8s_checks import (
+    canonical_cpu,
+    canonical_memory,
+    check_dns_label,
+    check_dns_subdomain,
+    check_env_names,
+    check_labels,
+    check_mount_paths,
+    host_cidr,
+)
 
-__all__ = ["AGENT_PORT", "LABELS", "build_network_policy", "build_pod_manifest", "build_secret", "classify_pod"]
+__all__ = ["AGENT_PORT", "LABELS", "build_network_policy", "build_pod_manifest", "build_secret", "classify_pod",
+           "egress_ports"]
 
 AGENT_PORT = 8790
 LABELS = {"app.kubernetes.io/managed-by": "openforge", "openforge.dev/role": "rollout"}
@@ -55,10 +66,17 @@ def build_pod_manifest(
     node_selector: dict[str, str] | None = None,
     extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The rollout's pod. The per-rollout secret (API key + agent token) comes from ``secret_name``."""
+    """The rollout's pod. The per-rollout secret (API key + agent token) comes from ``secret_name``.
+    Raises ConfigError for what the API server would refuse (422): a bad env name, label or name,
+    ``workdir`` == ``home``. Quantities are written as the server stores them (``1``, not ``1000m``)."""
     labels = {**LABELS, "openforge.dev/run": _k8s_name(run_id), "openforge.dev/rollout": _k8s_name(rollout_id),
-              "openforge.dev/task": _k8s_name(task_id), **(extra_labels or {})}
-    quantity = {"cpu": f"{int(cpu * 1000)}m", "memory": f"{memory_mb}Mi", "ephemeral-storage": "4Gi"}
+              "openforge.dev/task": _k8s_name(task_id), **check_labels(extra_labels or {}, "extra_labels")}
+    check_labels(node_selector or {}, "node_selector")
+    check_env_names(sorted(env or {}), f"the environment of rollout {rollout_id}")
+    check_mount_paths({"workdir": workdir, "home": home, "the pod's /tmp volume": "/tmp"})
+    if service_account:
+        check_dns_subdomain(service_account, "service_account")
+    quantity = {"cpu": canonical_cpu(cpu), "memory": canonical_memory(memory_mb), "ephemeral-storage": "4Gi"}
     env_list: list[dict[str, Any]] = [
         {"name": "HOME", "value": home},
         {"name": "OPENFORGE_PROXY_URL", "value": proxy_url},
@@ -122,22 +140,27 @@ def build_network_policy(
     allow_dns: bool = False,
     agent_port: int = AGENT_PORT,
     service_ports: tuple[int, int] | None = None,
+    port_ranges: bool = True,
 ) -> dict[str, Any]:
     """Default-deny for the run's rollout pods: egress only to the proxy (an IP block, or pods by
     label in a namespace) on its port, and on ``service_ports`` (first, last: where the driver
-    publishes environment services) (+ DNS to kube-dns if asked); ingress only to the agent port."""
+    publishes environment services) (+ DNS to kube-dns if asked); ingress only to the agent port.
+    ``port_ranges=False`` spells the service range port by port, for servers that drop ``endPort``."""
     if not proxy_cidr and not proxy_pod_labels:
         raise ValueError("the proxy must be given as proxy_cidr or proxy_pod_labels")
     peer: dict[str, Any]
     if proxy_cidr:
-        peer = {"ipBlock": {"cidr": proxy_cidr if "/" in proxy_cidr else f"{proxy_cidr}/32"}}
+        peer = {"ipBlock": {"cidr": host_cidr(proxy_cidr, "proxy_cidr")}}
     else:
-        peer = {"podSelector": {"matchLabels": dict(proxy_pod_labels or {})}}
+        peer = {"podSelector": {"matchLabels": check_labels(proxy_pod_labels or {}, "proxy_pod_labels")}}
         if proxy_namespace:
+            check_dns_label(proxy_namespace, "proxy_namespace")
             peer["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}}
     ports: list[dict[str, Any]] = [{"protocol": "TCP", "port": proxy_port}]
-    if service_ports:
+    if service_ports and port_ranges:
         ports.append({"protocol": "TCP", "port": service_ports[0], "endPort": service_ports[1]})
+    elif service_ports:  # a server without ``endPort`` (< v1.21 or the feature off): one entry per port
+        ports += [{"protocol": "TCP", "port": p} for p in range(service_ports[0], service_ports[1] + 1)]
     egress: list[dict[str, Any]] = [{"to": [peer], "ports": ports}]
     if allow_dns:
         egress.append({"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
@@ -149,6 +172,20 @@ def build_network_policy(
                      "policyTypes": ["Ingress", "Egress"],
                      "ingress": [{"ports": [{"protocol": "TCP", "port": agent_port}]}],
                      "egress": egress}}
+
+
+def egress_ports(policy: dict[str, Any]) -> set[int]:
+    """Every TCP/UDP port a NetworkPolicy's egress rules open, ranges (``endPort``) expanded. Read
+    back from the server, this is what the policy really allows: a server that dropped ``endPort``
+    opens the first port of the range only."""
+    out: set[int] = set()
+    for rule in (policy.get("spec") or {}).get("egress") or []:
+        for p in rule.get("ports") or []:
+            if not isinstance(p.get("port"), int):  # a named port (not one openforge writes)
+                continue
+            last = p.get("endPort") or p.get("end_port") or p["port"]
+            out.update(range(p["port"], int(last) + 1))
+    return out
 
 
 def classify_pod(pod: dict[str, Any]) -> tuple[str, RolloutStatus | None, str]:

@@ -14,9 +14,13 @@ builders in ``k8s_manifests``; this module owns the client flow:
   verifier runs in the pod (``verifier_view``, ``_k8s_verify``), never on the driver; ``pull_workdir``
   copies the pod's workdir out (tar, at most ``max_workdir_mb``) for the built-in environments'
   in-driver checks; ``logs()`` reads the container log;
-* orphans — pods and secrets labelled with this run id — are removed when the launcher starts and
-  when it closes (and at interpreter exit); ``activeDeadlineSeconds`` bounds a pod whose driver was
-  SIGKILLed.
+* orphans — pods, Secrets and the NetworkPolicy labelled with this run id — are removed when the
+  launcher starts and when it closes (and at interpreter exit); ``activeDeadlineSeconds`` bounds a
+  pod whose driver was SIGKILLed;
+* what the API server would refuse (422) is refused before sending (``k8s_checks``); what it answers
+  is read back (``k8s_api``): the pod's resources by value, the NetworkPolicy's ports (spelled one by
+  one where the server dropped ``endPort``), a missing ServiceAccount and 4xx refusals as clear,
+  non-retried errors. See docs/kubernetes.md.
 
 **Proxy exposure in-cluster**: run ``forge proxy serve --host 0.0.0.0`` (or the driver) behind a
 ClusterIP Service and pass its in-cluster URL as ``proxy_url`` (e.g. ``http://openforge-proxy.ns.svc:8765``)
@@ -51,10 +55,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from ..errors import SandboxError
+from ..errors import ConfigError, SandboxError
 from ..types import RolloutStatus
 from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
 from .base import ExecResult, Launcher, Sandbox, SandboxFailure, SandboxSpec, VerifierView
+from .k8s_api import (
+    apply_network_policy,
+    check_resources,
+    create_refused,
+    delete_labelled,
+    wait_service_account,
+)
+from .k8s_checks import check_launcher_options, ip_literal
 from .k8s_manifests import (
     AGENT_PORT,
     _k8s_name,
@@ -91,7 +103,10 @@ class KubernetesLauncher(Launcher):
     ``creates_per_s``, ``ready_timeout_s``, ``workdir`` / ``home`` (``{pod}`` is replaced by the
     pod name), ``service_account``, ``service_ports`` (``FIRST-LAST``) / ``service_host`` /
     ``service_url_host`` (where environment services are published: see the module docstring),
-    ``max_workdir_mb`` (the most ``pull_workdir`` copies out of a pod, packed or unpacked; 1024)."""
+    ``max_workdir_mb`` (the most ``pull_workdir`` copies out of a pod, packed or unpacked; 1024),
+    ``service_account_wait_s`` (how long a new namespace may take to get its ServiceAccount).
+    Options the API server would refuse (names, labels, addresses, ``workdir`` == ``home``) raise
+    ConfigError here, before anything is sent."""
 
     name = "kubernetes"
 
@@ -102,7 +117,8 @@ class KubernetesLauncher(Launcher):
                  creates_per_s: Any = 5.0, ready_timeout_s: Any = 300.0, workdir: str = "/work",
                  home: str = "/home/agent", service_account: str | None = None, api_client: Any = None,
                  service_ports: Any = "18100-18299", service_host: str | None = None,
-                 service_url_host: str | None = None, max_workdir_mb: Any = 1024):
+                 service_url_host: str | None = None, max_workdir_mb: Any = 1024,
+                 service_account_wait_s: Any = 10.0):
         try:
             from kubernetes import client, config
         except ImportError as e:  # pragma: no cover - the k8s extra is missing
@@ -121,6 +137,9 @@ class KubernetesLauncher(Launcher):
                         api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
                 except Exception as e:
                     raise SandboxError(f"no Kubernetes cluster configured ({e}); set KUBECONFIG or pass host=") from e
+        check_launcher_options(namespace=namespace, service_account=service_account, proxy_pod_labels=proxy_pod_labels,
+                               proxy_namespace=proxy_namespace, proxy_cidr=proxy_cidr, proxy_url=proxy_url,
+                               workdir=workdir, home=home)
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.net = client.NetworkingV1Api(api_client)
@@ -132,6 +151,7 @@ class KubernetesLauncher(Launcher):
                                  if isinstance(proxy_pod_labels, str) else proxy_pod_labels)
         self.allow_dns = str(allow_dns).lower() in ("1", "true", "yes")
         self.network_policy = str(network_policy).lower() not in ("0", "false", "no")
+        self.service_account_wait_s = float(service_account_wait_s)
         self.creates_per_s = float(creates_per_s)
         self.ready_timeout_s = float(ready_timeout_s)
         self.workdir, self.home, self.service_account = workdir, home, service_account
@@ -146,8 +166,10 @@ class KubernetesLauncher(Launcher):
         self._watch_thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._started = False
+        self._policy_done = False
         self._next_create = 0.0
         self._create_lock = asyncio.Lock()
+        self._policy_lock = asyncio.Lock()  # concurrent first starts: one policy, in place before any pod
         atexit.register(self._cleanup_sync)
 
     # -- cluster plumbing ----------------------------------------------------------------------
@@ -160,21 +182,10 @@ class KubernetesLauncher(Launcher):
         return labels.get("openforge.dev/run") == self.run_id and labels.get("app.kubernetes.io/managed-by") == "openforge"
 
     def remove_orphans(self) -> list[str]:
-        """Delete this run's pods and secrets (label selector, re-checked client-side)."""
-        removed = []
-        for lister, deleter in ((self.core.list_namespaced_pod, self.core.delete_namespaced_pod),
-                                (self.core.list_namespaced_secret, self.core.delete_namespaced_secret)):
-            try:
-                items = self.api.sanitize_for_serialization(lister(self.namespace, label_selector=self._selector()).items)
-            except Exception as e:
-                log.warning("kubernetes launcher: cannot list orphans: %s", e)
-                continue
-            for obj in items:
-                if self._mine(obj):
-                    name = obj["metadata"]["name"]
-                    with contextlib.suppress(Exception):
-                        deleter(name, self.namespace, grace_period_seconds=0)
-                        removed.append(name)
+        """Delete this run's pods, Secrets and NetworkPolicy (label selector, re-checked client-side)."""
+        removed = delete_labelled(self.core, self.net if self.network_policy else None, self.namespace,
+                                  self._selector(), self._mine, self.api.sanitize_for_serialization)
+        self._policy_done = False
         return removed
 
     def _watch_loop(self) -> None:
@@ -215,6 +226,8 @@ class KubernetesLauncher(Launcher):
         self._started = True
         self._loop = asyncio.get_running_loop()
         removed = await asyncio.to_thread(self.remove_orphans)
+        await asyncio.to_thread(wait_service_account, self.core, self.namespace, self.service_account or "default",
+                                self.service_account_wait_s)
         if removed:
             log.warning("kubernetes launcher: removed %d orphaned objects of run %s", len(removed), self.run_id)
         self._watch_thread = threading.Thread(target=self._watch_loop, daemon=True, name="openforge-k8s-watch")
@@ -229,27 +242,35 @@ class KubernetesLauncher(Launcher):
             self._next_create = max(now, self._next_create) + 1.0 / self.creates_per_s
 
     async def _ensure_policy(self, spec: SandboxSpec) -> None:
-        if not self.network_policy or getattr(self, "_policy_done", False):
+        async with self._policy_lock:
+            await self._apply_policy(spec)
+
+    async def _apply_policy(self, spec: SandboxSpec) -> None:
+        if not self.network_policy or self._policy_done:
             return
-        self._policy_done = True
         cidr, labels = self.proxy_cidr, self.proxy_pod_labels
         url = urlparse(self.proxy_url or spec.proxy_url)
         if not cidr and not labels:
             try:
-                socket.inet_aton(url.hostname or "")
-                cidr = url.hostname
-            except OSError:
+                ip = ip_literal(url.hostname or "", "the host of the proxy URL")
+            except ConfigError as e:
+                raise SandboxFailure(str(e), RolloutStatus.ENV_ERROR) from None
+            if ip is None:
                 log.warning("kubernetes launcher: no proxy_cidr / proxy_pod_labels; NOT creating a NetworkPolicy")
+                self._policy_done = True
                 return
-        body = build_network_policy(name=f"{self.run_id}-egress"[:63], namespace=self.namespace, run_id=self.run_id,
-                                    proxy_port=url.port or 80, proxy_cidr=cidr, proxy_pod_labels=labels,
-                                    proxy_namespace=self.proxy_namespace, allow_dns=self.allow_dns,
-                                    service_ports=self.service_ports)
-        try:
-            await asyncio.to_thread(self.net.create_namespaced_network_policy, self.namespace, body)
-        except Exception as e:
-            if getattr(e, "status", None) != 409:
-                raise SandboxError(f"cannot create the NetworkPolicy: {e}") from e
+            cidr = str(ip)
+
+        def policy(port_ranges: bool = True) -> dict[str, Any]:
+            return build_network_policy(name=_k8s_name(f"{self.run_id}-egress"), namespace=self.namespace,
+                                        run_id=self.run_id, proxy_port=url.port or 80, proxy_cidr=cidr,
+                                        proxy_pod_labels=labels, proxy_namespace=self.proxy_namespace,
+                                        allow_dns=self.allow_dns, service_ports=self.service_ports,
+                                        port_ranges=port_ranges)
+
+        await asyncio.to_thread(apply_network_policy, self.net, self.namespace, policy(), lambda: policy(False),
+                                self.api.sanitize_for_serialization)
+        self._policy_done = True
 
     # -- Launcher API --------------------------------------------------------------------------
 
@@ -263,18 +284,22 @@ class KubernetesLauncher(Launcher):
         deadline = int(task.timeout_s + task.setup_timeout_s + task.verify_timeout_s + 120)
         workdir, home = self.workdir.replace("{pod}", pod), self.home.replace("{pod}", pod)
         proxy_url = self.proxy_url or spec.proxy_url
-        manifest = build_pod_manifest(
-            name=pod, namespace=self.namespace, image=task.image or self.image, rollout_id=spec.rollout_id,
-            run_id=self.run_id, task_id=task.id, secret_name=pod, proxy_url=proxy_url, env=spec.env,
-            cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline, workdir=workdir,
-            home=home, service_account=self.service_account)
+        try:
+            manifest = build_pod_manifest(
+                name=pod, namespace=self.namespace, image=task.image or self.image, rollout_id=spec.rollout_id,
+                run_id=self.run_id, task_id=task.id, secret_name=pod, proxy_url=proxy_url, env=spec.env,
+                cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline, workdir=workdir,
+                home=home, service_account=self.service_account)
+        except ConfigError as e:  # the server would answer 422: not worth a pod, nor a retry
+            raise SandboxFailure(f"pod {pod} for task {task.id}: {e}", RolloutStatus.ENV_ERROR) from None
         self._waiters[pod] = asyncio.Event()
         self._owned.add(pod)
         sbx = KubernetesSandbox(self, spec, pod, token, Path(workdir), Path(home), proxy_url)
         try:
-            await asyncio.to_thread(self.core.create_namespaced_secret, self.namespace, build_secret(
+            await self._create(f"Secret {pod}", self.core.create_namespaced_secret, build_secret(
                 name=pod, namespace=self.namespace, run_id=self.run_id, api_key=spec.api_key, agent_token=token))
-            await asyncio.to_thread(self.core.create_namespaced_pod, self.namespace, manifest)
+            created = await self._create(f"pod {pod}", self.core.create_namespaced_pod, manifest)
+            check_resources(pod, manifest, self.api.sanitize_for_serialization(created))
             await sbx._wait_ready(self.ready_timeout_s)
         except BaseException as e:
             await sbx.close()
@@ -284,6 +309,12 @@ class KubernetesLauncher(Launcher):
                 raise _sandbox_error(f"cannot create pod {pod}: {e}", RolloutStatus.INFRA_ERROR) from e
             raise
         return sbx
+
+    async def _create(self, what: str, create: Any, body: dict[str, Any]) -> Any:
+        try:
+            return await asyncio.to_thread(create, self.namespace, body)
+        except Exception as e:
+            raise create_refused(e, what, self.namespace, self.service_account) from e
 
     async def aclose(self) -> None:
         for pod in list(self._owned):
@@ -300,6 +331,9 @@ class KubernetesLauncher(Launcher):
     def _cleanup_sync(self) -> None:
         for pod in list(self._owned):
             self._delete(pod)
+        if self._started and not self._stop.is_set():  # aclose() was not called: its NetworkPolicy too
+            with contextlib.suppress(Exception):
+                self.remove_orphans()
         self._stop.set()
 
 
@@ -469,10 +503,10 @@ class KubernetesSandbox(Sandbox):
         la, sock = self.launcher, str(uds_path)
         proxy_host = urlparse(self.proxy_url).hostname or "127.0.0.1"
         try:
-            socket.inet_aton(proxy_host)
-            bind = la.service_host or proxy_host
-        except OSError:
-            bind = la.service_host or "0.0.0.0"
+            is_ip = ip_literal(proxy_host, "the host of the proxy URL") is not None
+        except ConfigError as e:
+            raise SandboxError(str(e)) from None
+        bind = la.service_host or (proxy_host if is_ip else "0.0.0.0")
 
         async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             try:

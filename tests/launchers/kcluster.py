@@ -3,11 +3,19 @@
 agent — as a local process, and the API server's pod-proxy route forwarding to it.
 
 Not a test module. The kubelet can also fail pods the way real nodes do (ImagePullBackOff for images
-under ``missing/``, eviction, deadline) by patching their status through the API."""
+under ``missing/``, eviction, deadline) by patching their status through the API.
+
+The API server is kmock's emulator made stricter where a real server (seen against v1.20.2) differs
+and it is cheap to mimic (:class:`StrictEmulator`): quantities are stored canonical (``1000m`` → ``1``),
+invalid object names / env names / label values / duplicate mount paths / IP blocks are answered with 422, pods
+are refused (403) in a namespace without the ServiceAccount they run as, and ``drop_end_port``
+makes it store NetworkPolicies without ``endPort`` the way servers before v1.21 do. These checks are
+its own (not openforge's), so they catch what openforge's checks miss."""
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import re
 import signal
@@ -20,6 +28,82 @@ from typing import Any
 import kmock
 
 PROXY_RE = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/:]+):(\d+)/proxy/(.*)")
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def _canonical(kind: str, q: str) -> str:
+    from kubernetes.utils import parse_quantity
+
+    v = parse_quantity(q)
+    if kind == "cpu":
+        return str(int(v)) if v == int(v) else f"{int(v * 1000)}m"
+    for suffix, scale in (("Gi", 2 ** 30), ("Mi", 2 ** 20), ("Ki", 2 ** 10)):
+        if v % scale == 0:
+            return f"{int(v // scale)}{suffix}"
+    return str(q)
+
+
+def _invalid(obj: dict[str, Any]) -> list[str]:
+    """What a real API server answers 422 for (the subset openforge's objects can hit)."""
+    bad: list[str] = []
+    name = (obj.get("metadata") or {}).get("name") or ""
+    if not (len(name) <= 253 and DNS_SUBDOMAIN.fullmatch(name)):
+        bad.append(f"metadata.name: Invalid value: {name!r}")
+    labels = dict((obj.get("metadata") or {}).get("labels") or {})
+    spec = obj.get("spec") or {}
+    labels.update((spec.get("podSelector") or {}).get("matchLabels") or {})
+    bad += [f"metadata.labels: Invalid value: {v!r}" for v in labels.values()
+            if not (len(v) <= 63 and LABEL_VALUE.fullmatch(v))]
+    for c in spec.get("containers") or []:
+        bad += [f"env[].name: Invalid value: {e['name']!r}" for e in c.get("env") or [] if not ENV_NAME.fullmatch(e["name"])]
+        paths = [m["mountPath"] for m in c.get("volumeMounts") or []]
+        bad += [f"volumeMounts.mountPath: Invalid value: {p!r}: must be unique" for p in set(paths) if paths.count(p) > 1]
+    for rule in spec.get("egress") or []:
+        for peer in rule.get("to") or []:
+            cidr = (peer.get("ipBlock") or {}).get("cidr")
+            try:
+                if cidr is not None:
+                    ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                bad.append(f"ipBlock.cidr: Invalid value: {cidr!r}")
+    return bad
+
+
+class StrictEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator, refusing and rewriting like a real API server (see the module docstring)."""
+
+    drop_end_port = False
+    rewrite_limits: dict[str, str] | None = None  # like a mutating webhook / LimitRange
+
+    async def _handle(self, request: kmock.Request) -> Any:
+        data = request.data
+        if (request.resource is not None and request.action in (kmock.action.CREATE, kmock.action.UPDATE)
+                and isinstance(data, dict) and data.get("kind")):
+            bad = _invalid(data)
+            if bad:
+                return await self._render_error(kmock.KubernetesError(
+                    status=422, reason="Invalid", message=f"{data['kind']} is invalid: {'; '.join(bad)}"))
+            if data["kind"] == "Pod" and request.action == kmock.action.CREATE:
+                sa = data["spec"].get("serviceAccountName") or "default"
+                ns = request.namespace or data["metadata"].get("namespace")
+                if not [o for o in self.objects.values() if o.get("kind") == "ServiceAccount" and not o.deleted
+                        and o["metadata"]["name"] == sa and o["metadata"].get("namespace") == ns]:
+                    return await self._render_error(kmock.KubernetesError(
+                        status=403, reason="Forbidden", message=f'pods "{data["metadata"]["name"]}" is forbidden: error '
+                        f'looking up service account {ns}/{sa}: serviceaccount "{sa}" not found'))
+            for c in (data.get("spec") or {}).get("containers") or []:
+                for q in ((c.get("resources") or {}).get("limits"), (c.get("resources") or {}).get("requests")):
+                    for k in q or {}:
+                        q[k] = _canonical(k, q[k])
+                if self.rewrite_limits and (c.get("resources") or {}).get("limits"):
+                    c["resources"]["limits"].update(self.rewrite_limits)
+            if self.drop_end_port:
+                for rule in (data.get("spec") or {}).get("egress") or []:
+                    for port in rule.get("ports") or []:
+                        port.pop("endPort", None)
+        return await super()._handle(request)
 
 
 class Cluster:
@@ -42,7 +126,7 @@ class Cluster:
         import httpx
 
         self.stop = asyncio.Event()
-        async with kmock.KubernetesEmulator() as h, kmock.Server(h) as srv, httpx.AsyncClient() as http:
+        async with StrictEmulator() as h, kmock.Server(h) as srv, httpx.AsyncClient() as http:
             h.resources.load_bundled()
 
             async def pod_proxy(req: kmock.Request) -> Any:
@@ -74,6 +158,8 @@ class Cluster:
         cfg.host = self.url
         self.api = client.ApiClient(cfg)
         self.core = client.CoreV1Api(self.api)
+        self.core.create_namespaced_service_account("default", {  # what a controller manager would do
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": "default"}})
         threading.Thread(target=self._kubelet, daemon=True).start()
         return self
 
