@@ -220,7 +220,7 @@ async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path) -> 
 
     path = sock_dir / f"{name}.sock"
     bridge = await asyncio.start_unix_server(handle, str(path))
-    os.chmod(path, 0o666)  # an agent running as another uid (bwrap under root) must connect
+    os.chmod(path, 0o600)  # the driver's alone; Sandbox.expose grants the agent's uid (and only it) access
     try:
         return await sandbox.expose(path), bridge
     except BaseException:
@@ -247,8 +247,8 @@ class ServiceGroup:
     def __init__(self, specs: Sequence[ServiceSpec], *, task_dir: Path | None, log_dir: Path, label: str):
         self.specs, self.task_dir, self.log_dir, self.label = list(specs), task_dir, log_dir, label
         self.state_dir = Path(tempfile.mkdtemp(prefix="openforge-svc-"))
-        self._sock_dir = Path(tempfile.mkdtemp(prefix="ofsv-", dir="/tmp"))  # short: AF_UNIX paths ≤ 108 bytes
-        os.chmod(self._sock_dir, 0o755)
+        # short (AF_UNIX paths ≤ 108 bytes), the driver's own (0700): the sandbox sees only the sockets
+        self._sock_dir = Path(tempfile.mkdtemp(prefix="ofsv-", dir="/tmp"))
         self._reaper: subprocess.Popen | None = subprocess.Popen(
             [sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)

@@ -244,12 +244,20 @@ class LocalSandbox(Sandbox):
             self._host_fwd.append(server)
             return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         port = port or FIRST_PORT + len(self._maps)
-        bw = self.launcher.bwrap
-        if bw is not None and bw.privileged:  # the agent (another uid) must be able to connect to it
-            with contextlib.suppress(OSError):
-                os.chmod(uds_path, os.stat(uds_path).st_mode & 0o777 | 0o666)
+        self._grant_connect(uds_path)
         self._maps.append((port, uds_path))
         return f"http://127.0.0.1:{port}"
+
+    def _grant_connect(self, uds_path: str) -> None:
+        """Let the agent (and, of other users, only it) connect to a socket the driver made: under a
+        root driver the agent is another uid, so the socket's group becomes the agent's and gets
+        ``rw``; the driver stays its owner, so the agent cannot change its mode. A non-root driver's
+        agent is the driver's own uid: nothing to grant."""
+        bw = self.launcher.bwrap
+        if bw is not None and bw.privileged:
+            with contextlib.suppress(OSError):
+                os.chown(uds_path, -1, bw.agent_uid, follow_symlinks=False)
+                os.chmod(uds_path, os.stat(uds_path, follow_symlinks=False).st_mode & 0o777 | 0o060)
 
     def _resolve(self, path: str | Path) -> Path:
         p = Path(path)

@@ -1,0 +1,176 @@
+"""Nothing outside the sandbox acts on the agent's behalf: each test plays an agent (or a hostile
+client) against a driver-side helper — the fault forwarder, the services' sockets, the launcher's
+cleanup, the driver's reading of a harness's output — and checks that the helper does only what it
+was set up to do.
+
+The attacks run from inside real bubblewrap sandboxes (``LocalLauncher``) where the agent matters;
+the driver here is root (the agent is uid ``nobody``). The non-root driver has the same guarantees
+by construction (its agent sees no host ``/tmp``, where every driver-side socket lives); the deep
+directory and output tests run there too through ``setpriv``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import stat
+from pathlib import Path
+
+import pytest
+
+from openforge.faults.forwarder import FaultForwarder
+from openforge.faults.spec import ServiceFault
+from openforge.launchers.base import SandboxSpec
+from openforge.launchers.local import LocalLauncher
+from openforge.plugins import make_environment
+from openforge.task import Task
+
+pytestmark = pytest.mark.timeout(300)
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the agent is another uid only under a root driver")
+
+
+async def http_server(path: Path, body: bytes) -> asyncio.AbstractServer:
+    """A minimal HTTP server on a Unix socket that answers every request with ``body``."""
+
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            while await r.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                    % (len(body), body))
+            await w.drain()
+        finally:
+            w.close()
+
+    return await asyncio.start_unix_server(handle, str(path))
+
+
+def spec(rollout_id: str, task: Task) -> SandboxSpec:
+    return SandboxSpec(rollout_id=rollout_id, task=task, proxy_url="http://127.0.0.1:9", api_key="k")
+
+
+@pytest.fixture
+async def launcher(tmp_path):
+    launcher = LocalLauncher(base_dir=tmp_path / "sbx")
+    yield launcher
+    await launcher.aclose()
+
+
+@ROOT_ONLY
+async def test_fault_forwarder_is_no_confused_deputy(launcher, tmp_path):
+    """Under a service fault the agent swaps its service's socket for a symlink — to the driver's
+    private 0700 socket, then to a concurrent rollout's service — and calls through the forwarder.
+    The driver's socket must stay unreached and the victim, who did nothing, must not score."""
+    env = make_environment("claw", faults=[{"kind": "service_unavailable", "calls": 1}])
+    task = env.task("issues-close")
+    private_dir = tmp_path / "driver-private"
+    private_dir.mkdir(mode=0o700)
+    private = await http_server(private_dir / "admin.sock", b"DRIVER-PRIVATE")
+    sa, sb = await launcher.start(spec("attacker", task)), await launcher.start(spec("victim", task))
+    try:
+        await env.setup(task, sa)
+        await env.setup(task, sb)
+        own = env.inner._servers[id(sa)][0].uds  # the attacker's own claw service socket (host path)
+        victim = env.inner._servers[id(sb)][0].uds
+        # The attacker knows both host paths (mountinfo or the rollout dir told it, before the fix).
+        close = "curl -s -X PATCH $CLAW_API/issues/2 -H 'content-type: application/json' -d '{\"state\":\"closed\"}'"
+        script = "\n".join([
+            "curl -s $CLAW_API/issues >/dev/null  # the injected 503",
+            f"rm -f {shlex.quote(own)} && ln -s {shlex.quote(str(private_dir / 'admin.sock'))} {shlex.quote(own)}"
+            " && echo SWAPPED-1",
+            "echo; curl -s $CLAW_API/; echo",
+            f"rm -f {shlex.quote(own)} && ln -s {shlex.quote(victim)} {shlex.quote(own)} && echo SWAPPED-2",
+            close, "echo",
+        ])
+        r = await sa.exec(["sh", "-c", script], env=env.harness_env(task, sa), timeout_s=60)
+        out = r.stdout + r.stderr
+        assert "DRIVER-PRIVATE" not in out, out
+        assert "SWAPPED" not in out, out  # the socket's path is not the agent's to replace
+        assert stat.S_ISSOCK(os.lstat(own).st_mode), "the service's socket was replaced"
+        victim_result = await env.verify(task, sb)
+        assert victim_result.reward < 1.0, "a rollout that did nothing scored through another's forwarder"
+        # The attacker's own request reached its own service (the attack was real, not a dead end).
+        assert (await env.verify(task, sa)).reward == 1.0, out
+    finally:
+        for s in (sa, sb):
+            await env.teardown(task, s)
+            await s.close()
+        private.close()
+
+
+async def test_forwarder_connects_to_the_socket_it_was_given(tmp_path):
+    """The forwarder pins its service's socket at start: a path swapped afterwards (a symlink to
+    another socket) does not redirect it."""
+    import httpx
+
+    (tmp_path / "svc").mkdir()
+    real = await http_server(tmp_path / "svc" / "real.sock", b"REAL")
+    other = await http_server(tmp_path / "other.sock", b"OTHER")
+    fwd = await FaultForwarder(ServiceFault(kind="service_unavailable", calls=1), tmp_path / "svc" / "real.sock",
+                               tmp_path / "fwd.sock").start()
+    try:
+        os.rename(tmp_path / "svc" / "real.sock", tmp_path / "svc" / "moved.sock")
+        os.symlink(tmp_path / "other.sock", tmp_path / "svc" / "real.sock")
+        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=fwd.uds), base_url="http://x") as c:
+            assert (await c.get("/")).text == "REAL"
+    finally:
+        await fwd.stop()
+        real.close()
+        other.close()
+
+
+async def test_forwarder_refuses_a_symlink_for_a_socket(tmp_path):
+    from openforge.errors import EnvironmentError_
+
+    other = await http_server(tmp_path / "other.sock", b"OTHER")
+    os.symlink(tmp_path / "other.sock", tmp_path / "svc.sock")
+    with pytest.raises(EnvironmentError_, match="not a Unix socket"):
+        await FaultForwarder(ServiceFault(kind="service_unavailable"), tmp_path / "svc.sock",
+                             tmp_path / "fwd.sock").start()
+    other.close()
+
+
+OTHER_UID = 23456  # a local user that is neither the driver nor the agent
+
+
+def _connects_as(uid: int, path: str) -> str:
+    import subprocess
+    import sys
+
+    probe = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+             "try:\n    s.connect(sys.argv[1]); print('connected')\nexcept OSError as e:\n    print('denied', e)\n")
+    r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-I", "-S",
+                        "-c", probe, path], capture_output=True, text=True, timeout=30)
+    return (r.stdout + r.stderr).strip()
+
+
+@ROOT_ONLY
+async def test_service_sockets_admit_the_agent_only(launcher, tmp_path):
+    """The claw services' socket and a task service's bridge: the agent (in the sandbox) connects,
+    another local user does not, and the agent cannot change who may."""
+    from openforge.envs.services import expose_tcp
+
+    env = make_environment("claw")
+    task = env.task("issues-close")
+    sbx = await launcher.start(spec("svc", task))
+    tcp = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    sock_dir = Path(__import__("tempfile").mkdtemp(prefix="ofsv-", dir="/tmp"))
+    try:
+        await env.setup(task, sbx)
+        claw = env._servers[id(sbx)][0].uds
+        _, bridge = await expose_tcp(sbx, "mail", tcp.sockets[0].getsockname()[1], sock_dir)
+        for path in (claw, str(sock_dir / "mail.sock")):
+            st = os.stat(path)
+            assert st.st_mode & 0o007 == 0, f"{path} is open to every local user: {oct(st.st_mode)}"
+            assert st.st_uid == os.geteuid(), "the agent must not own (and so re-open) the socket"
+            assert _connects_as(OTHER_UID, path).startswith("denied"), path
+        r = await sbx.exec(["sh", "-c", "curl -s -o /dev/null -w '%{http_code}' $CLAW_API/issues"],
+                           env=env.harness_env(task, sbx), timeout_s=30)
+        assert r.stdout == "200", (r.stdout, r.stderr)  # the agent itself still gets through
+        bridge.close()
+    finally:
+        await env.teardown(task, sbx)
+        await sbx.close()
+        tcp.close()
+        __import__("shutil").rmtree(sock_dir, ignore_errors=True)
