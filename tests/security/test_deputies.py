@@ -174,3 +174,86 @@ async def test_service_sockets_admit_the_agent_only(launcher, tmp_path):
         await sbx.close()
         tcp.close()
         __import__("shutil").rmtree(sock_dir, ignore_errors=True)
+
+
+class Upstream:
+    """A service on a Unix socket that records every request it got; ``/stream`` answers in two
+    chunks, the second only once :attr:`go` is set."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, bytes]] = []
+        self.go = asyncio.Event()
+
+    async def handle(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        try:
+            head = (await r.readuntil(b"\r\n\r\n")).decode("latin-1")
+            length = next((int(ln.split(":", 1)[1]) for ln in head.split("\r\n")
+                           if ln.lower().startswith("content-length:")), 0)
+            body = await r.readexactly(length)
+            path = head.split(" ", 2)[1]
+            self.got.append((path, body))
+            if path == "/stream":
+                w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+                await w.drain()
+                await self.go.wait()
+                w.write(b"4\r\nlast\r\n0\r\n\r\n")
+            else:
+                w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+            await w.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            w.close()
+
+
+@pytest.fixture
+async def forwarder(tmp_path):
+    up = Upstream()
+    server = await asyncio.start_unix_server(up.handle, str(tmp_path / "up.sock"))
+    fwd = await FaultForwarder(ServiceFault(kind="service_unavailable"), tmp_path / "up.sock", tmp_path / "f.sock",
+                               max_body=4096).start()  # not armed: every request is forwarded
+    yield fwd, up
+    await fwd.stop()
+    server.close()
+
+
+async def test_forwarder_refuses_an_oversized_body(forwarder):
+    import httpx
+
+    fwd, up = forwarder
+    async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=fwd.uds), base_url="http://x") as c:
+        assert (await c.post("/small", content=b"x" * 100)).status_code == 200
+        assert (await c.post("/big", content=b"x" * 5000)).status_code == 413
+
+        async def chunks():  # no content-length: the bound holds while reading
+            for _ in range(10):
+                yield b"y" * 1000
+
+        assert (await c.post("/chunked", content=chunks())).status_code == 413
+    assert [p for p, _ in up.got] == ["/small"], up.got
+
+
+async def test_forwarder_forwards_nothing_of_a_truncated_body(forwarder):
+    fwd, up = forwarder
+    _, w = await asyncio.open_unix_connection(fwd.uds)
+    w.write(b"POST /cut HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+            b'{"to": "boss", "subject": "only half')
+    await w.drain()
+    await asyncio.sleep(0.3)
+    w.close()  # the client leaves mid-body
+    await asyncio.sleep(0.5)
+    assert up.got == [], "a truncated request reached the service"
+
+
+async def test_forwarder_streams_the_response(forwarder):
+    import httpx
+
+    fwd, up = forwarder
+    async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=fwd.uds), base_url="http://x") as c, \
+            c.stream("GET", "/stream") as resp:
+        it = resp.aiter_raw()
+        # the first chunk arrives while the service still holds the rest: nothing is buffered whole
+        first = await asyncio.wait_for(it.__anext__(), 10)
+        up.go.set()
+        rest = b"".join([chunk async for chunk in it])
+    assert first + rest == b"firstlast"
