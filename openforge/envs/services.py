@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -39,6 +38,7 @@ from typing import IO, Protocol
 
 from ..errors import ConfigError, EnvironmentError_
 from ..launchers._fwd import _pipe
+from ..launchers._reaper import remove_tree
 from ..launchers.base import Sandbox
 from ..task import Task
 
@@ -299,8 +299,8 @@ class ServiceGroup:
             await asyncio.to_thread(svc.stop)
             self._watch(f"-pid {svc.proc.pid}")
         self.running.clear()
-        shutil.rmtree(self.state_dir, ignore_errors=True)
-        shutil.rmtree(self._sock_dir, ignore_errors=True)
+        await asyncio.to_thread(remove_tree, str(self.state_dir))
+        await asyncio.to_thread(remove_tree, str(self._sock_dir))
         if self._reaper is not None:  # nothing left to watch: EOF ends it
             reaper, self._reaper = self._reaper, None
             with contextlib.suppress(OSError):

@@ -29,8 +29,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,7 +43,7 @@ from ..errors import SandboxError
 from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
-from ._reaper import kill_tree
+from ._reaper import kill_tree, remove_tree
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec
 
 __all__ = ["WEAK_MODE_RISKS", "LocalLauncher", "LocalSandbox"]
@@ -127,16 +127,21 @@ class LocalLauncher(Launcher):
                 pass
 
     def sweep_stale(self) -> list[Path]:
-        """Remove sandbox dirs left by drivers that are gone (belt and braces for the watchdog)."""
+        """Remove sandbox dirs left by drivers that are gone (belt and braces for the watchdog). One
+        leftover that cannot be read or removed (an agent made it so) is logged and skipped: it never
+        fails the launcher."""
         removed = []
         for d in self.base_dir.iterdir():
             try:
-                owner = int((d / ".owner").read_text())
-            except (OSError, ValueError):
-                continue
-            if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(d)
+                owner = _read_owner(d)
+                if owner is None or owner == os.getpid() or Path(f"/proc/{owner}").exists():
+                    continue
+                if remove_tree(str(d)):
+                    removed.append(d)
+                else:
+                    log.warning("local launcher: could not remove the stale sandbox dir %s; left in place", d)
+            except Exception as e:  # one bad leftover must not stop a new run
+                log.warning("local launcher: skipped the stale sandbox dir %s: %s", d, e)
         return removed
 
     # -- Launcher API --------------------------------------------------------------------------
@@ -383,9 +388,26 @@ class LocalSandbox(Sandbox):
             self.cgroups.remove()
             for p in paths:
                 self.launcher._watch(f"-cg {p}")
-        await asyncio.to_thread(shutil.rmtree, self.root, True)
+        if not await asyncio.to_thread(remove_tree, str(self.root)):
+            log.warning("local launcher: could not remove the sandbox dir %s entirely", self.root)
         self.launcher._watch(f"-dir {self.root}")
         self.launcher._sandboxes.discard(self)
+
+
+def _read_owner(d: Path) -> int | None:
+    """The driver pid recorded in a sandbox dir's ``.owner`` (inside the agent's directory: read
+    without following a link or blocking on a FIFO, at most 32 bytes), or None."""
+    try:
+        fd = os.open(d / ".owner", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 32)
+    finally:
+        os.close(fd)
+    return int(text) if text.strip().isdigit() else None
 
 
 #: Always masked inside the sandbox: the built-in environments' checks and reference solutions.

@@ -26,6 +26,8 @@ from openforge.launchers.local import LocalLauncher
 from openforge.plugins import make_environment
 from openforge.task import Task
 
+from .test_sandbox_escapes import REPO, TEST_UID, _user_python
+
 pytestmark = pytest.mark.timeout(300)
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the agent is another uid only under a root driver")
 
@@ -257,3 +259,68 @@ async def test_forwarder_streams_the_response(forwarder):
         up.go.set()
         rest = b"".join([chunk async for chunk in it])
     assert first + rest == b"firstlast"
+
+
+def _run_driver(script: str, args: list[str], *, as_user: bool) -> dict:
+    """Run ``tests/security/<script>`` as its own driver process (as a normal user with ``as_user``)."""
+    import json
+    import subprocess
+    import sys
+    import sysconfig
+
+    cmd = [sys.executable, str(Path(__file__).with_name(script)), *args]
+    env = dict(os.environ)
+    if as_user:
+        py = _user_python()
+        if py is None or os.geteuid() != 0:
+            pytest.skip("needs root and a system Python of this version to run a normal-user driver")
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"]])
+        cmd = ["setpriv", f"--reuid={TEST_UID}", f"--regid={TEST_UID}", "--clear-groups", py, *cmd[1:]]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("as_user", [False, True], ids=["driver-as-root", "driver-as-user"])
+def test_deep_directories_neither_fail_cleanup_nor_later_runs(tmp_path, as_user):
+    """1,500 nested directories (some 000) in a rollout, and leftovers like it from a driver that
+    died (one with a FIFO for its owner file): the sandbox closes and is gone, and a new launcher on
+    the same base directory starts, runs, and removes the leftovers."""
+    base = REPO / ".pytest-security" / f"deep-{os.getpid()}-{'u' if as_user else 'r'}"
+    base.mkdir(parents=True)
+    if as_user:
+        os.chown(base, TEST_UID, TEST_UID)
+    try:
+        report = _run_driver("_deep.py", [str(base)], as_user=as_user)
+        assert report["agent"] == "nested 1500", report
+        assert report["close"] == "ok" and not report["rollout_dir_left"], report
+        assert report["later_launcher"] == "ok" and report["later_exec"] == "fine", report
+        assert report["stale_left"] == ["stale-fifo"], report  # the FIFO's dir has no owner to trust: kept
+    finally:
+        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
+
+
+def test_watchdog_removes_a_deep_tree(tmp_path):
+    """The watchdog (``_reaper.py``, what cleans up after a killed driver) removes 1,500 nested dirs."""
+    import subprocess
+    import sys
+
+    from openforge.launchers import local
+
+    d = tmp_path / "rollout"
+    d.mkdir()
+    fd = os.open(d, os.O_RDONLY)
+    for _ in range(1500):
+        os.mkdir("d" * 100, dir_fd=fd)  # 150 kB of path: longer than any PATH_MAX
+        sub = os.open("d" * 100, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    os.symlink("/etc", "etc-link", dir_fd=fd)  # never followed
+    os.close(fd)
+    try:
+        r = subprocess.run([sys.executable, "-I", "-S", local._REAPER], input=f"+dir {d}\n", text=True,
+                           capture_output=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert not d.exists() and Path("/etc/passwd").exists()
+    finally:  # pytest's own clean-up of old temp dirs would die on what a failed run leaves
+        subprocess.run(["rm", "-rf", str(d)], check=False)
