@@ -31,6 +31,9 @@ class ExecResult:
     stderr: str
     duration_s: float
     timed_out: bool = False
+    #: Output bytes the launcher dropped (kept the first and the last of each stream; the text says
+    #: where): an agent cannot grow the driver's memory by printing
+    output_dropped: int = 0
 
 
 @dataclass

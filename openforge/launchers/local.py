@@ -43,6 +43,7 @@ from ..errors import SandboxError
 from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
+from ._output import DEFAULT_HEAD, BoundedOutput, drain
 from ._reaper import kill_tree, remove_tree
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec
 
@@ -81,6 +82,7 @@ class LocalLauncher(Launcher):
         grace_s: float = 2.0,
         cgroups: bool = True,
         ro_binds: Sequence[str] = (),
+        max_output_bytes: int = 2 * DEFAULT_HEAD,
     ):
         self.bwrap: BwrapMode | None = None
         if isolation in ("auto", "bwrap"):
@@ -105,6 +107,9 @@ class LocalLauncher(Launcher):
         self.grace_s = grace_s
         self.use_cgroups = cgroups
         self.ro_binds = list(ro_binds)
+        #: Bytes of each stream (stdout, stderr) of one command the driver keeps: the first and the
+        #: last half; the rest is dropped and counted (``ExecResult.output_dropped``)
+        self.max_output_bytes = max_output_bytes
         self._reaper: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._sandboxes: set[LocalSandbox] = set()
@@ -344,25 +349,30 @@ class LocalSandbox(Sandbox):
             return ExecResult(127, "", f"cannot run {argv[0]!r}: {e.strerror or e}", time.monotonic() - t0)
         self._procs.add(proc.pid)
         self.launcher._watch(f"+pid {proc.pid}")
+        half = self.launcher.max_output_bytes // 2
+        out, err = BoundedOutput(half, half), BoundedOutput(half, half)
+        reading = asyncio.ensure_future(_communicate(proc, stdin, out, err))
         timed_out = False
         try:
             try:
-                out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=budget)
+                await asyncio.wait_for(asyncio.shield(reading), timeout=budget)
             except asyncio.TimeoutError:
                 timed_out = True
                 await self._terminate(proc)
-                out, err = await proc.communicate()
+                with contextlib.suppress(asyncio.TimeoutError):  # what is left in the pipes
+                    await asyncio.wait_for(asyncio.shield(reading), 5)
         except BaseException:  # cancelled (Ctrl-C, rollout budget): leave nothing running
             kill_tree(proc.pid)
             with contextlib.suppress(Exception):
                 await asyncio.shield(proc.wait())
             raise
         finally:
+            reading.cancel()
             self._procs.discard(proc.pid)
             self.launcher._watch(f"-pid {proc.pid}")
         rc = None if timed_out else proc.returncode
-        return ExecResult(rc, out.decode(errors="replace"), err.decode(errors="replace"),
-                          time.monotonic() - t0, timed_out=timed_out)
+        return ExecResult(rc, out.text(), err.text(), time.monotonic() - t0, timed_out=timed_out,
+                          output_dropped=out.dropped + err.dropped)
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
         """SIGTERM the whole tree, give it ``grace_s``, then SIGKILL what is left."""
@@ -392,6 +402,22 @@ class LocalSandbox(Sandbox):
             log.warning("local launcher: could not remove the sandbox dir %s entirely", self.root)
         self.launcher._watch(f"-dir {self.root}")
         self.launcher._sandboxes.discard(self)
+
+
+async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, out: BoundedOutput,
+                      err: BoundedOutput) -> None:
+    """``proc.communicate`` with bounded memory: feed ``stdin``, read both pipes to EOF, wait."""
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin or b"")
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    await asyncio.gather(feed(), drain(proc.stdout, out), drain(proc.stderr, err))
+    await proc.wait()
 
 
 def _read_owner(d: Path) -> int | None:

@@ -324,3 +324,21 @@ def test_watchdog_removes_a_deep_tree(tmp_path):
         assert not d.exists() and Path("/etc/passwd").exists()
     finally:  # pytest's own clean-up of old temp dirs would die on what a failed run leaves
         subprocess.run(["rm", "-rf", str(d)], check=False)
+
+
+@pytest.mark.parametrize("as_user", [False, True], ids=["driver-as-root", "driver-as-user"])
+def test_harness_output_does_not_grow_the_driver(as_user):
+    """600 MB printed (half of it into the parent's stdout): the driver keeps a bounded head and
+    tail, says how much it dropped, and its peak memory stays far below what was printed."""
+    base = REPO / ".pytest-security" / f"out-{os.getpid()}-{'u' if as_user else 'r'}"
+    base.mkdir(parents=True)
+    if as_user:
+        os.chown(base, TEST_UID, TEST_UID)
+    try:
+        report = _run_driver("_output.py", [str(base)], as_user=as_user)
+    finally:
+        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
+    assert report["rc"] == 0 and report["tail"].endswith("END\n") and report["head"] == "aaaaa", report
+    assert report["says_dropped"] and report["dropped"] > 290_000_000, report  # /proc/$PPID/fd/1: where allowed
+    assert report["stdout_len"] < 10_000_000, report
+    assert report["rss_peak_mb"] - report["rss_before_mb"] < 150, report
