@@ -7,7 +7,8 @@ creates and unregisters what it removed, one line each::
     +pid 1234       a sandbox process (bwrap or a process-group leader): kill it and its descendants
     +cg /sys/...    a cgroup directory: kill its members, rmdir it
     +dir /tmp/...   a rollout's temp directory: remove it
-    -pid 1234 / -cg PATH / -dir PATH      already cleaned up by the driver
+    +mnt /tmp/...   a rollout's size-bounded tmpfs (see :func:`mount_quota`): unmount it first
+    -pid 1234 / -cg PATH / -dir PATH / -mnt PATH     already cleaned up by the driver
 
 When the pipe reaches EOF (the driver exited, however it exited) everything still registered is
 removed, and the script exits. Stdlib only; run with ``python -I -S``.
@@ -165,13 +166,46 @@ def remove_tree(path: str) -> bool:
     return not os.path.lexists(path)
 
 
+#: The ``mount`` source name of a rollout's tmpfs (how a leftover mount is recognised).
+QUOTA_SOURCE = "openforge-rollout"
+
+
+def mount_quota(path: str | os.PathLike[str], size_mb: int) -> bool:
+    """Mount a tmpfs of ``size_mb`` on ``path`` (a rollout's fresh, empty directory), so what the
+    rollout writes cannot fill any other file system; False where that is not possible (not root)."""
+    if os.geteuid() != 0:
+        return False
+    import subprocess
+
+    opts = f"size={int(size_mb)}m,mode=0700,nosuid,nodev"
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, QUOTA_SOURCE, os.fspath(path)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return r.returncode == 0
+
+
+def unmount_quota(path: str | os.PathLike[str]) -> None:
+    """Detach a rollout's tmpfs (lazily: a process still in it cannot keep it), if one is mounted there."""
+    target = os.fspath(path)
+    listed = target.replace("\\", "\\134").replace(" ", "\\040")  # as /proc/self/mounts writes it
+    try:
+        with open("/proc/self/mounts") as f:
+            mounted = any(ln.split()[:2] == [QUOTA_SOURCE, listed] for ln in f)
+    except OSError:
+        return
+    if mounted:
+        import subprocess
+
+        subprocess.run(["umount", "-l", target], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     pids: set[int] = set()
     cgs: set[str] = set()
     dirs: set[str] = set()
-    table = {"pid": pids, "cg": cgs, "dir": dirs}
+    mnts: set[str] = set()
+    table = {"pid": pids, "cg": cgs, "dir": dirs, "mnt": mnts}
     for line in sys.stdin:
         line = line.rstrip("\n")
         if len(line) < 5 or line[0] not in "+-":
@@ -186,6 +220,8 @@ def main() -> None:
         kill_tree(p)
     for c in cgs:
         remove_cgroup(c)
+    for m in mnts:
+        unmount_quota(m)
     for d in dirs:
         remove_tree(d)
 

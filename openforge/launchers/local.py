@@ -44,7 +44,7 @@ from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._output import DEFAULT_HEAD, BoundedOutput, drain
-from ._reaper import kill_tree, remove_tree
+from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec
 
 __all__ = ["WEAK_MODE_RISKS", "LocalLauncher", "LocalSandbox"]
@@ -83,6 +83,7 @@ class LocalLauncher(Launcher):
         cgroups: bool = True,
         ro_binds: Sequence[str] = (),
         max_output_bytes: int = 2 * DEFAULT_HEAD,
+        disk_quota: bool = True,
     ):
         self.bwrap: BwrapMode | None = None
         if isolation in ("auto", "bwrap"):
@@ -110,6 +111,9 @@ class LocalLauncher(Launcher):
         #: Bytes of each stream (stdout, stderr) of one command the driver keeps: the first and the
         #: last half; the rest is dropped and counted (``ExecResult.output_dropped``)
         self.max_output_bytes = max_output_bytes
+        #: Bound each rollout's disk (``Resources.disk_mb``): a tmpfs of that size as its directory when
+        #: the driver is root; a per-file size limit otherwise (see ``LocalSandbox.disk``)
+        self.disk_quota = disk_quota
         self._reaper: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._sandboxes: set[LocalSandbox] = set()
@@ -141,6 +145,7 @@ class LocalLauncher(Launcher):
                 owner = _read_owner(d)
                 if owner is None or owner == os.getpid() or Path(f"/proc/{owner}").exists():
                     continue
+                unmount_quota(d)
                 if remove_tree(str(d)):
                     removed.append(d)
                 else:
@@ -155,8 +160,12 @@ class LocalLauncher(Launcher):
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.rollout_id)[:48]
         root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=self.base_dir))
         self._watch(f"+dir {root}")
+        quota = self.disk_quota and mount_quota(root, spec.task.resources.disk_mb)
+        if quota:
+            self._watch(f"+mnt {root}")
         (root / ".owner").write_text(str(os.getpid()))
         sbx = LocalSandbox(self, spec, root)
+        sbx.disk = "tmpfs" if quota else "file-size"
         self._sandboxes.add(sbx)
         try:
             await sbx._init()
@@ -190,6 +199,10 @@ class LocalSandbox(Sandbox):
         self._host_fwd: list[asyncio.base_events.Server] = []
         self._procs: set[int] = set()
         self._closed = False
+        #: How the rollout's disk is bounded: ``tmpfs`` (its own of ``disk_mb``: it cannot fill the
+        #: host's disk or another rollout's) or ``file-size`` (RLIMIT_FSIZE only: no single file
+        #: beyond ``disk_mb``; a non-root driver cannot mount)
+        self.disk = "file-size"
         self.proxy_url = spec.proxy_url.rstrip("/")
         res = spec.task.resources
         self.cgroups: CgroupSet | None = None
@@ -336,7 +349,7 @@ class LocalSandbox(Sandbox):
         budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
         prefix = limits_prefix(
             memory_mb=res.memory_mb, cpu_s=budget * max(res.cpu, 1.0) + 5, max_open_files=res.max_open_files,
-            max_procs=res.max_processes, cgroups=self.cgroups,
+            max_procs=res.max_processes, cgroups=self.cgroups, max_file_mb=res.disk_mb,
         )
         t0 = time.monotonic()
         try:
@@ -398,6 +411,8 @@ class LocalSandbox(Sandbox):
             self.cgroups.remove()
             for p in paths:
                 self.launcher._watch(f"-cg {p}")
+        await asyncio.to_thread(unmount_quota, self.root)
+        self.launcher._watch(f"-mnt {self.root}")
         if not await asyncio.to_thread(remove_tree, str(self.root)):
             log.warning("local launcher: could not remove the sandbox dir %s entirely", self.root)
         self.launcher._watch(f"-dir {self.root}")

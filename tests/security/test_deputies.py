@@ -342,3 +342,81 @@ def test_harness_output_does_not_grow_the_driver(as_user):
     assert report["says_dropped"] and report["dropped"] > 290_000_000, report  # /proc/$PPID/fd/1: where allowed
     assert report["stdout_len"] < 10_000_000, report
     assert report["rss_peak_mb"] - report["rss_before_mb"] < 150, report
+
+
+@ROOT_ONLY
+async def test_one_agent_filling_the_disk_cannot_fail_another(tmp_path):
+    """The sandboxes' base directory sits on a small file system (the host's disk, scaled down). One
+    agent writes until it cannot; a concurrent rollout still writes its 40 MB result and the host
+    file system keeps its free space: the filler hit its own quota (``disk_mb``), not the disk."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "hostdisk", str(disk)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    launcher = LocalLauncher(base_dir=disk / "sbx")
+    task = Task(id="t", instruction="x", resources={"disk_mb": 64})
+    try:
+        filler, victim = await launcher.start(spec("filler", task)), await launcher.start(spec("victim", task))
+        assert filler.disk == victim.disk == "tmpfs"
+        r = await filler.exec(["sh", "-c", "dd if=/dev/zero of=fill bs=1M count=1000 2>&1; "
+                                           "dd if=/dev/zero of=$HOME/fill bs=1M count=1000 2>&1; echo done"],
+                              timeout_s=120)
+        assert "No space left on device" in r.stdout, r.stdout
+        free_mb = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize // 2**20
+        assert free_mb > 120, f"the filler took the host's disk: {free_mb} MB left"
+        w = await victim.exec(["sh", "-c", "dd if=/dev/zero of=result.bin bs=1M count=40 2>&1 && echo WROTE"],
+                              timeout_s=60)
+        assert "WROTE" in w.stdout, w.stdout
+        await filler.close()
+        await victim.close()
+        assert not any((disk / "sbx").iterdir()), "a rollout's tmpfs or dir was left behind"
+    finally:
+        await launcher.aclose()
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@ROOT_ONLY
+async def test_without_a_tmpfs_no_single_file_outgrows_the_quota(tmp_path):
+    """Where the rollout cannot have its own tmpfs (a non-root driver), RLIMIT_FSIZE still stops
+    any one file at ``disk_mb``."""
+    launcher = LocalLauncher(base_dir=tmp_path / "sbx", disk_quota=False)
+    try:
+        sbx = await launcher.start(spec("big", Task(id="t", instruction="x", resources={"disk_mb": 16})))
+        assert sbx.disk == "file-size"
+        r = await sbx.exec(["sh", "-c", "dd if=/dev/zero of=big bs=1M count=100 2>&1; wc -c < big"], timeout_s=60)
+        assert int(r.stdout.split()[-1]) <= 16 * 2**20 * 2, r.stdout  # bash counts 1024-byte blocks: at most 2x
+        await sbx.close()
+    finally:
+        await launcher.aclose()
+
+
+@ROOT_ONLY
+async def test_no_space_in_setup_is_infra_not_the_task(rig):
+    """``No space left on device`` before the agent ran (setup) is the machine's: ``infra_error``
+    (retried), never ``env_error`` nor a score."""
+    from openforge.environment import Environment, VerifyResult
+    from openforge.harnesses.react import ReactHarness
+    from openforge.rollout import run_rollout
+    from openforge.types import RolloutStatus
+
+    task = Task(id="t", instruction="x", resources={"disk_mb": 8})
+
+    class FullDisk(Environment):
+        name = "fulldisk"
+
+        def tasks(self, split=None):
+            return [task]
+
+        async def setup(self, task, sandbox):
+            await sandbox.write_file("data.bin", b"\0" * (16 * 2**20))
+
+        async def verify(self, task, sandbox):
+            return VerifyResult(reward=1.0)
+
+    proxy, launcher, store = await rig({"turns": [{"text": "hi"}]})
+    traj = await run_rollout(harness=ReactHarness(max_turns=1), environment=FullDisk(), task=task,
+                             launcher=launcher, proxy=proxy, store=store)
+    assert traj.status == RolloutStatus.INFRA_ERROR, (traj.status, traj.error)
+    assert "No space left on device" in (traj.error or "")
