@@ -420,3 +420,64 @@ async def test_no_space_in_setup_is_infra_not_the_task(rig):
                              launcher=launcher, proxy=proxy, store=store)
     assert traj.status == RolloutStatus.INFRA_ERROR, (traj.status, traj.error)
     assert "No space left on device" in (traj.error or "")
+
+
+FRAGILE = '''
+import os, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/crash":  # a request that kills the service
+            os._exit(3)
+        self.send_response(200); self.send_header("content-length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a):
+        pass
+
+if os.environ.get("DIE_ALONE_AFTER"):
+    threading.Thread(target=lambda: (time.sleep(float(os.environ["DIE_ALONE_AFTER"])), os._exit(4)), daemon=True).start()
+ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+'''
+
+
+def _fragile_task(root: Path, die_alone_after: float | None = None) -> Path:
+    d = root / "tasks" / "fragile"
+    (d / "services").mkdir(parents=True)
+    (d / "services" / "svc.py").write_text(FRAGILE)
+    env = f"DIE_ALONE_AFTER={die_alone_after} " if die_alone_after else ""
+    (d / "task.toml").write_text(f'timeout_s = 60\n\n[[services]]\nname = "fragile"\n'
+                                 f'command = "{env}python3 $OPENFORGE_TASK_DIR/services/svc.py"\n')
+    (d / "instruction.md").write_text("Do not break the service.\n")
+    (d / "verify.py").write_text("import json; print(json.dumps({'reward': 1.0}))\n")
+    return d.parent
+
+
+FINISH = {"tool": {"name": "finish", "arguments": {"answer": "done"}}}
+
+
+async def _roll_fragile(rig, tasks: Path, turns: list) -> object:
+    from openforge.harnesses.react import ReactHarness
+    from openforge.rollout import run_rollout
+
+    env = make_environment(str(tasks))
+    proxy, launcher, store = await rig({"turns": [*turns, FINISH]})
+    return await run_rollout(harness=ReactHarness(max_turns=4), environment=env, task=env.task("fragile"),
+                             launcher=launcher, proxy=proxy, store=store)
+
+
+async def test_a_policy_that_crashes_a_service_is_trained_on(rig, tmp_path):
+    """The agent's request kills the task's service: ``policy_failure`` with reward 0 (trained), not
+    an ``env_error`` a policy could seek out to keep its failures out of the data."""
+    from openforge.types import RolloutStatus
+
+    traj = await _roll_fragile(rig, _fragile_task(tmp_path), [{"shell": "curl -s $FRAGILE_URL/crash; echo rc=$?"}])
+    assert traj.status == RolloutStatus.POLICY_FAILURE and traj.reward == 0.0, (traj.status, traj.error)
+    assert "after the agent's requests" in (traj.error or ""), traj.error
+
+
+async def test_a_service_that_dies_on_its_own_is_not_the_policys(rig, tmp_path):
+    """The service exits by itself while the agent never touched it: ``env_error`` as before."""
+    from openforge.types import RolloutStatus
+
+    traj = await _roll_fragile(rig, _fragile_task(tmp_path, die_alone_after=1.0), [{"shell": "sleep 3; echo idle"}])
+    assert traj.status == RolloutStatus.ENV_ERROR, (traj.status, traj.error)
