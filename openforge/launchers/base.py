@@ -96,6 +96,12 @@ class Sandbox(abc.ABC):
         sandbox; return its base URL as seen from inside (``http://127.0.0.1:PORT``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot expose host services")
 
+    def share_path(self, host_path: str | Path) -> str | None:
+        """Show a driver-owned host file or directory inside the sandbox, **read-only**, at the same
+        path (a Unix socket there: the agent may connect to it); return that path, or None where this
+        sandbox cannot (then the caller falls back to what it did without)."""
+        return None
+
     async def pull_workdir(self) -> Path:
         """Make :attr:`workdir` on the host reflect the sandbox's files (a no-op locally; a copy out
         of the pod for Kubernetes) and return it; called before a file-based verifier runs."""

@@ -197,6 +197,7 @@ class LocalSandbox(Sandbox):
         self.isolation = launcher.isolation
         self._maps: list[tuple[int, str]] = []  # (in-sandbox port, host unix socket)
         self._host_fwd: list[asyncio.base_events.Server] = []
+        self._shared: list[str] = []  # driver-owned host paths shown read-only (share_path)
         self._procs: set[int] = set()
         self._closed = False
         #: How the rollout's disk is bounded: ``tmpfs`` (its own of ``disk_mb``: it cannot fill the
@@ -271,6 +272,13 @@ class LocalSandbox(Sandbox):
         self._maps.append((port, uds_path))
         return f"http://127.0.0.1:{port}"
 
+    def share_path(self, host_path: str | Path) -> str | None:
+        path = str(host_path)
+        if stat.S_ISSOCK(os.stat(path, follow_symlinks=False).st_mode):
+            self._grant_connect(path)
+        self._shared.append(path)  # bwrap: a read-only bind at the same path; weaker modes see the host
+        return path
+
     def _grant_connect(self, uds_path: str) -> None:
         """Let the agent (and, of other users, only it) connect to a socket the driver made: under a
         root driver the agent is another uid, so the socket's group becomes the agent's and gets
@@ -316,7 +324,7 @@ class LocalSandbox(Sandbox):
         if self.isolation != "bwrap" or self.launcher.bwrap is None:
             return list(argv)
         return bwrap_argv(
-            self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths],
+            self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared],
             hidden=[*_ALWAYS_HIDDEN, *self.spec.hidden_paths], rw=[str(self.root), *(s for _, s in self._maps)],
             cwd=cwd, maps=maps, network=self.spec.network, argv=argv,
         )
