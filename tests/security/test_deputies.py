@@ -483,43 +483,24 @@ async def test_a_service_that_dies_on_its_own_is_not_the_policys(rig, tmp_path):
     assert traj.status == RolloutStatus.ENV_ERROR, (traj.status, traj.error)
 
 
-FORGE = r"""
-shims=${PATH%%:*}
-echo "shims at $shims"
-# 1. the old evidence: a log in HOME the agent writes itself
-mkdir -p "$HOME/.cache/openforge-faults/bin" && date +%s.%N >> "$HOME/.cache/openforge-faults/bin/sort.fired"
-# 2. a log next to the shims
-(date +%s.%N >> "$shims/sort.fired") 2>/dev/null && echo WROTE-SHIM-DIR
-(echo 'exit 0' > "$shims/sort") 2>/dev/null && echo REPLACED-SHIM
-# 3. the oracle's socket, asked directly; 4. a copy of the shim run from elsewhere; 5. a shell holding it
-ask='import socket,sys;s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1]);s.sendall(b"sort\n");print(s.makefile().readline().strip())'
-PY=$(sed -n 's/^v=\$(\([^ ]*\) .*/\1/p' "$shims/sort"); PY=${PY#\'}; PY=${PY%\'}
-echo "direct: $("$PY" -c "$ask" "$shims/../oracle.sock")"
-cp "$shims/sort" /tmp/sort && echo "copy: $(echo x | sh /tmp/sort 2>&1)"
-echo "held: $(sh -c "exec 9<$shims/sort; \"$PY\" -c '$ask' $shims/../oracle.sock")"
-"""
-
-
-async def test_fault_evidence_cannot_be_forged(launcher):
-    """The agent tries every way to make a command fault look met without running the command; the
-    record stays empty. Then it runs the command: the failure is served and recorded, once."""
-    env = make_environment("claw", faults=[{"kind": "flaky_command", "command": "sort", "fails": 1}])
-    task = env.task("issues-close")
-    sbx = await launcher.start(spec("forger", task))
+@pytest.mark.parametrize("as_user", [False, True], ids=["driver-as-root", "driver-as-user"])
+def test_fault_evidence_cannot_be_forged(as_user):
+    """The agent tries every way to make a command fault look met without running the command (a
+    log in HOME, a log or a new shim next to the shims, the oracle's socket asked directly, a copy of
+    the shim, a shell holding the shim open): the record stays empty. Then it runs the command: the
+    failure is served and recorded, once (``_evidence.py``)."""
+    base = REPO / ".pytest-security" / f"ev-{os.getpid()}-{'u' if as_user else 'r'}"
+    base.mkdir(parents=True)
+    if as_user:
+        os.chown(base, TEST_UID, TEST_UID)
     try:
-        await env.setup(task, sbx)
-        henv = env.harness_env(task, sbx)
-        r = await sbx.exec(["sh", "-c", FORGE], env=henv, timeout_s=60)
-        out = r.stdout + r.stderr
-        assert "WROTE-SHIM-DIR" not in out and "REPLACED-SHIM" not in out, out
-        assert "direct: pass" in out and "held: pass" in out, out  # asked, but not by a shim being run
-        faults = (await env.rollout_metadata(task, sbx))["faults"]
-        assert faults["injected"][0]["fired"] == 0, (faults, out)
-        assert faults["evidence"] == "driver" and faults["refused_calls"] >= 3, faults
-        ran = await sbx.exec(["sh", "-c", "printf 'b\\na\\n' | sort; printf 'b\\na\\n' | sort"], env=henv, timeout_s=60)
-        assert "resource temporarily unavailable" in ran.stderr and ran.stdout == "a\nb\n", (ran.stdout, ran.stderr)
-        faults = (await env.rollout_metadata(task, sbx))["faults"]
-        assert faults["injected"][0]["fired"] == 1, faults
+        rep = _run_driver("_evidence.py", [str(base)], as_user=as_user)
     finally:
-        await env.teardown(task, sbx)
-        await sbx.close()
+        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
+    out = rep["attack"]
+    assert "WROTE-SHIM-DIR" not in out and "REPLACED-SHIM" not in out, out
+    assert "direct: pass" in out and "held: pass" in out, out  # asked, but not by a shim being run
+    assert rep["after_attack"]["injected"][0]["fired"] == 0, rep
+    assert rep["after_attack"]["evidence"] == "driver" and rep["after_attack"]["refused_calls"] >= 3, rep
+    assert "resource temporarily unavailable" in rep["ran_stderr"] and rep["ran_stdout"] == "a\nb\n", rep
+    assert rep["after_run"]["injected"][0]["fired"] == 1, rep
