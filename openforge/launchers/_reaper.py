@@ -178,14 +178,14 @@ def mount_quota(path: str | os.PathLike[str], size_mb: int) -> bool:
     import subprocess
 
     opts = f"size={int(size_mb)}m,mode=0700,nosuid,nodev"
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, QUOTA_SOURCE, os.fspath(path)],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, QUOTA_SOURCE, os.path.abspath(path)],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return r.returncode == 0
 
 
 def unmount_quota(path: str | os.PathLike[str]) -> None:
     """Detach a rollout's tmpfs (lazily: a process still in it cannot keep it), if one is mounted there."""
-    target = os.fspath(path)
+    target = os.path.abspath(path)
     listed = target.replace("\\", "\\134").replace(" ", "\\040")  # as /proc/self/mounts writes it
     try:
         with open("/proc/self/mounts") as f:

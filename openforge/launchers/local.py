@@ -103,7 +103,8 @@ class LocalLauncher(Launcher):
                         isolation, WEAK_MODE_RISKS[isolation])
         else:
             raise SandboxError(f"unknown isolation {isolation!r}: use auto, bwrap, unshare or none")
-        self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes")
+        # absolute: bwrap binds and /proc/self/mounts speak absolute paths
+        self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes").absolute()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.grace_s = grace_s
         self.use_cgroups = cgroups

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
-import stat
 from pathlib import Path
 
 import pytest
@@ -59,46 +57,27 @@ async def launcher(tmp_path):
     await launcher.aclose()
 
 
-@ROOT_ONLY
-async def test_fault_forwarder_is_no_confused_deputy(launcher, tmp_path):
+@pytest.mark.parametrize("as_user", [False, True], ids=["driver-as-root", "driver-as-user"])
+def test_fault_forwarder_is_no_confused_deputy(as_user):
     """Under a service fault the agent swaps its service's socket for a symlink — to the driver's
-    private 0700 socket, then to a concurrent rollout's service — and calls through the forwarder.
-    The driver's socket must stay unreached and the victim, who did nothing, must not score."""
-    env = make_environment("claw", faults=[{"kind": "service_unavailable", "calls": 1}])
-    task = env.task("issues-close")
-    private_dir = tmp_path / "driver-private"
-    private_dir.mkdir(mode=0o700)
-    private = await http_server(private_dir / "admin.sock", b"DRIVER-PRIVATE")
-    sa, sb = await launcher.start(spec("attacker", task)), await launcher.start(spec("victim", task))
+    private 0700 socket, then to a concurrent rollout's service — and calls through the forwarder
+    (``_deputy.py``). The driver's socket must stay unreached and the victim, who did nothing, must
+    not score."""
+    base = REPO / ".pytest-security" / f"dep-{os.getpid()}-{'u' if as_user else 'r'}"
+    base.mkdir(parents=True)
+    if as_user:
+        os.chown(base, TEST_UID, TEST_UID)
     try:
-        await env.setup(task, sa)
-        await env.setup(task, sb)
-        own = env.inner._servers[id(sa)][0].uds  # the attacker's own claw service socket (host path)
-        victim = env.inner._servers[id(sb)][0].uds
-        # The attacker knows both host paths (mountinfo or the rollout dir told it, before the fix).
-        close = "curl -s -X PATCH $CLAW_API/issues/2 -H 'content-type: application/json' -d '{\"state\":\"closed\"}'"
-        script = "\n".join([
-            "curl -s $CLAW_API/issues >/dev/null  # the injected 503",
-            f"rm -f {shlex.quote(own)} && ln -s {shlex.quote(str(private_dir / 'admin.sock'))} {shlex.quote(own)}"
-            " && echo SWAPPED-1",
-            "echo; curl -s $CLAW_API/; echo",
-            f"rm -f {shlex.quote(own)} && ln -s {shlex.quote(victim)} {shlex.quote(own)} && echo SWAPPED-2",
-            close, "echo",
-        ])
-        r = await sa.exec(["sh", "-c", script], env=env.harness_env(task, sa), timeout_s=60)
-        out = r.stdout + r.stderr
-        assert "DRIVER-PRIVATE" not in out, out
-        assert "SWAPPED" not in out, out  # the socket's path is not the agent's to replace
-        assert stat.S_ISSOCK(os.lstat(own).st_mode), "the service's socket was replaced"
-        victim_result = await env.verify(task, sb)
-        assert victim_result.reward < 1.0, "a rollout that did nothing scored through another's forwarder"
-        # The attacker's own request reached its own service (the attack was real, not a dead end).
-        assert (await env.verify(task, sa)).reward == 1.0, out
+        rep = _run_driver("_deputy.py", [str(base)], as_user=as_user)
     finally:
-        for s in (sa, sb):
-            await env.teardown(task, s)
-            await s.close()
-        private.close()
+        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
+    out = rep["out"]
+    assert "DRIVER-PRIVATE" not in out, out
+    assert "SWAPPED" not in out, out  # the socket's path is not the agent's to replace
+    assert rep["own_is_socket"], "the service's socket was replaced"
+    assert rep["victim_reward"] < 1.0, "a rollout that did nothing scored through another's forwarder"
+    # The attacker's own request reached its own service (the attack was real, not a dead end).
+    assert rep["own_reward"] == 1.0, out
 
 
 async def test_forwarder_connects_to_the_socket_it_was_given(tmp_path):
@@ -504,3 +483,19 @@ def test_fault_evidence_cannot_be_forged(as_user):
     assert rep["after_attack"]["evidence"] == "driver" and rep["after_attack"]["refused_calls"] >= 3, rep
     assert "resource temporarily unavailable" in rep["ran_stderr"] and rep["ran_stdout"] == "a\nb\n", rep
     assert rep["after_run"]["injected"][0]["fired"] == 1, rep
+
+
+@ROOT_ONLY
+async def test_a_relative_base_dir_leaves_no_mount_behind(tmp_path, monkeypatch):
+    """The rollout's tmpfs is unmounted at close, whatever form the base directory was given in."""
+    monkeypatch.chdir(tmp_path)
+    launcher = LocalLauncher(base_dir="sbx")
+    try:
+        sbx = await launcher.start(spec("rel", Task(id="t", instruction="x", resources={"disk_mb": 8})))
+        assert sbx.disk == "tmpfs"
+        assert (await sbx.exec(["sh", "-c", "echo ok > f; cat f"], timeout_s=30)).stdout == "ok\n"
+        await sbx.close()
+    finally:
+        await launcher.aclose()
+    assert str(tmp_path / "sbx") not in Path("/proc/self/mounts").read_text()
+    assert not any((tmp_path / "sbx").iterdir())
