@@ -499,3 +499,24 @@ async def test_a_relative_base_dir_leaves_no_mount_behind(tmp_path, monkeypatch)
         await launcher.aclose()
     assert str(tmp_path / "sbx") not in Path("/proc/self/mounts").read_text()
     assert not any((tmp_path / "sbx").iterdir())
+
+
+@ROOT_ONLY
+def test_watchdog_unmounts_a_dead_drivers_rollout_tmpfs(tmp_path):
+    """A driver killed with rollouts open leaves their tmpfs mounts to the watchdog: unmounted, removed."""
+    import subprocess
+    import sys
+
+    from openforge.launchers import _reaper, local
+
+    d = tmp_path / "rollout"
+    d.mkdir()
+    assert _reaper.mount_quota(d, 8)
+    (d / "f").write_text("x")
+    try:
+        r = subprocess.run([sys.executable, "-I", "-S", local._REAPER], input=f"+dir {d}\n+mnt {d}\n", text=True,
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert str(d) not in Path("/proc/self/mounts").read_text() and not d.exists()
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True, check=False)
