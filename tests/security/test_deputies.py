@@ -1,14 +1,12 @@
 """Nothing outside the sandbox acts on the agent's behalf: each test plays an agent (or a hostile
-client) against a driver-side helper — the fault forwarder, the services' sockets, the launcher's
-cleanup, the driver's reading of a harness's output — and checks that the helper does only what it
-was set up to do.
+client) against a driver-side helper — the fault forwarder, the services' sockets, the fault
+shims' evidence, the rule for a service that died — and checks that the helper does only what it
+was set up to do. (Attacks on the driver's resources: ``test_driver_resources.py``.)
 
-The attacks run from inside real bubblewrap sandboxes (``LocalLauncher``) where the agent matters;
-the driver here is root (the agent is uid ``nobody``). The non-root driver has the same guarantees
-by construction (its agent sees no host ``/tmp``, where every driver-side socket lives); the deep
-directory and output tests run there too through ``setpriv``.
+The attacks run from inside real bubblewrap sandboxes (``LocalLauncher``); the confused-deputy and
+forged-evidence scenarios run as their own driver process, as root and as a normal user
+(``_deputy.py``, ``_evidence.py``); the others with the test runner as the driver.
 """
-
 from __future__ import annotations
 
 import asyncio
@@ -24,7 +22,8 @@ from openforge.launchers.local import LocalLauncher
 from openforge.plugins import make_environment
 from openforge.task import Task
 
-from .test_sandbox_escapes import REPO, TEST_UID, _user_python
+from ._drivers import run_driver
+from .test_sandbox_escapes import REPO, TEST_UID
 
 pytestmark = pytest.mark.timeout(300)
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the agent is another uid only under a root driver")
@@ -68,7 +67,7 @@ def test_fault_forwarder_is_no_confused_deputy(as_user):
     if as_user:
         os.chown(base, TEST_UID, TEST_UID)
     try:
-        rep = _run_driver("_deputy.py", [str(base)], as_user=as_user)
+        rep = run_driver("_deputy.py", [str(base)], as_user=as_user)
     finally:
         __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
     out = rep["out"]
@@ -240,167 +239,6 @@ async def test_forwarder_streams_the_response(forwarder):
     assert first + rest == b"firstlast"
 
 
-def _run_driver(script: str, args: list[str], *, as_user: bool) -> dict:
-    """Run ``tests/security/<script>`` as its own driver process (as a normal user with ``as_user``)."""
-    import json
-    import subprocess
-    import sys
-    import sysconfig
-
-    cmd = [sys.executable, str(Path(__file__).with_name(script)), *args]
-    env = dict(os.environ)
-    if as_user:
-        py = _user_python()
-        if py is None or os.geteuid() != 0:
-            pytest.skip("needs root and a system Python of this version to run a normal-user driver")
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"]])
-        cmd = ["setpriv", f"--reuid={TEST_UID}", f"--regid={TEST_UID}", "--clear-groups", py, *cmd[1:]]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
-    assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.parametrize("as_user", [False, True], ids=["driver-as-root", "driver-as-user"])
-def test_deep_directories_neither_fail_cleanup_nor_later_runs(tmp_path, as_user):
-    """1,500 nested directories (some 000) in a rollout, and leftovers like it from a driver that
-    died (one with a FIFO for its owner file): the sandbox closes and is gone, and a new launcher on
-    the same base directory starts, runs, and removes the leftovers."""
-    base = REPO / ".pytest-security" / f"deep-{os.getpid()}-{'u' if as_user else 'r'}"
-    base.mkdir(parents=True)
-    if as_user:
-        os.chown(base, TEST_UID, TEST_UID)
-    try:
-        report = _run_driver("_deep.py", [str(base)], as_user=as_user)
-        assert report["agent"] == "nested 1500", report
-        assert report["close"] == "ok" and not report["rollout_dir_left"], report
-        assert report["later_launcher"] == "ok" and report["later_exec"] == "fine", report
-        assert report["stale_left"] == ["stale-fifo"], report  # the FIFO's dir has no owner to trust: kept
-    finally:
-        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
-
-
-def test_watchdog_removes_a_deep_tree(tmp_path):
-    """The watchdog (``_reaper.py``, what cleans up after a killed driver) removes 1,500 nested dirs."""
-    import subprocess
-    import sys
-
-    from openforge.launchers import local
-
-    d = tmp_path / "rollout"
-    d.mkdir()
-    fd = os.open(d, os.O_RDONLY)
-    for _ in range(1500):
-        os.mkdir("d" * 100, dir_fd=fd)  # 150 kB of path: longer than any PATH_MAX
-        sub = os.open("d" * 100, os.O_RDONLY, dir_fd=fd)
-        os.close(fd)
-        fd = sub
-    os.symlink("/etc", "etc-link", dir_fd=fd)  # never followed
-    os.close(fd)
-    try:
-        r = subprocess.run([sys.executable, "-I", "-S", local._REAPER], input=f"+dir {d}\n", text=True,
-                           capture_output=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert not d.exists() and Path("/etc/passwd").exists()
-    finally:  # pytest's own clean-up of old temp dirs would die on what a failed run leaves
-        subprocess.run(["rm", "-rf", str(d)], check=False)
-
-
-@pytest.mark.parametrize("as_user", [False, True], ids=["driver-as-root", "driver-as-user"])
-def test_harness_output_does_not_grow_the_driver(as_user):
-    """600 MB printed (half of it into the parent's stdout): the driver keeps a bounded head and
-    tail, says how much it dropped, and its peak memory stays far below what was printed."""
-    base = REPO / ".pytest-security" / f"out-{os.getpid()}-{'u' if as_user else 'r'}"
-    base.mkdir(parents=True)
-    if as_user:
-        os.chown(base, TEST_UID, TEST_UID)
-    try:
-        report = _run_driver("_output.py", [str(base)], as_user=as_user)
-    finally:
-        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
-    assert report["rc"] == 0 and report["tail"].endswith("END\n") and report["head"] == "aaaaa", report
-    assert report["says_dropped"] and report["dropped"] > 290_000_000, report  # /proc/$PPID/fd/1: where allowed
-    assert report["stdout_len"] < 10_000_000, report
-    assert report["rss_peak_mb"] - report["rss_before_mb"] < 150, report
-
-
-@ROOT_ONLY
-async def test_one_agent_filling_the_disk_cannot_fail_another(tmp_path):
-    """The sandboxes' base directory sits on a small file system (the host's disk, scaled down). One
-    agent writes until it cannot; a concurrent rollout still writes its 40 MB result and the host
-    file system keeps its free space: the filler hit its own quota (``disk_mb``), not the disk."""
-    import subprocess
-
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200m", "hostdisk", str(disk)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    launcher = LocalLauncher(base_dir=disk / "sbx")
-    task = Task(id="t", instruction="x", resources={"disk_mb": 64})
-    try:
-        filler, victim = await launcher.start(spec("filler", task)), await launcher.start(spec("victim", task))
-        assert filler.disk == victim.disk == "tmpfs"
-        r = await filler.exec(["sh", "-c", "dd if=/dev/zero of=fill bs=1M count=1000 2>&1; "
-                                           "dd if=/dev/zero of=$HOME/fill bs=1M count=1000 2>&1; echo done"],
-                              timeout_s=120)
-        assert "No space left on device" in r.stdout, r.stdout
-        free_mb = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize // 2**20
-        assert free_mb > 120, f"the filler took the host's disk: {free_mb} MB left"
-        w = await victim.exec(["sh", "-c", "dd if=/dev/zero of=result.bin bs=1M count=40 2>&1 && echo WROTE"],
-                              timeout_s=60)
-        assert "WROTE" in w.stdout, w.stdout
-        await filler.close()
-        await victim.close()
-        assert not any((disk / "sbx").iterdir()), "a rollout's tmpfs or dir was left behind"
-    finally:
-        await launcher.aclose()
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-@ROOT_ONLY
-async def test_without_a_tmpfs_no_single_file_outgrows_the_quota(tmp_path):
-    """Where the rollout cannot have its own tmpfs (a non-root driver), RLIMIT_FSIZE still stops
-    any one file at ``disk_mb``."""
-    launcher = LocalLauncher(base_dir=tmp_path / "sbx", disk_quota=False)
-    try:
-        sbx = await launcher.start(spec("big", Task(id="t", instruction="x", resources={"disk_mb": 16})))
-        assert sbx.disk == "file-size"
-        r = await sbx.exec(["sh", "-c", "dd if=/dev/zero of=big bs=1M count=100 2>&1; wc -c < big"], timeout_s=60)
-        assert int(r.stdout.split()[-1]) <= 16 * 2**20 * 2, r.stdout  # bash counts 1024-byte blocks: at most 2x
-        await sbx.close()
-    finally:
-        await launcher.aclose()
-
-
-@ROOT_ONLY
-async def test_no_space_in_setup_is_infra_not_the_task(rig):
-    """``No space left on device`` before the agent ran (setup) is the machine's: ``infra_error``
-    (retried), never ``env_error`` nor a score."""
-    from openforge.environment import Environment, VerifyResult
-    from openforge.harnesses.react import ReactHarness
-    from openforge.rollout import run_rollout
-    from openforge.types import RolloutStatus
-
-    task = Task(id="t", instruction="x", resources={"disk_mb": 8})
-
-    class FullDisk(Environment):
-        name = "fulldisk"
-
-        def tasks(self, split=None):
-            return [task]
-
-        async def setup(self, task, sandbox):
-            await sandbox.write_file("data.bin", b"\0" * (16 * 2**20))
-
-        async def verify(self, task, sandbox):
-            return VerifyResult(reward=1.0)
-
-    proxy, launcher, store = await rig({"turns": [{"text": "hi"}]})
-    traj = await run_rollout(harness=ReactHarness(max_turns=1), environment=FullDisk(), task=task,
-                             launcher=launcher, proxy=proxy, store=store)
-    assert traj.status == RolloutStatus.INFRA_ERROR, (traj.status, traj.error)
-    assert "No space left on device" in (traj.error or "")
-
-
 FRAGILE = '''
 import os, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -473,7 +311,7 @@ def test_fault_evidence_cannot_be_forged(as_user):
     if as_user:
         os.chown(base, TEST_UID, TEST_UID)
     try:
-        rep = _run_driver("_evidence.py", [str(base)], as_user=as_user)
+        rep = run_driver("_evidence.py", [str(base)], as_user=as_user)
     finally:
         __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
     out = rep["attack"]
@@ -483,40 +321,3 @@ def test_fault_evidence_cannot_be_forged(as_user):
     assert rep["after_attack"]["evidence"] == "driver" and rep["after_attack"]["refused_calls"] >= 3, rep
     assert "resource temporarily unavailable" in rep["ran_stderr"] and rep["ran_stdout"] == "a\nb\n", rep
     assert rep["after_run"]["injected"][0]["fired"] == 1, rep
-
-
-@ROOT_ONLY
-async def test_a_relative_base_dir_leaves_no_mount_behind(tmp_path, monkeypatch):
-    """The rollout's tmpfs is unmounted at close, whatever form the base directory was given in."""
-    monkeypatch.chdir(tmp_path)
-    launcher = LocalLauncher(base_dir="sbx")
-    try:
-        sbx = await launcher.start(spec("rel", Task(id="t", instruction="x", resources={"disk_mb": 8})))
-        assert sbx.disk == "tmpfs"
-        assert (await sbx.exec(["sh", "-c", "echo ok > f; cat f"], timeout_s=30)).stdout == "ok\n"
-        await sbx.close()
-    finally:
-        await launcher.aclose()
-    assert str(tmp_path / "sbx") not in Path("/proc/self/mounts").read_text()
-    assert not any((tmp_path / "sbx").iterdir())
-
-
-@ROOT_ONLY
-def test_watchdog_unmounts_a_dead_drivers_rollout_tmpfs(tmp_path):
-    """A driver killed with rollouts open leaves their tmpfs mounts to the watchdog: unmounted, removed."""
-    import subprocess
-    import sys
-
-    from openforge.launchers import _reaper, local
-
-    d = tmp_path / "rollout"
-    d.mkdir()
-    assert _reaper.mount_quota(d, 8)
-    (d / "f").write_text("x")
-    try:
-        r = subprocess.run([sys.executable, "-I", "-S", local._REAPER], input=f"+dir {d}\n+mnt {d}\n", text=True,
-                           capture_output=True, timeout=60)
-        assert r.returncode == 0, r.stderr[-2000:]
-        assert str(d) not in Path("/proc/self/mounts").read_text() and not d.exists()
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True, check=False)
