@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import random
 import time
 import traceback
@@ -138,8 +139,9 @@ class _Rollout:
                     await asyncio.wait_for(environment.setup(task, sandbox), task.setup_timeout_s)
                 except asyncio.TimeoutError:
                     failure, error = S.ENV_ERROR, f"{environment.name} setup of {task.id} ran over {task.setup_timeout_s:.0f}s"
-                except Exception as e:
-                    failure, error = _launch_status(e, S.ENV_ERROR), f"{environment.name} setup of {task.id} failed: {_err(e)}"
+                except Exception as e:  # a full disk before the agent ran is the machine's, not the task's
+                    status = S.INFRA_ERROR if _no_space(e) else _launch_status(e, S.ENV_ERROR)
+                    failure, error = status, f"{environment.name} setup of {task.id} failed: {_err(e)}"
                 timings["setup_s"] = time.monotonic() - t
             if failure is None and sandbox is not None:
                 hres = await _run_harness(harness, environment, task, sandbox, rid, handle.api_key, req.model,
@@ -189,6 +191,19 @@ class _Rollout:
 def _launch_status(e: BaseException, default: RolloutStatus = S.INFRA_ERROR) -> RolloutStatus:
     """A :class:`SandboxFailure` carries the status it implies (a pod's ImagePullBackOff → env_error)."""
     return e.status if isinstance(e, SandboxFailure) else default
+
+
+def _no_space(e: BaseException) -> bool:
+    """Whether ``e`` (or what caused it) is "no space left on device" (``ENOSPC``, or a message
+    carrying it from a command's output)."""
+    seen: BaseException | None = e
+    for _ in range(5):
+        if seen is None:
+            return False
+        if (isinstance(seen, OSError) and seen.errno == errno.ENOSPC) or "No space left on device" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 async def _cleanup(environment: Environment, task: Task, sandbox: Sandbox, meta: dict[str, Any]) -> None:

@@ -18,6 +18,9 @@ class Resources(BaseModel):
     memory_mb: int = 2048
     max_processes: int = 256
     max_open_files: int = 1024
+    #: Disk the rollout may fill (its workdir, HOME and tmp together): a root driver's local launcher
+    #: gives each rollout a tmpfs of this size; otherwise no single file may grow beyond it
+    disk_mb: int = Field(4096, ge=1)
 
 
 class Task(BaseModel):

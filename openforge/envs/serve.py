@@ -3,12 +3,19 @@
 Owns: :class:`AppServer` — uvicorn inside the driver's event loop, listening on a Unix socket that
 the sandbox exposes as ``http://127.0.0.1:PORT`` inside (``Sandbox.expose``) — and
 :func:`socket_path`, a short per-rollout socket path (AF_UNIX paths are limited to 108 bytes).
+
+Where the sockets live: never in a directory the agent can write (its rollout directory is its own).
+A driver-side component that connects to a socket by path — the fault forwarder in front of a
+service — would otherwise connect wherever the agent's symlink points (a confused deputy). Each
+socket gets a fresh driver-owned ``0700`` directory under ``/tmp``; the sandbox sees only the socket
+itself, bind-mounted, and the launcher grants the agent's uid (and only it) the right to connect.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,12 +28,11 @@ __all__ = ["AppServer", "socket_path"]
 
 
 def socket_path(sandbox: Sandbox, name: str) -> Path:
-    """``<sandbox root>/<name>.sock``, or a fresh short ``/tmp/ofs-*/`` dir when that is too long
-    (removed again by :meth:`AppServer.stop`)."""
-    uds = Path(getattr(sandbox, "root", sandbox.workdir.parent)) / f"{name}.sock"
-    if len(str(uds)) > 100:
-        uds = Path(tempfile.mkdtemp(prefix="ofs-", dir="/tmp")) / f"{name}.sock"
-    return uds
+    """``/tmp/ofs-*/<name>.sock`` in a fresh directory owned by the driver, mode ``0700`` (removed
+    again by :meth:`AppServer.stop`): short enough for AF_UNIX, and out of the agent's reach (see the
+    module docstring). ``sandbox`` is the rollout the socket serves (kept for the signature)."""
+    del sandbox
+    return Path(tempfile.mkdtemp(prefix="ofs-", dir="/tmp")) / f"{name}.sock"
 
 
 class AppServer:
@@ -44,7 +50,8 @@ class AppServer:
         self._server = embedded_server(config)  # one per rollout: signals stay the program's
         self._task = asyncio.create_task(self._server.serve())
         for _ in range(400):
-            if self._server.started:
+            if self._server.started:  # uvicorn makes it 0666: the driver's alone until Sandbox.expose grants
+                os.chmod(self.uds, 0o600)  # the agent access
                 return self
             if self._task.done():
                 self._task.result()

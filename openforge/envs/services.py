@@ -11,7 +11,16 @@ when ``GET ready`` answers below 400 (or, without ``ready``, when the port accep
 The sandbox reaches it at ``${NAME}_URL`` through the launcher's forwarding (``Sandbox.expose``: a
 host Unix socket bridged to the service's port). A service that does not start, does not become
 ready, or exits before the verifier ran raises :class:`EnvironmentError_` (→ ``env_error``) with the
-tail of its log.
+tail of its log — except one the agent crashed (:class:`ServiceCrashed`, ``policy_failure``).
+
+Who is to blame for a dead service: the group counts the sandbox's connections to each service.
+A service that was seen alive (at the end of setup), then reached by the sandbox, then found dead
+(before or after the verifier) died under the agent's requests: the policy broke its own
+environment, as surely as ``rm -rf`` of its workdir, and the rollout is ``policy_failure`` (reward 0,
+trained), never an untrained ``env_error`` a policy could seek out to escape its failures. A service
+that died without being reached since it was last seen alive died on its own: ``env_error``. (A
+service that crashes on its own *after* being used is blamed on the policy: such a task is noisy,
+and its log is in the error.)
 
 Wrapping a service (fault injection): give :class:`ServiceGroup` a :class:`ServiceWrapper`. Its
 ``wrap(service, task, rollout_id)`` runs once the service is ready and returns the loopback port to
@@ -23,26 +32,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
 from ..errors import ConfigError, EnvironmentError_
 from ..launchers._fwd import _pipe
-from ..launchers.base import Sandbox
+from ..launchers._reaper import remove_tree
+from ..launchers.base import Sandbox, SandboxFailure
 from ..task import Task
+from ..types import RolloutStatus
 
-__all__ = ["RunningService", "ServiceGroup", "ServiceSpec", "ServiceWrapper", "expose_tcp", "launch_service",
+__all__ = ["RunningService", "ServiceCrashed", "ServiceGroup", "ServiceSpec", "ServiceWrapper", "expose_tcp", "launch_service",
            "start_service", "wait_ready"]
 
 _REAPER = str(Path(__file__).resolve().parent.parent / "launchers" / "_reaper.py")
@@ -206,11 +217,15 @@ async def start_service(spec: ServiceSpec, *, state_dir: Path, log_path: Path, t
     return svc
 
 
-async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path) -> tuple[str, asyncio.AbstractServer]:
+async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path,
+                     on_connect: Callable[[], None] | None = None) -> tuple[str, asyncio.AbstractServer]:
     """Make ``127.0.0.1:port`` on the host reachable from inside ``sandbox``: a host Unix socket in
-    ``sock_dir`` bridged to the port, handed to :meth:`Sandbox.expose`. Returns (in-sandbox URL, bridge)."""
+    ``sock_dir`` bridged to the port, handed to :meth:`Sandbox.expose`. Returns (in-sandbox URL, bridge).
+    ``on_connect`` is called for every connection from the sandbox."""
 
     async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        if on_connect is not None:
+            on_connect()
         try:
             ur, uw = await asyncio.open_connection("127.0.0.1", port)
         except OSError:
@@ -220,12 +235,19 @@ async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path) -> 
 
     path = sock_dir / f"{name}.sock"
     bridge = await asyncio.start_unix_server(handle, str(path))
-    os.chmod(path, 0o666)  # an agent running as another uid (bwrap under root) must connect
+    os.chmod(path, 0o600)  # the driver's alone; Sandbox.expose grants the agent's uid (and only it) access
     try:
         return await sandbox.expose(path), bridge
     except BaseException:
         bridge.close()
         raise
+
+
+class ServiceCrashed(SandboxFailure):
+    """A task service died after the agent reached it: ``policy_failure`` (see the module docstring)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, RolloutStatus.POLICY_FAILURE)
 
 
 class ServiceWrapper(Protocol):
@@ -247,13 +269,17 @@ class ServiceGroup:
     def __init__(self, specs: Sequence[ServiceSpec], *, task_dir: Path | None, log_dir: Path, label: str):
         self.specs, self.task_dir, self.log_dir, self.label = list(specs), task_dir, log_dir, label
         self.state_dir = Path(tempfile.mkdtemp(prefix="openforge-svc-"))
-        self._sock_dir = Path(tempfile.mkdtemp(prefix="ofsv-", dir="/tmp"))  # short: AF_UNIX paths ≤ 108 bytes
-        os.chmod(self._sock_dir, 0o755)
+        # short (AF_UNIX paths ≤ 108 bytes), the driver's own (0700): the sandbox sees only the sockets
+        self._sock_dir = Path(tempfile.mkdtemp(prefix="ofsv-", dir="/tmp"))
         self._reaper: subprocess.Popen | None = subprocess.Popen(
             [sys.executable, "-I", "-S", _REAPER], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
         self._watch(f"+dir {self.state_dir}", f"+dir {self._sock_dir}")
         self.running: list[RunningService] = []
+        self._contacts: dict[str, int] = {}  # service name -> connections from the sandbox
+        #: the same, when a check last saw every service alive (None: never checked; the first check
+        #: ends the environment's setup, whose own requests are never the agent's)
+        self._seen: dict[str, int] | None = None
         self._wrapper: ServiceWrapper | None = None
         self._bridges: list[asyncio.AbstractServer] = []
         self.sandbox_env: dict[str, str] = {}  # ${NAME}_URL as seen inside the sandbox
@@ -271,7 +297,8 @@ class ServiceGroup:
                 self._wrapper = wrapper
                 port = await wrapper.wrap(svc, task, self.label)
             try:
-                url, bridge = await expose_tcp(sandbox, spec.name, port, self._sock_dir)
+                url, bridge = await expose_tcp(sandbox, spec.name, port, self._sock_dir,
+                                               on_connect=functools.partial(self._contact, spec.name))
             except NotImplementedError as e:
                 raise EnvironmentError_(f"service {spec.name!r}: this launcher cannot expose services: {e}") from e
             self._bridges.append(bridge)
@@ -284,9 +311,21 @@ class ServiceGroup:
                 self._reaper.stdin.write("".join(f"{ln}\n" for ln in lines).encode())
                 self._reaper.stdin.flush()
 
+    def _contact(self, name: str) -> None:
+        self._contacts[name] = self._contacts.get(name, 0) + 1
+
     def check_alive(self) -> None:
+        """Raise if a service has exited: :class:`ServiceCrashed` when the sandbox reached it since it
+        was last seen alive (the agent's doing), :class:`EnvironmentError_` otherwise."""
         for svc in self.running:
+            name = svc.spec.name
+            if svc.proc.poll() is not None and self._seen is not None \
+                    and self._contacts.get(name, 0) > self._seen.get(name, 0):
+                raise ServiceCrashed(
+                    f"service {name!r} exited (exit {svc.proc.returncode}) after the agent's requests to it: "
+                    f"the policy broke its environment; log {svc.log_path}:\n{svc.log_tail()}")
             svc.check_alive()
+        self._seen = dict(self._contacts)
 
     async def stop(self) -> None:
         for b in self._bridges:
@@ -299,8 +338,8 @@ class ServiceGroup:
             await asyncio.to_thread(svc.stop)
             self._watch(f"-pid {svc.proc.pid}")
         self.running.clear()
-        shutil.rmtree(self.state_dir, ignore_errors=True)
-        shutil.rmtree(self._sock_dir, ignore_errors=True)
+        await asyncio.to_thread(remove_tree, str(self.state_dir))
+        await asyncio.to_thread(remove_tree, str(self._sock_dir))
         if self._reaper is not None:  # nothing left to watch: EOF ends it
             reaper, self._reaper = self._reaper, None
             with contextlib.suppress(OSError):

@@ -22,7 +22,8 @@ from ..launchers.base import Sandbox
 from ..task import Task
 from .forwarder import FaultForwarder
 from .inject import Injected, inject, read_evidence, service_injected, shim_dir
-from .spec import FaultConfig, ServiceFault, parse_fault_config, plan_faults, task_faults
+from .oracle import ShimOracle
+from .spec import CommandFault, FaultConfig, ServiceFault, parse_fault_config, plan_faults, task_faults
 
 __all__ = ["FaultyEnvironment", "with_faults", "without_faults"]
 
@@ -34,6 +35,7 @@ class _Episode:
     injected: list[Injected] = field(default_factory=list)
     forwarders: list[tuple[ServiceFault, FaultForwarder]] = field(default_factory=list)
     path: str | None = None  # the sandbox's PATH with the shim directory first
+    oracle: ShimOracle | None = None  # decides and records command faults (None: shims log in HOME)
 
 
 class FaultyEnvironment(Environment):
@@ -89,17 +91,20 @@ class FaultyEnvironment(Environment):
             await self._setup_behind_forwarders(task, sandbox, ep, service[0])
         else:
             await self.inner.setup(task, sandbox)
+        if any(isinstance(s, CommandFault) for s in specs):
+            ep.oracle = await _oracle_for(sandbox)
         for s in specs:
             if isinstance(s, ServiceFault):  # one service fault per episode: a second one is not armed
                 if not ep.forwarders or s is not service[0]:
                     ep.injected.append(Injected(s.kind, "", armed=False))
                 continue
-            ep.injected.append(await inject(s, task, sandbox))
+            ep.injected.append(await inject(s, task, sandbox, ep.oracle))
         for _, fwd in ep.forwarders:  # the agent's requests fail from now on, not the setup's
             fwd.arm()
         if any(i.kind in ("flaky_command", "missing_tool") and i.armed for i in ep.injected):
             res = await sandbox.exec(["sh", "-c", 'printf %s "$PATH"'], timeout_s=10)
-            ep.path = f"{shim_dir(sandbox)}:{res.stdout.strip() or '/usr/local/bin:/usr/bin:/bin'}"
+            shims = ep.oracle.bin if ep.oracle is not None else shim_dir(sandbox)
+            ep.path = f"{shims}:{res.stdout.strip() or '/usr/local/bin:/usr/bin:/bin'}"
 
     async def _setup_behind_forwarders(self, task: Task, sandbox: Sandbox, ep: _Episode, fault: ServiceFault) -> None:
         """The inner setup, with each service it exposes put behind a fault forwarder."""
@@ -128,11 +133,14 @@ class FaultyEnvironment(Environment):
         ep = self._episodes.get(id(sandbox))
         if ep is None:
             return {}
-        await read_evidence(sandbox, ep.injected)
+        await read_evidence(sandbox, ep.injected, ep.oracle)
         injected = [service_injected(f, _service_name(self.inner, task, sandbox, i), fwd.record())
                     for i, (f, fwd) in enumerate(ep.forwarders)] + ep.injected
-        return {"faults": {"faulty": ep.faulty, "seed": str(task.metadata.get("group_seed", "")),
-                           "injected": [i.as_dict() for i in injected]}}
+        faults = {"faulty": ep.faulty, "seed": str(task.metadata.get("group_seed", "")),
+                  "injected": [i.as_dict() for i in injected]}
+        if ep.oracle is not None:  # who recorded the command faults, and calls not made by a shim
+            faults.update(evidence="driver", refused_calls=ep.oracle.refused)
+        return {"faults": faults}
 
     async def teardown(self, task: Task, sandbox: Sandbox) -> None:
         ep = self._episodes.pop(id(sandbox), None)
@@ -141,6 +149,18 @@ class FaultyEnvironment(Environment):
         finally:
             for _, fwd in ep.forwarders if ep else []:
                 await fwd.stop()
+            if ep is not None and ep.oracle is not None:
+                await ep.oracle.stop()
+
+
+async def _oracle_for(sandbox: Sandbox) -> ShimOracle | None:
+    """A started :class:`ShimOracle` shared into ``sandbox``, or None where it cannot share paths."""
+    oracle = await ShimOracle().start()
+    if sandbox.share_path(oracle.dir) is None:
+        await oracle.stop()
+        return None
+    sandbox.share_path(oracle.sock)
+    return oracle
 
 
 def _service_name(env: Environment, task: Task, sandbox: Sandbox, i: int) -> str:

@@ -7,8 +7,11 @@ before the agent starts), :func:`solution_programs` (the programs a reference so
 
 Everything happens through the sandbox's own ``exec`` / ``write_file``, as the agent's user, so it
 works wherever the sandbox runs (local namespaces or a pod). Command faults are shims in a
-directory put first on the harness's ``PATH``; a shim appends the time of every failure it injects
-to a log next to it, read back after the run (:func:`read_evidence`).
+directory put first on the harness's ``PATH``. Where the sandbox can share a driver-owned directory
+(the local launcher) the shims live there, read-only, and ask a driver-side
+:class:`~openforge.faults.oracle.ShimOracle`, which decides and records each failure: evidence the
+agent cannot forge. Elsewhere (a pod) a shim appends the time of every failure it injects to a log
+next to it in HOME, read back after the run (:func:`read_evidence`) — evidence the agent could write.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 from ..errors import EnvironmentError_
 from ..launchers.base import Sandbox
 from ..task import Task
+from .oracle import ShimOracle
 from .spec import CommandFault, CorruptFault, FileFault, ServiceFault, group_rng
 
 __all__ = ["Injected", "inject", "read_evidence", "shim_dir", "solution_programs"]
@@ -110,10 +114,12 @@ async def _pick_program(sandbox: Sandbox, task: Task, spec: CommandFault) -> str
     return None
 
 
-async def inject(spec: FileFault | CommandFault | CorruptFault, task: Task, sandbox: Sandbox) -> Injected:
-    """Apply one in-sandbox fault; an :class:`Injected` with ``armed=False`` when it has no target here."""
+async def inject(spec: FileFault | CommandFault | CorruptFault, task: Task, sandbox: Sandbox,
+                 oracle: ShimOracle | None = None) -> Injected:
+    """Apply one in-sandbox fault; an :class:`Injected` with ``armed=False`` when it has no target here.
+    Command faults go through ``oracle`` when given (see the module docstring)."""
     if isinstance(spec, CommandFault):
-        return await _inject_command(spec, task, sandbox)
+        return await _inject_command(spec, task, sandbox, oracle)
     if isinstance(spec, FileFault) and spec.kind == "locked_file":
         return await _inject_lock(spec, task, sandbox)
     path = spec.path or await _pick_file(sandbox, task, spec.kind)
@@ -156,7 +162,7 @@ def _shim(spec: CommandFault, prog: str, real: str, d: PurePosixPath) -> str:
             f"exec {shlex.quote(real)} \"$@\"\n")
 
 
-async def _inject_command(spec: CommandFault, task: Task, sandbox: Sandbox) -> Injected:
+async def _inject_command(spec: CommandFault, task: Task, sandbox: Sandbox, oracle: ShimOracle | None) -> Injected:
     prog = spec.command or await _pick_program(sandbox, task, spec)
     if prog is None:
         return Injected(spec.kind, "", armed=False)
@@ -164,17 +170,24 @@ async def _inject_command(spec: CommandFault, task: Task, sandbox: Sandbox) -> I
     real = res.stdout.strip() if res.returncode == 0 else ""
     if spec.kind == "flaky_command" and not real.startswith("/"):
         raise EnvironmentError_(f"flaky_command: {prog!r} is not a program in the sandbox")
-    d = shim_dir(sandbox)
-    await sandbox.write_file(d / prog, _shim(spec, prog, real, d).encode(), 0o755)
+    if oracle is not None:
+        oracle.add(prog, real, missing=spec.kind == "missing_tool", fails=spec.fails, exit_code=spec.exit_code)
+    else:
+        d = shim_dir(sandbox)
+        await sandbox.write_file(d / prog, _shim(spec, prog, real, d).encode(), 0o755)
     params = {"fails": spec.fails} if spec.kind == "flaky_command" else {}
     return Injected(spec.kind, prog, params)
 
 
-async def read_evidence(sandbox: Sandbox, injected: list[Injected]) -> None:
-    """Fill in ``fired_at`` of command faults from their shims' logs (missing log: never called)."""
+async def read_evidence(sandbox: Sandbox, injected: list[Injected], oracle: ShimOracle | None = None) -> None:
+    """Fill in ``fired_at`` of command faults: from the oracle's own record when there is one, else
+    from their shims' logs (missing log: never called)."""
     d = shim_dir(sandbox)
     for inj in injected:
         if inj.kind in ("flaky_command", "missing_tool") and inj.armed:
+            if oracle is not None:
+                inj.fired_at = list(oracle.fired.get(inj.target, []))
+                continue
             try:
                 text = (await sandbox.read_file(d / f"{inj.target}.fired")).decode(errors="replace")
             except Exception:

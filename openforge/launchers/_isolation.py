@@ -162,7 +162,7 @@ class CgroupSet:
 
 def limits_prefix(
     *, memory_mb: int | None, cpu_s: float | None, max_open_files: int | None, max_procs: int | None,
-    cgroups: CgroupSet | None = None,
+    cgroups: CgroupSet | None = None, max_file_mb: int | None = None,
 ) -> list[str]:
     """A ``sh -c`` prefix that joins the cgroups and lowers rlimits, then ``exec``s the command.
 
@@ -186,6 +186,8 @@ def limits_prefix(
         lower("-t", resource.RLIMIT_CPU, int(cpu_s))
     if max_open_files:
         lower("-n", resource.RLIMIT_NOFILE, max_open_files)
+    if max_file_mb:  # in 512-byte blocks (dash; bash counts 1024: at worst twice as lax, never tighter)
+        lower("-f", resource.RLIMIT_FSIZE, max_file_mb * 2048, 512)
     if max_procs and "pids" not in cg_limited and os.getuid() != 0:
         # RLIMIT_NPROC counts every process of the user, not just ours (and root ignores it).
         base = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit())

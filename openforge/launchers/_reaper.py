@@ -7,19 +7,27 @@ creates and unregisters what it removed, one line each::
     +pid 1234       a sandbox process (bwrap or a process-group leader): kill it and its descendants
     +cg /sys/...    a cgroup directory: kill its members, rmdir it
     +dir /tmp/...   a rollout's temp directory: remove it
-    -pid 1234 / -cg PATH / -dir PATH      already cleaned up by the driver
+    +mnt /tmp/...   a rollout's size-bounded tmpfs (see :func:`mount_quota`): unmount it first
+    -pid 1234 / -cg PATH / -dir PATH / -mnt PATH     already cleaned up by the driver
 
 When the pipe reaches EOF (the driver exited, however it exited) everything still registered is
 removed, and the script exits. Stdlib only; run with ``python -I -S``.
+
+Also owns :func:`remove_tree`, the removal every cleanup of an agent-made tree uses (the driver's
+``close``, ``sweep_stale``, this watchdog): iterative (any depth: ``shutil.rmtree`` recurses and dies
+of ``RecursionError`` on ~1,000 nested directories), file-descriptor based (paths of any length, no
+symlink followed), and it never raises.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
+import stat
 import sys
 import time
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _children_map() -> dict[int, list[int]]:
@@ -75,13 +83,129 @@ def remove_cgroup(path: str) -> None:
             time.sleep(0.05)
 
 
+def _open_dir(name: str, dir_fd: int | None) -> int:
+    try:
+        return os.open(name, _DIR, dir_fd=dir_fd)
+    except PermissionError:  # an agent's 000 directory (a non-root driver is its owner): make it ours
+        os.chmod(name, 0o700, dir_fd=dir_fd)
+        return os.open(name, _DIR, dir_fd=dir_fd)
+
+
+def _clear(fd: int, stuck: set[tuple[int, int]]) -> str | None:
+    """Unlink every non-directory in ``fd``; return the name of a subdirectory still to empty."""
+    try:
+        os.fchmod(fd, 0o700)  # a 0500 directory: its entries cannot be unlinked otherwise
+    except OSError:
+        pass
+    with os.scandir(fd) as it:
+        for e in it:
+            try:
+                st = e.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    if (st.st_dev, st.st_ino) not in stuck:
+                        return e.name
+                else:
+                    os.unlink(e.name, dir_fd=fd)
+            except OSError:
+                pass
+    return None
+
+
+def remove_tree(path: str) -> bool:
+    """Remove ``path`` and all below it at any depth, never following a symlink; True when it is gone.
+    Walks down one directory at a time holding one descriptor (``..`` leads back up), so neither
+    depth nor path length is bounded; what cannot be removed is left and skipped, never raised."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path)
+            return True
+        fd = _open_dir(path, None)
+    except OSError:
+        return False
+    names: list[str] = []  # the directories entered below ``path``
+    stuck: set[tuple[int, int]] = set()
+    try:
+        while True:
+            try:
+                sub = _clear(fd, stuck)
+            except OSError:  # cannot list it: leave it as it is
+                sub = None
+            if sub is not None:
+                try:
+                    child = _open_dir(sub, fd)
+                except OSError:  # cannot enter it: skip it from now on
+                    st = os.stat(sub, dir_fd=fd, follow_symlinks=False)
+                    stuck.add((st.st_dev, st.st_ino))
+                    continue
+                os.close(fd)
+                fd = child
+                names.append(sub)
+                continue
+            if not names:
+                break
+            parent = os.open("..", _DIR, dir_fd=fd)
+            here = os.fstat(fd)
+            os.close(fd)
+            fd, name = parent, names.pop()
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except OSError:
+                stuck.add((here.st_dev, here.st_ino))
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
+    return not os.path.lexists(path)
+
+
+#: The ``mount`` source name of a rollout's tmpfs (how a leftover mount is recognised).
+QUOTA_SOURCE = "openforge-rollout"
+
+
+def mount_quota(path: str | os.PathLike[str], size_mb: int) -> bool:
+    """Mount a tmpfs of ``size_mb`` on ``path`` (a rollout's fresh, empty directory), so what the
+    rollout writes cannot fill any other file system; False where that is not possible (not root)."""
+    if os.geteuid() != 0:
+        return False
+    import subprocess
+
+    opts = f"size={int(size_mb)}m,mode=0700,nosuid,nodev"
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, QUOTA_SOURCE, os.path.abspath(path)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return r.returncode == 0
+
+
+def unmount_quota(path: str | os.PathLike[str]) -> None:
+    """Detach a rollout's tmpfs (lazily: a process still in it cannot keep it), if one is mounted there."""
+    target = os.path.abspath(path)
+    listed = target.replace("\\", "\\134").replace(" ", "\\040")  # as /proc/self/mounts writes it
+    try:
+        with open("/proc/self/mounts") as f:
+            mounted = any(ln.split()[:2] == [QUOTA_SOURCE, listed] for ln in f)
+    except OSError:
+        return
+    if mounted:
+        import subprocess
+
+        subprocess.run(["umount", "-l", target], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+
+
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     pids: set[int] = set()
     cgs: set[str] = set()
     dirs: set[str] = set()
-    table = {"pid": pids, "cg": cgs, "dir": dirs}
+    mnts: set[str] = set()
+    table = {"pid": pids, "cg": cgs, "dir": dirs, "mnt": mnts}
     for line in sys.stdin:
         line = line.rstrip("\n")
         if len(line) < 5 or line[0] not in "+-":
@@ -96,8 +220,10 @@ def main() -> None:
         kill_tree(p)
     for c in cgs:
         remove_cgroup(c)
+    for m in mnts:
+        unmount_quota(m)
     for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
+        remove_tree(d)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,9 @@ class ExecResult:
     stderr: str
     duration_s: float
     timed_out: bool = False
+    #: Output bytes the launcher dropped (kept the first and the last of each stream; the text says
+    #: where): an agent cannot grow the driver's memory by printing
+    output_dropped: int = 0
 
 
 @dataclass
@@ -103,6 +106,12 @@ class Sandbox(abc.ABC):
         sandbox's workdir read-only as its :attr:`workdir`, and ``ro_paths`` (host directories: the
         task directory, the services' state) read-only. The caller closes ``view.sandbox``."""
         raise NotImplementedError(f"{type(self).__name__} cannot run a verifier in a sandbox")
+
+    def share_path(self, host_path: str | Path) -> str | None:
+        """Show a driver-owned host file or directory inside the sandbox, **read-only**, at the same
+        path (a Unix socket there: the agent may connect to it); return that path, or None where this
+        sandbox cannot (then the caller falls back to what it did without)."""
+        return None
 
     async def pull_workdir(self) -> Path:
         """Make :attr:`workdir` on the host reflect the sandbox's files (a no-op locally; a copy out

@@ -29,8 +29,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -43,7 +43,8 @@ from ..errors import SandboxError
 from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
-from ._reaper import kill_tree
+from ._output import DEFAULT_HEAD, BoundedOutput, drain
+from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
 from ._verifier import VERIFIER_WEAK_MODE_RISKS, intact_dir
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec, VerifierView
 
@@ -82,6 +83,8 @@ class LocalLauncher(Launcher):
         grace_s: float = 2.0,
         cgroups: bool = True,
         ro_binds: Sequence[str] = (),
+        max_output_bytes: int = 2 * DEFAULT_HEAD,
+        disk_quota: bool = True,
     ):
         self.bwrap: BwrapMode | None = None
         if isolation in ("auto", "bwrap"):
@@ -101,11 +104,18 @@ class LocalLauncher(Launcher):
                         "policy you trust.", isolation, WEAK_MODE_RISKS[isolation], VERIFIER_WEAK_MODE_RISKS[isolation])
         else:
             raise SandboxError(f"unknown isolation {isolation!r}: use auto, bwrap, unshare or none")
-        self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes")
+        # absolute: bwrap binds and /proc/self/mounts speak absolute paths
+        self.base_dir = Path(base_dir or Path(tempfile.gettempdir()) / "openforge-sandboxes").absolute()
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.grace_s = grace_s
         self.use_cgroups = cgroups
         self.ro_binds = list(ro_binds)
+        #: Bytes of each stream (stdout, stderr) of one command the driver keeps: the first and the
+        #: last half; the rest is dropped and counted (``ExecResult.output_dropped``)
+        self.max_output_bytes = max_output_bytes
+        #: Bound each rollout's disk (``Resources.disk_mb``): a tmpfs of that size as its directory when
+        #: the driver is root; a per-file size limit otherwise (see ``LocalSandbox.disk``)
+        self.disk_quota = disk_quota
         self._reaper: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._sandboxes: set[LocalSandbox] = set()
@@ -128,16 +138,22 @@ class LocalLauncher(Launcher):
                 pass
 
     def sweep_stale(self) -> list[Path]:
-        """Remove sandbox dirs left by drivers that are gone (belt and braces for the watchdog)."""
+        """Remove sandbox dirs left by drivers that are gone (belt and braces for the watchdog). One
+        leftover that cannot be read or removed (an agent made it so) is logged and skipped: it never
+        fails the launcher."""
         removed = []
         for d in self.base_dir.iterdir():
             try:
-                owner = int((d / ".owner").read_text())
-            except (OSError, ValueError):
-                continue
-            if owner != os.getpid() and not Path(f"/proc/{owner}").exists():
-                shutil.rmtree(d, ignore_errors=True)
-                removed.append(d)
+                owner = _read_owner(d)
+                if owner is None or owner == os.getpid() or Path(f"/proc/{owner}").exists():
+                    continue
+                unmount_quota(d)
+                if remove_tree(str(d)):
+                    removed.append(d)
+                else:
+                    log.warning("local launcher: could not remove the stale sandbox dir %s; left in place", d)
+            except Exception as e:  # one bad leftover must not stop a new run
+                log.warning("local launcher: skipped the stale sandbox dir %s: %s", d, e)
         return removed
 
     # -- Launcher API --------------------------------------------------------------------------
@@ -146,8 +162,12 @@ class LocalLauncher(Launcher):
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.rollout_id)[:48]
         root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=self.base_dir))
         self._watch(f"+dir {root}")
+        quota = self.disk_quota and mount_quota(root, spec.task.resources.disk_mb)
+        if quota:
+            self._watch(f"+mnt {root}")
         (root / ".owner").write_text(str(os.getpid()))
         sbx = LocalSandbox(self, spec, root)
+        sbx.disk = "tmpfs" if quota else "file-size"
         self._sandboxes.add(sbx)
         try:
             await sbx._init()
@@ -181,8 +201,13 @@ class LocalSandbox(Sandbox):
         self.isolation = launcher.isolation
         self._maps: list[tuple[int, str]] = []  # (in-sandbox port, host unix socket)
         self._host_fwd: list[asyncio.base_events.Server] = []
+        self._shared: list[str] = []  # driver-owned host paths shown read-only (share_path)
         self._procs: set[int] = set()
         self._closed = False
+        #: How the rollout's disk is bounded: ``tmpfs`` (its own of ``disk_mb``: it cannot fill the
+        #: host's disk or another rollout's) or ``file-size`` (RLIMIT_FSIZE only: no single file
+        #: beyond ``disk_mb``; a non-root driver cannot mount)
+        self.disk = "file-size"
         self.proxy_url = spec.proxy_url.rstrip("/")
         res = spec.task.resources
         self.cgroups: CgroupSet | None = None
@@ -247,10 +272,7 @@ class LocalSandbox(Sandbox):
             self._host_fwd.append(server)
             return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         port = port or FIRST_PORT + len(self._maps)
-        bw = self.launcher.bwrap
-        if bw is not None and bw.privileged:  # the agent (another uid) must be able to connect to it
-            with contextlib.suppress(OSError):
-                os.chmod(uds_path, os.stat(uds_path).st_mode & 0o777 | 0o666)
+        self._grant_connect(uds_path)
         self._maps.append((port, uds_path))
         return f"http://127.0.0.1:{port}"
 
@@ -261,6 +283,24 @@ class LocalSandbox(Sandbox):
         spec = SandboxSpec(rollout_id=f"{self.spec.rollout_id}-verify", task=self.spec.task, proxy_url="",
                            api_key="", ro_paths=[*([work] if work else []), *ro_paths], view_workdir=work)
         return VerifierView(await self.launcher.start(spec))
+
+    def share_path(self, host_path: str | Path) -> str | None:
+        path = str(host_path)
+        if stat.S_ISSOCK(os.stat(path, follow_symlinks=False).st_mode):
+            self._grant_connect(path)
+        self._shared.append(path)  # bwrap: a read-only bind at the same path; weaker modes see the host
+        return path
+
+    def _grant_connect(self, uds_path: str) -> None:
+        """Let the agent (and, of other users, only it) connect to a socket the driver made: under a
+        root driver the agent is another uid, so the socket's group becomes the agent's and gets
+        ``rw``; the driver stays its owner, so the agent cannot change its mode. A non-root driver's
+        agent is the driver's own uid: nothing to grant."""
+        bw = self.launcher.bwrap
+        if bw is not None and bw.privileged:
+            with contextlib.suppress(OSError):
+                os.chown(uds_path, -1, bw.agent_uid, follow_symlinks=False)
+                os.chmod(uds_path, os.stat(uds_path, follow_symlinks=False).st_mode & 0o777 | 0o060)
 
     def _resolve(self, path: str | Path) -> Path:
         p = Path(path)
@@ -296,7 +336,7 @@ class LocalSandbox(Sandbox):
         if self.isolation != "bwrap" or self.launcher.bwrap is None:
             return list(argv)
         return bwrap_argv(
-            self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths],
+            self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared],
             hidden=[*_ALWAYS_HIDDEN, *self.spec.hidden_paths], rw=[str(self.root), *(s for _, s in self._maps)],
             cwd=cwd, maps=maps, network=self.spec.network, argv=argv,
         )
@@ -329,7 +369,7 @@ class LocalSandbox(Sandbox):
         budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
         prefix = limits_prefix(
             memory_mb=res.memory_mb, cpu_s=budget * max(res.cpu, 1.0) + 5, max_open_files=res.max_open_files,
-            max_procs=res.max_processes, cgroups=self.cgroups,
+            max_procs=res.max_processes, cgroups=self.cgroups, max_file_mb=res.disk_mb,
         )
         t0 = time.monotonic()
         try:
@@ -342,25 +382,30 @@ class LocalSandbox(Sandbox):
             return ExecResult(127, "", f"cannot run {argv[0]!r}: {e.strerror or e}", time.monotonic() - t0)
         self._procs.add(proc.pid)
         self.launcher._watch(f"+pid {proc.pid}")
+        half = self.launcher.max_output_bytes // 2
+        out, err = BoundedOutput(half, half), BoundedOutput(half, half)
+        reading = asyncio.ensure_future(_communicate(proc, stdin, out, err))
         timed_out = False
         try:
             try:
-                out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=budget)
+                await asyncio.wait_for(asyncio.shield(reading), timeout=budget)
             except asyncio.TimeoutError:
                 timed_out = True
                 await self._terminate(proc)
-                out, err = await proc.communicate()
+                with contextlib.suppress(asyncio.TimeoutError):  # what is left in the pipes
+                    await asyncio.wait_for(asyncio.shield(reading), 5)
         except BaseException:  # cancelled (Ctrl-C, rollout budget): leave nothing running
             kill_tree(proc.pid)
             with contextlib.suppress(Exception):
                 await asyncio.shield(proc.wait())
             raise
         finally:
+            reading.cancel()
             self._procs.discard(proc.pid)
             self.launcher._watch(f"-pid {proc.pid}")
         rc = None if timed_out else proc.returncode
-        return ExecResult(rc, out.decode(errors="replace"), err.decode(errors="replace"),
-                          time.monotonic() - t0, timed_out=timed_out)
+        return ExecResult(rc, out.text(), err.text(), time.monotonic() - t0, timed_out=timed_out,
+                          output_dropped=out.dropped + err.dropped)
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
         """SIGTERM the whole tree, give it ``grace_s``, then SIGKILL what is left."""
@@ -386,9 +431,44 @@ class LocalSandbox(Sandbox):
             self.cgroups.remove()
             for p in paths:
                 self.launcher._watch(f"-cg {p}")
-        await asyncio.to_thread(shutil.rmtree, self.root, True)
+        await asyncio.to_thread(unmount_quota, self.root)
+        self.launcher._watch(f"-mnt {self.root}")
+        if not await asyncio.to_thread(remove_tree, str(self.root)):
+            log.warning("local launcher: could not remove the sandbox dir %s entirely", self.root)
         self.launcher._watch(f"-dir {self.root}")
         self.launcher._sandboxes.discard(self)
+
+
+async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, out: BoundedOutput,
+                      err: BoundedOutput) -> None:
+    """``proc.communicate`` with bounded memory: feed ``stdin``, read both pipes to EOF, wait."""
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin or b"")
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    await asyncio.gather(feed(), drain(proc.stdout, out), drain(proc.stderr, err))
+    await proc.wait()
+
+
+def _read_owner(d: Path) -> int | None:
+    """The driver pid recorded in a sandbox dir's ``.owner`` (inside the agent's directory: read
+    without following a link or blocking on a FIFO, at most 32 bytes), or None."""
+    try:
+        fd = os.open(d / ".owner", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 32)
+    finally:
+        os.close(fd)
+    return int(text) if text.strip().isdigit() else None
 
 
 #: Always masked inside the sandbox: the built-in environments' checks and reference solutions.

@@ -145,14 +145,18 @@ async def test_a_service_that_does_not_start_is_an_env_error(tmp_path, launcher,
     assert not group.running and not group.state_dir.exists()
 
 
-async def test_a_service_that_dies_under_the_agent_is_an_env_error(tmp_path, launcher):
+async def test_a_service_the_agent_crashed_is_the_policys_failure(tmp_path, launcher):
+    from openforge.envs.services import ServiceCrashed
+    from openforge.types import RolloutStatus
+
     env = TaskDirEnvironment(make_task(tmp_path / "tasks"), log_dir=tmp_path / "logs")
     task, sbx = await _start(env, launcher)
     try:
         await env.setup(task, sbx)
         await sbx.exec(["bash", "-c", 'curl -s "$COUNTER_URL/crash"; true'], env=env.harness_env(task, sbx))
-        with pytest.raises(EnvironmentError_, match=r"service 'counter' exited early \(exit 3\)"):
+        with pytest.raises(ServiceCrashed, match=r"service 'counter' exited \(exit 3\) after the agent's requests") as e:
             await env.verify(task, sbx)
+        assert e.value.status == RolloutStatus.POLICY_FAILURE
     finally:
         await env.teardown(task, sbx)
         await sbx.close()
