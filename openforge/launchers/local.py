@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError
-from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
+from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._reaper import kill_tree
@@ -80,9 +80,10 @@ class LocalLauncher(Launcher):
         isolation: str = "auto",
         grace_s: float = 2.0,
         cgroups: bool = True,
-        ro_binds: Sequence[str] = (),
+        ro_binds: str | Sequence[str] = (),
     ):
         self.bwrap: BwrapMode | None = None
+        self.ro_binds = ro_bind_list(ro_binds)  # a string is one path (or a comma list), never its characters
         if isolation in ("auto", "bwrap"):
             bw = probe_bwrap()
             if not bw.ok:
@@ -104,7 +105,6 @@ class LocalLauncher(Launcher):
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.grace_s = grace_s
         self.use_cgroups = cgroups
-        self.ro_binds = list(ro_binds)
         self._reaper: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._sandboxes: set[LocalSandbox] = set()
@@ -286,7 +286,8 @@ class LocalSandbox(Sandbox):
             return list(argv)
         return bwrap_argv(
             self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths],
-            hidden=[*_ALWAYS_HIDDEN, *self.spec.hidden_paths], rw=[str(self.root), *(s for _, s in self._maps)],
+            hidden=[*_ALWAYS_HIDDEN, *self.launcher.hidden_paths, *self.spec.hidden_paths],
+            rw=[str(self.root), *(s for _, s in self._maps)],
             cwd=cwd, maps=maps, network=self.spec.network, argv=argv,
         )
 
