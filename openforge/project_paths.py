@@ -3,7 +3,8 @@
 Owns: :func:`project_paths`. The session hands the result to its launcher
 (:meth:`~openforge.launchers.base.Launcher.hide`) before the first rollout:
 
-* the store and the run directory around it (trajectories, SFT teacher data, checkpoints, logs);
+* the store and the run directory around it (trajectories, SFT teacher data, checkpoints, logs),
+  and the other run directories beside it (siblings holding a ``trajectories.db``: ``runs/*``);
 * every path any task of the environment hides (not only the task being rolled out: a sibling
   task's ``solution.sh`` is as much an answer key), and the task root that holds the task folders;
 * the cache root (model weights, SFT warm-starts, held-out results). Harness installs inside it are
@@ -39,6 +40,14 @@ def _task_roots(hidden: Iterable[str]) -> list[str]:
     return [p for p, n in parents.items() if n >= 2 and len(Path(p).parts) > 2 and p != home]
 
 
+def _sibling_runs(run_dir: Path) -> list[str]:
+    """Other run directories next to ``run_dir`` (folders holding a ``trajectories.db``)."""
+    try:
+        return sorted(str(d) for d in run_dir.parent.iterdir() if d != run_dir and (d / "trajectories.db").is_file())
+    except OSError:
+        return []
+
+
 def project_paths(*, store: str | os.PathLike[str] | None, environment: Environment | None,
                   extra: Iterable[str | os.PathLike[str]] = ()) -> list[str]:
     """Absolute host paths of the run that sandboxes must never show (see the module docstring).
@@ -46,7 +55,7 @@ def project_paths(*, store: str | os.PathLike[str] | None, environment: Environm
     out: list[str] = []
     if store is not None:
         path = Path(store).resolve()
-        out += [str(path), str(path.parent)]
+        out += [str(path), str(path.parent), *_sibling_runs(path.parent)]
     if environment is not None:
         hidden = [str(Path(h).resolve()) for t in environment.tasks() for h in environment.hidden_paths(t)]
         out += [*hidden, *_task_roots(hidden)]

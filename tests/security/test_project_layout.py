@@ -1,0 +1,123 @@
+"""The README's own layout, attacked from inside a sandbox: the checkout ``$HOME/proj`` holds the
+driver's ``.venv`` (its ``sys.prefix``), the run directory with its store and SFT teacher data,
+another run, the task folders, a cache and ``.env``; ``~/.local/bin`` is on ``PATH``. The agent must
+read none of them, nor ``/opt``, ``/var``, ``/sys/fs/cgroup``, and its mount table must not name
+the hidden task directory or the run directory — while the venv's Python still runs in it.
+
+The checkout lives under ``/home/<user>/`` (where a tool install's top directory used to be bound
+whole), not under the test runner's own checkout. A second scenario binds the checkout on purpose
+(``ro_binds``): the session's explicit hiding must then still mask the run, the tasks and the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import uuid
+from pathlib import Path
+
+import pytest
+
+from openforge.launchers import _bwrap
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+pytestmark = [pytest.mark.timeout(600),
+              pytest.mark.skipif(os.geteuid() != 0, reason="building a layout under /home needs root"),
+              pytest.mark.skipif(not _bwrap.probe_bwrap().ok, reason="bubblewrap cannot run here")]
+
+#: Reads that must fail in every scenario (names of ``_layout_scenario.targets``).
+ALWAYS_DENIED = ("store", "run_dir", "sft_teacher", "other_run_store", "runs", "task_verifier", "task_solution",
+                 "sibling_solution", "task_root", "sft_cache", "cache_models", "local_share", "opt", "var_lib",
+                 "var_log", "sys_cgroup", "sys")
+
+
+def _venv(proj: Path) -> Path:
+    """``proj/.venv``: a real venv of this Python whose site-packages is the test runner's (so it
+    imports openforge and its dependencies, and ``sys.prefix`` lies inside the checkout)."""
+    venv = proj / ".venv"
+    subprocess.run([str(Path(sys.executable).resolve()), "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    shutil.rmtree(site)
+    site.symlink_to(sysconfig.get_paths()["purelib"])
+    return venv
+
+
+@pytest.fixture
+def layout():
+    """``/home/<user>/proj`` as the README makes it, with everything an agent must not see."""
+    home = Path("/home") / f"ofsec-{uuid.uuid4().hex[:8]}"
+    proj = home / "proj"
+    try:
+        proj.mkdir(parents=True)
+        home.chmod(0o755)
+        venv = _venv(proj)
+        files = {proj / ".env": "OPENAI_API_KEY=sk-DOTENV-SECRET",
+                 proj / "runs" / "r1" / "sft" / "teacher.jsonl": '{"reference": "SFT-ANSWER"}',
+                 proj / "runs" / "old" / "trajectories.db": "OLD-RUN-STORE",
+                 proj / ".openforge-cache" / "sft" / "k1" / "teacher.jsonl": "CACHED-SFT",
+                 proj / ".openforge-cache" / "models" / "m" / "weights.bin": "WEIGHTS",
+                 home / ".local" / "share" / "token": "LOCAL-TOKEN"}
+        for path, text in files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        (home / ".local" / "bin").mkdir(parents=True)
+        for name in ("log-report", "git-bugfix"):
+            shutil.copytree(REPO / "examples" / "tasks" / name, proj / "tasks" / name)
+        for p in [home, *home.rglob("*")]:  # readable by all, as a checkout usually is: only the view protects it
+            if not p.is_symlink():
+                p.chmod(0o755 if p.is_dir() else 0o644)
+        yield home, proj, venv
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def run_layout(home: Path, proj: Path, venv: Path, *, ro_bind: Path | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(HOME=str(home), OPENFORGE_CACHE=str(proj / ".openforge-cache"),
+               PATH=f"{home / '.local' / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    cmd = [str(venv / "bin" / "python"), str(HERE / "_layout_scenario.py"), "--proj", str(proj)]
+    if ro_bind is not None:
+        cmd += ["--ro-bind", str(ro_bind)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400, cwd=str(proj))
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads(r.stdout.strip().splitlines()[-1])
+    assert "agent" in report, report.get("agent_failed")
+    assert report["sys_prefix"] == str(venv), report["sys_prefix"]  # the driver really runs from the checkout
+    assert report["agent"]["python_ok"] is True  # the venv's Python (a symlink into its base install) runs
+    return report
+
+
+def _leaks(reads: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    """Reads that got something: a file's bytes or a folder's entries (an empty mask shows ``listed []``)."""
+    return {n: reads[n] for n in names if reads[n].startswith("read") or
+            (reads[n].startswith("listed") and reads[n] != "listed []")}
+
+
+def test_readme_layout_shows_the_agent_nothing_of_the_project(layout):
+    home, proj, venv = layout
+    report = run_layout(home, proj, venv)
+    reads = report["agent"]["reads"]
+    assert _leaks(reads, (*ALWAYS_DENIED, "dotenv")) == {}
+    assert reads["checkout"] == "listed ['.venv']", reads["checkout"]  # the checkout: an empty mount-point parent
+    # Nothing hidden needed a mask, so the mount table names none of it.
+    assert report["agent"]["mountinfo_shows"] == []
+
+
+def test_bound_checkout_still_hides_the_run_tasks_and_cache(layout):
+    """A user who binds the checkout itself (``ro_binds``) still gets the run, every store, the
+    task root and the cache masked: the session hides them explicitly."""
+    home, proj, venv = layout
+    report = run_layout(home, proj, venv, ro_bind=proj)
+    reads = report["agent"]["reads"]
+    assert reads["checkout"].startswith("listed"), reads["checkout"]  # the bind is real: the masks do the work
+    # ``runs/`` itself is the bound checkout's: it shows the runs' names, each run masked (read below).
+    assert _leaks(reads, tuple(n for n in ALWAYS_DENIED if n != "runs")) == {}
+    hidden = set(report["hidden_by_session"])
+    assert {str(proj / "runs" / "r1"), str(proj / "runs" / "old"), str(proj / "tasks"),
+            str(proj / ".openforge-cache")} <= hidden, hidden
