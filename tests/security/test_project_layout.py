@@ -103,10 +103,10 @@ def test_readme_layout_shows_the_agent_nothing_of_the_project(layout):
     home, proj, venv = layout
     report = run_layout(home, proj, venv)
     reads = report["agent"]["reads"]
-    assert _leaks(reads, (*ALWAYS_DENIED, "dotenv")) == {}
-    assert reads["checkout"] == "listed ['.venv']", reads["checkout"]  # the checkout: an empty mount-point parent
     # Nothing hidden needed a mask, so the mount table names none of it.
     assert report["agent"]["mountinfo_shows"] == []
+    assert _leaks(reads, (*ALWAYS_DENIED, "dotenv")) == {}
+    assert reads["checkout"] == "listed ['.venv']", reads["checkout"]  # the checkout: an empty mount-point parent
 
 
 def test_bound_checkout_still_hides_the_run_tasks_and_cache(layout):
