@@ -32,7 +32,7 @@ def _task_roots(hidden: Iterable[str]) -> list[str]:
     """The folders that hold two or more hidden task directories (a task root), never ``/``, a
     top-level directory or a home directory."""
     parents: dict[str, int] = {}
-    for h in hidden:
+    for h in dict.fromkeys(hidden):  # distinct folders: every claw task hides the same one
         if os.path.isdir(h):
             parent = str(Path(h).parent)
             parents[parent] = parents.get(parent, 0) + 1

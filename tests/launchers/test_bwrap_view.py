@@ -159,3 +159,16 @@ def test_project_paths_cover_run_stores_every_task_and_the_cache(tmp_path):
     for p in (runs / "r1" / "trajectories.db", runs / "r1", runs / "old", tasks / "a", tasks / "b", tasks, cache):
         assert str(p) in out, p
     assert str(runs / "notes") not in out and str(tmp_path) not in out
+
+
+class _OneFolderEnv(_Env):
+    """Every task hides the same folder (the built-in environments' checks)."""
+
+    def hidden_paths(self, task):
+        return [str(self.root)]
+
+
+def test_one_folder_hidden_by_every_task_is_not_a_task_root(tmp_path):
+    pkg = tmp_path / "pkg"
+    _mk(pkg / "envs", pkg / "launchers")
+    assert project_paths(store=None, environment=_OneFolderEnv(pkg / "envs")) == [str(pkg / "envs")]  # type: ignore[arg-type]
