@@ -321,7 +321,8 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
                 made.add(str(parent))
                 cmd.extend(["--perms", "0755", "--dir", str(parent)])
 
-    tools = [b for b in dict.fromkeys([*tool_dirs(), *binds]) if _kind(b) is not None]
+    # a bind inside a system dir is there already (and another mount would only lengthen mountinfo)
+    tools = [b for b in dict.fromkeys([*tool_dirs(), *binds]) if _kind(b) is not None and not _under(b, SYSTEM_DIRS)]
     for b in tools:
         parents(b)
         cmd += ["--ro-bind", b, b]
