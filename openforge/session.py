@@ -91,7 +91,8 @@ class RolloutSettings:
 class Session:
     """One run's wiring: ``backend`` served by a proxy this session builds, trajectories into
     ``store`` (a path: opened and closed here; a store object: borrowed), sandboxes from ``launcher``
-    (closed here), tasks set up and verified by ``environment``, a fresh harness per rollout from
+    (closed here; told on start to hide the run's own files from every sandbox: the store's run
+    directory, every task's hidden paths and the task root, the cache, and ``hidden``), tasks set up and verified by ``environment``, a fresh harness per rollout from
     ``harness``. ``close_backend``: the back-end is this session's to close too. Environment,
     launcher and harness may be left out by a caller that only serves (``forge proxy serve``)."""
 
