@@ -91,7 +91,8 @@ class RolloutSettings:
 class Session:
     """One run's wiring: ``backend`` served by a proxy this session builds, trajectories into
     ``store`` (a path: opened and closed here; a store object: borrowed), sandboxes from ``launcher``
-    (closed here), tasks set up and verified by ``environment``, a fresh harness per rollout from
+    (closed here; told on start to hide the run's own files from every sandbox: the store's run
+    directory, every task's hidden paths and the task root, the cache, and ``hidden``), tasks set up and verified by ``environment``, a fresh harness per rollout from
     ``harness``. ``close_backend``: the back-end is this session's to close too. Environment,
     launcher and harness may be left out by a caller that only serves (``forge proxy serve``)."""
 
@@ -99,7 +100,7 @@ class Session:
                  launcher: Launcher | None = None, harness: Callable[[], Harness] | None = None,
                  store: TrajectoryStore | str | os.PathLike[str] | None = None,
                  proxy: ProxySettings | None = None, rollouts: RolloutSettings | None = None,
-                 close_backend: bool = False):
+                 close_backend: bool = False, hidden: Sequence[str | os.PathLike[str]] = ()):
         self.backend = backend
         self.environment = environment
         self.launcher = launcher
@@ -109,6 +110,7 @@ class Session:
         self.proxy_settings = proxy or ProxySettings()
         self.rollout_settings = rollouts or RolloutSettings()
         self.close_backend = close_backend
+        self.hidden = list(hidden)  # more host paths no sandbox may show (the run's cache root)
         self._proxy: ProxyServer | None = None
         self._sockdir: str | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -134,8 +136,18 @@ class Session:
         stack.callback(shutil.rmtree, self._sockdir, True)
         self.store = self._open_store(stack)
         if self.launcher is not None:
+            self.launcher.hide(self._project_paths())
             stack.push_async_callback(self.launcher.aclose)
         self._proxy = await self._start_proxy(self.backend, "policy", stack, self.proxy_settings)
+
+    def _project_paths(self) -> list[str]:
+        """The run directory and stores, every task's hidden paths and the task root, the cache
+        (:func:`~openforge.project_paths.project_paths`): hidden from every sandbox."""
+        from .paths import cache_root
+        from .project_paths import project_paths
+
+        store = self.store.path if self.store is not None else None
+        return project_paths(store=store, environment=self.environment, extra=[cache_root(), *self.hidden])
 
     def _open_store(self, stack: contextlib.AsyncExitStack) -> TrajectoryStore | None:
         spec = self._store_spec
@@ -260,6 +272,8 @@ class Session:
                     environment: Environment | None = None, progress: bool = True,
                     close_backend: bool = False) -> Session:
         """The session of a training run's config (its sampling, concurrency and budget)."""
+        from .paths import cache_root
+
         env = environment or load_environment(cfg.env.name, cfg.env.options)
         first = cfg.harness.names()[0]  # a multi-harness run picks each group's through groups(harness=...)
         make = harness_factory(first, cfg.harness.options_for(first))
@@ -268,7 +282,8 @@ class Session:
                    proxy=ProxySettings(sampling={"temperature": cfg.rollout.temperature,
                                                  "max_tokens": cfg.rollout.max_tokens}),
                    rollouts=RolloutSettings(concurrency=cfg.rollout.concurrency, budget_s=cfg.rollout.timeout_s,
-                                            progress=progress), close_backend=close_backend)
+                                            progress=progress), close_backend=close_backend,
+                   hidden=[cache_root(cfg.cache_dir)])
 
 
 # ------------------------------------------------------------------------------------ parts by name

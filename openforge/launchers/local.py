@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError
-from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap
+from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._output import DEFAULT_HEAD, BoundedOutput, drain
@@ -82,11 +82,12 @@ class LocalLauncher(Launcher):
         isolation: str = "auto",
         grace_s: float = 2.0,
         cgroups: bool = True,
-        ro_binds: Sequence[str] = (),
+        ro_binds: str | Sequence[str] = (),
         max_output_bytes: int = 2 * DEFAULT_HEAD,
         disk_quota: bool = True,
     ):
         self.bwrap: BwrapMode | None = None
+        self.ro_binds = ro_bind_list(ro_binds)  # a string is one path (or a comma list), never its characters
         if isolation in ("auto", "bwrap"):
             bw = probe_bwrap()
             if not bw.ok:
@@ -109,7 +110,6 @@ class LocalLauncher(Launcher):
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.grace_s = grace_s
         self.use_cgroups = cgroups
-        self.ro_binds = list(ro_binds)
         #: Bytes of each stream (stdout, stderr) of one command the driver keeps: the first and the
         #: last half; the rest is dropped and counted (``ExecResult.output_dropped``)
         self.max_output_bytes = max_output_bytes
@@ -337,9 +337,16 @@ class LocalSandbox(Sandbox):
             return list(argv)
         return bwrap_argv(
             self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared],
-            hidden=[*_ALWAYS_HIDDEN, *self.spec.hidden_paths], rw=[str(self.root), *(s for _, s in self._maps)],
+            hidden=[*_ALWAYS_HIDDEN, *self._run_hidden(), *self.spec.hidden_paths],
+            rw=[str(self.root), *(s for _, s in self._maps)],
             cwd=cwd, maps=maps, network=self.spec.network, argv=argv,
         )
+
+    def _run_hidden(self) -> list[str]:
+        """What the run hides from every sandbox, less what this sandbox's spec binds by name (a
+        verifier's sandbox binds its own task directory, which every rollout of the run hides)."""
+        named = set(self.spec.ro_paths)
+        return [h for h in self.launcher.hidden_paths if h not in named]
 
     def _own(self, path: Path) -> None:
         """Hand a path the driver created to the agent's uid (a root driver's agent is ``nobody``)."""
