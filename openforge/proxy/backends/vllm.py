@@ -128,7 +128,7 @@ class VLLMBackend(TokenBackend):
                     ids += new_ids
                     logprobs += new_lps
                     finish = choice.get("finish_reason") or finish
-            ctx.emit(ids[n:])  # what this read brought, at once
+            ctx.emit(ids[n:], logprobs[n:])  # what this read brought, at once
         if not stream.done and finish is None:
             raise BackendError(f"vLLM stream ended early after {len(ids)} tokens")
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
