@@ -176,6 +176,7 @@ class Engine:
         params = self.params_for(req)
         rendered, prefix = None, ""
         if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
+            await self.backend.ready()  # e.g. a vLLM server's max_model_len, asked once
             forced = forced_tool(req.tool_choice, req.tools)
             try:
                 rendered = await self.render(st, req, limit=self.backend.max_context, size=len(body))

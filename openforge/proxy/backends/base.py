@@ -174,7 +174,15 @@ class Backend(abc.ABC):
 
     @property
     def max_context(self) -> int | None:
-        """The model's context length in tokens, when known (longer prompts are refused with a 400)."""
+        """The model's context length in tokens, when known: a prompt that does not fit is refused
+        with the API's overflow 400 and recorded as a ``context_overflow`` call (the outcome rule's
+        business), never sent to the back-end to fail there as an infrastructure error."""
+        return None
+
+    async def ready(self) -> None:
+        """Learn what serving needs from a remote server (e.g. its context length) before a call is
+        rendered. Called before every call: return at once when already known; never raise (a server
+        that cannot be asked now fails the call itself, where it is recorded)."""
         return None
 
     async def aclose(self) -> None:
