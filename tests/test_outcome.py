@@ -313,3 +313,82 @@ async def test_a_timeout_spent_in_the_servers_queue_is_infra(rig, env):
     first = traj.calls[0]
     assert first.status == CallStatus.OK and first.queued_s is not None and first.queued_s > 4.0, first
     assert first.first_token_s >= first.queued_s and first.latency_s - first.first_token_s < 1.0
+
+
+class GivesUpForGood(Harness):
+    """Exits 9 when it gave up: its own hook says that is the policy's failure (trained, 0)."""
+
+    name = "gives-up-for-good"
+
+    async def run(self, ctx: RolloutContext) -> HarnessResult:
+        res = await ctx.exec([sys.executable, "-c", "raise SystemExit(9)"])
+        return HarnessResult.from_exec(res, harness=self.name)
+
+    def classify_exit(self, exit_code: int, stderr: str):
+        return S.POLICY_FAILURE if exit_code == 9 else super().classify_exit(exit_code, stderr)
+
+
+async def test_a_trainable_status_from_classify_exit_is_honoured(rig, env):
+    traj = await _rollout(rig, env, {"turns": []}, harness=GivesUpForGood())
+    assert traj.status == S.POLICY_FAILURE and traj.trainable and traj.reward == 0.0, (traj.status, traj.error)
+
+
+class Compacts(Harness):
+    """A harness that recovers from a context overflow as Claude Code and Codex do: its first prompt
+    does not fit (the proxy answers the API's overflow 400 and records the call), it compacts the
+    conversation and goes on, and the work gets done."""
+
+    name = "compacts"
+
+    def __init__(self, proxy_url: str):
+        self.proxy_url = proxy_url
+
+    async def run(self, ctx: RolloutContext) -> HarnessResult:
+        import httpx
+
+        async with httpx.AsyncClient(base_url=f"{self.proxy_url}/r/{ctx.rollout_id}/v1", timeout=60,
+                                     headers={"authorization": f"Bearer {ctx.api_key}"}) as c:
+            async def ask(content: str) -> httpx.Response:
+                return await c.post("/chat/completions", json={"model": "m", "messages": [
+                    {"role": "user", "content": content}]})
+
+            assert (await ask("start")).status_code == 200
+            too_long = await ask("start\n" + "tool output " * 2000)
+            assert too_long.status_code == 400 and "context" in too_long.text, too_long.text
+            assert (await ask("start\n[earlier output compacted]")).status_code == 200
+        res = await ctx.exec([sys.executable, "-c", "open('hello.txt','w').write('hello world\\n')"])
+        return HarnessResult.from_exec(res, harness=self.name)
+
+
+async def test_a_recovered_overflow_does_not_zero_the_rollout(rig, env):
+    class SmallContext(ScriptedBackend):
+        max_context = 1024
+
+    proxy, launcher, store = await rig({"turns": [{"text": "ok"}] * 4}, backend_cls=SmallContext)
+    traj = await run_rollout(harness=Compacts(proxy.url), environment=env, task=env.task("files-create-hello"),
+                             launcher=launcher, proxy=proxy, store=store)
+    assert [str(c.status) for c in traj.calls] == ["ok", "context_overflow", "ok"]
+    assert traj.status == S.SUCCESS and traj.reward == 1.0, (traj.status, traj.error)  # the reward decides
+
+
+async def test_a_contradictory_external_verdict_is_refused_and_changes_nothing(tmp_path):
+    import httpx
+    from testdeps import smollm2_tokenizer
+
+    from openforge.proxy.server import ProxyServer
+    from openforge.store import TrajectoryStore
+
+    with TrajectoryStore(tmp_path / "s.db") as store:
+        async with ProxyServer(ScriptedBackend({"turns": ["hi"]}, tokenizer=smollm2_tokenizer()), store=store) as proxy:
+            h = proxy.create_rollout("t")
+            admin = {"authorization": f"Bearer {proxy.admin_token}"}
+            url = f"{proxy.url}/admin/rollouts/{h.rollout_id}/finish"
+            async with httpx.AsyncClient(timeout=30) as c:
+                for body in ({"status": "success", "reward": 0.0}, {"status": "policy_failure", "reward": 1.0},
+                             {"status": "timeout", "reward": 0.5},
+                             {"status": "success", "reward": 0.7, "success_threshold": 0.8}):
+                    r = await c.post(url, json=body, headers=admin)
+                    assert r.status_code == 422 and "contradictory verdict" in r.text, (body, r.status_code, r.text)
+                assert store.get_trajectory(h.rollout_id) is None and proxy.recorder.get(h.rollout_id).accepting
+                r = await c.post(url, json={"status": "success", "reward": 0.7, "success_threshold": 0.5}, headers=admin)
+            assert r.status_code == 200 and r.json()["status"] == "success" and r.json()["reward"] == 0.7
