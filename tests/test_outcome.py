@@ -392,3 +392,27 @@ async def test_a_contradictory_external_verdict_is_refused_and_changes_nothing(t
                 assert store.get_trajectory(h.rollout_id) is None and proxy.recorder.get(h.rollout_id).accepting
                 r = await c.post(url, json={"status": "success", "reward": 0.7, "success_threshold": 0.5}, headers=admin)
             assert r.status_code == 200 and r.json()["status"] == "success" and r.json()["reward"] == 0.7
+
+
+class ClaimsSuccess(Harness):
+    """Exits 5 and calls that "success": only the verifier says success, so the verifier is asked."""
+
+    name = "claims-success"
+
+    def __init__(self, write: bool):
+        self.write = write
+
+    async def run(self, ctx: RolloutContext) -> HarnessResult:
+        code = "open('hello.txt','w').write('hello world\\n'); " if self.write else ""
+        res = await ctx.exec([sys.executable, "-c", code + "raise SystemExit(5)"])
+        return HarnessResult.from_exec(res, harness=self.name)
+
+    def classify_exit(self, exit_code: int, stderr: str):
+        return S.SUCCESS if exit_code == 5 else super().classify_exit(exit_code, stderr)
+
+
+@pytest.mark.parametrize("write", [True, False])
+async def test_success_from_classify_exit_means_the_verifier_decides(rig, env, write):
+    traj = await _rollout(rig, env, {"turns": []}, harness=ClaimsSuccess(write))
+    assert (traj.status, traj.reward) == ((S.SUCCESS, 1.0) if write else (S.POLICY_FAILURE, 0.0)), traj.error
+    assert traj.metadata["harness_exit_code"] == 5
