@@ -184,5 +184,5 @@ def _timeout(facts: OutcomeFacts, calls: Sequence[ModelCall]) -> Outcome:
         return Outcome(S.INFRA_ERROR, 0.0, f"{why}, {waited:.0f}s of the {facts.budget_s:.0f}s budget spent waiting "
                                            "for model calls' first tokens (the back-end's doing, not the policy's)", 5)
     decode = sum(max(0.0, (c.latency_s or 0.0) - model_wait_s(c)) for c in calls)
-    return Outcome(S.TIMEOUT, 0.0, f"{why} ({waited:.0f}s waiting for the model, {decode:.0f}s of it generating: "
-                                   "the policy's own doing)", 6)
+    return Outcome(S.TIMEOUT, 0.0, f"{why} ({waited:.0f}s waiting for the model's first tokens, {decode:.0f}s "
+                                   "generating what the policy chose to say: the policy's own doing)", 6)
