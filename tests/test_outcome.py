@@ -416,3 +416,22 @@ async def test_success_from_classify_exit_means_the_verifier_decides(rig, env, w
     traj = await _rollout(rig, env, {"turns": []}, harness=ClaimsSuccess(write))
     assert (traj.status, traj.reward) == ((S.SUCCESS, 1.0) if write else (S.POLICY_FAILURE, 0.0)), traj.error
     assert traj.metadata["harness_exit_code"] == 5
+
+
+class Stalls(ScriptedBackend):
+    """A model that sends a few tokens at once, then nothing for a long stretch (a stuck engine)."""
+
+    async def generate(self, prompt_ids, params, ctx=None):
+        g = await super().generate(prompt_ids, params, None)  # the turn's ids, not emitted yet
+        ctx.admit()
+        ctx.emit(g.output_ids[:3], g.logprobs[:3])
+        await asyncio.sleep(3600)
+
+
+async def test_a_model_that_stalls_mid_generation_is_infra_and_stall_s_is_configurable(rig, env):
+    proxy, launcher, store = await rig({"turns": [LONG_TURN]}, backend_cls=Stalls)
+    traj = await run_rollout(harness=Talker(proxy.url), environment=env, task=env.task("files-create-hello"),
+                             launcher=launcher, proxy=proxy, store=store, budget_s=5, stall_s=3.0)
+    assert traj.status == S.INFRA_ERROR and "stalled" in traj.error, (traj.status, traj.error)
+    last = traj.calls[-1]
+    assert last.status == CallStatus.CANCELLED and len(last.output_ids) == 3 and last.max_token_gap_s >= 3.0, last
