@@ -41,8 +41,10 @@ def nonfinite_in_trajectory(traj: Trajectory) -> str | None:
         bad = first_nonfinite(c.output_logprobs)
         if bad is not None:
             return f"call {c.index}: output_logprobs[{bad[0]}] is {bad[1]}"
-        if not math.isfinite(c.latency_s):
-            return f"call {c.index}: latency_s is {c.latency_s}"
+        for name in ("latency_s", "queued_s", "first_token_s", "max_token_gap_s"):
+            v = getattr(c, name)
+            if v is not None and not math.isfinite(v):
+                return f"call {c.index}: {name} is {v}"
     return nonfinite_in(traj.metrics, "metrics") or nonfinite_in(traj.metadata, "metadata")
 
 

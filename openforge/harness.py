@@ -4,7 +4,7 @@ Owns: ``Harness`` (one abstract method, :meth:`Harness.run`), ``RolloutContext``
 harness needs to point a real agent process at the proxy), ``HarnessResult`` (what came out), and
 the framework side of a harness run: :meth:`Harness.execute` classifies every way a run can end
 (crash / config error / not installed → ``harness_error`` with a clear message; budget exceeded →
-``timeout``), :meth:`RolloutContext.exec` runs a process through the sandbox with the remaining
+``timeout``; killed by a signal the launcher did not send → ``policy_failure``), :meth:`RolloutContext.exec` runs a process through the sandbox with the remaining
 budget (the sandbox kills the whole process group: SIGTERM, then SIGKILL) and captures
 stdout/stderr/exit code. :class:`CliHarness` (in ``openforge.harnesses.cli``) is the convenience
 subclass for harnesses that are a command line.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import signal
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -28,10 +29,12 @@ if TYPE_CHECKING:
     from .launchers.base import ExecResult, Sandbox
     from .task import Task
 
-__all__ = ["Harness", "HarnessResult", "RolloutContext", "tail"]
+__all__ = ["Harness", "HarnessResult", "RolloutContext", "killed_by", "tail"]
 
 #: Seconds a harness gets on top of its budget to be killed and reaped before execute() gives up.
 KILL_GRACE_S = 15.0
+#: Exit codes 129..128+this are read as "killed by signal N" (Linux has 64 signals).
+_MAX_SIGNAL = 64
 
 
 def tail(text: str, n: int = 1200) -> str:
@@ -148,13 +151,21 @@ class HarnessResult:
 
     @classmethod
     def from_exec(cls, res: ExecResult, *, harness: str, budget_s: float | None = None) -> HarnessResult:
-        """Classify a finished process: killed for the budget → ``timeout``; non-zero exit →
-        ``harness_error`` with the tail of its stderr/stdout; zero → normal end (status None)."""
+        """Classify a finished process: killed for the budget → ``timeout``; killed by any other
+        signal → ``policy_failure`` (see :func:`killed_by`); another non-zero exit → ``harness_error``
+        with the tail of its stderr/stdout; zero → normal end (status None)."""
         out = cls(exit_code=res.returncode, stdout=res.stdout, stderr=res.stderr, duration_s=res.duration_s)
+        sig = killed_by(res)
         if res.timed_out:
             out.status = RolloutStatus.TIMEOUT
             limit = f" of {budget_s:.0f}s" if budget_s is not None else ""
             out.error = f"{harness} exceeded its wall-clock budget{limit} and was killed"
+        elif sig is not None:
+            out.status = RolloutStatus.POLICY_FAILURE
+            out.extra["killed_by_signal"] = sig
+            out.error = (f"{harness} was killed by signal {sig} ({_signal_name(sig)}), which the launcher did not send "
+                         "(not the budget, not a cancel): something inside its own sandbox killed it — the "
+                         "agent's commands — so the rollout is the policy's failure")
         elif res.returncode != 0:
             out.status = RolloutStatus.HARNESS_ERROR
             detail = tail(res.stderr) or tail(res.stdout) or "(no output)"
@@ -163,6 +174,28 @@ class HarnessResult:
                 how = f"killed by signal {-res.returncode}"
             out.error = f"{harness} crashed ({how}): {detail}"
         return out
+
+
+def killed_by(res: ExecResult) -> int | None:
+    """The signal that killed a process the launcher did not kill for the budget: a negative return
+    code, or 128+N (how the sandbox's init, like a shell, reports a child killed by signal N); None
+    otherwise. The launcher signals a harness only for the budget (``timed_out``) or a cancel (which
+    raises instead of returning), so any other signal came from inside the sandbox."""
+    rc = res.returncode
+    if res.timed_out or rc is None:
+        return None
+    if rc < 0:
+        return -rc
+    if 128 < rc <= 128 + _MAX_SIGNAL:
+        return rc - 128
+    return None
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
 
 
 class Harness(abc.ABC):
@@ -228,7 +261,7 @@ class Harness(abc.ABC):
                                 error=f"{self.name} raised {type(e).__name__}: {e}", stderr=tb)
         if res.exit_code is not None and res.status in (None, RolloutStatus.HARNESS_ERROR):
             own = self.classify_exit(res.exit_code, res.stderr)
-            if own is None:
+            if own is None or own == RolloutStatus.SUCCESS:  # "success" is the verifier's to say
                 res.status, res.error = None, None
             elif own != res.status:
                 res.status, res.error = own, res.error or f"{self.name} exited with code {res.exit_code}"
@@ -239,11 +272,15 @@ class Harness(abc.ABC):
 
     def classify_exit(self, exit_code: int, stderr: str) -> RolloutStatus | None:
         """What this harness's exit code means: ``None`` — it ended normally and the verifier
-        decides; a status — that outcome (``harness_error`` is discarded, never scored). The default
-        reads 0 as normal and anything else as ``harness_error``. Override it when the harness has
-        codes of its own, e.g. one that means "gave up on the task" (``None``: let the verifier
-        score what was done) or "the model API refused the request" (``infra_error``). A context
-        overflow needs no code: the proxy records it and the outcome rule makes it ``policy_failure``."""
+        decides (``success`` means the same: only the verifier says success); a status — that outcome:
+        ``harness_error`` / ``env_error`` / ``infra_error`` are discarded, never scored;
+        ``policy_failure`` is honoured (trained, reward 0); ``timeout`` goes through the timeout rule.
+        The default reads 0 as normal and anything else as ``harness_error``. Override it when the
+        harness has codes of its own, e.g. one that means "gave up on the task" (``None``: let the
+        verifier score what was done, or ``policy_failure``) or "the model API refused the request"
+        (``infra_error``). A context overflow needs no code: the proxy records it and the outcome rule
+        decides. Not consulted when the harness was killed by a signal from inside its sandbox
+        (:func:`killed_by`): that is the policy's failure whatever the hook says."""
         return None if exit_code == 0 else RolloutStatus.HARNESS_ERROR
 
     def location(self) -> str:

@@ -38,7 +38,7 @@ from .environment import Environment, VerifyResult
 from .harness import Harness, HarnessResult, RolloutContext, tail
 from .harness_mix import PerGroupHarness
 from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
-from .outcome import OutcomeFacts
+from .outcome import DEFAULT_MODEL_WAIT_SHARE, DEFAULT_STALL_S, OutcomeFacts
 from .seams import RolloutProxy, TrajectorySink
 from .task import Task
 from .trajectory import Trajectory, TrajectoryGroup
@@ -72,6 +72,10 @@ class RolloutRequest:
     success_threshold: float = 1.0
     provision_timeout_s: float = 300.0
     rollout_id: str | None = None
+    #: A timeout is the back-end's (``infra_error``) when waiting for first tokens took this share of the
+    #: budget, or a call went ``stall_s`` without a new token (:mod:`openforge.outcome`, rule 5).
+    model_wait_share: float = DEFAULT_MODEL_WAIT_SHARE
+    stall_s: float = DEFAULT_STALL_S
 
 
 async def run_rollout(request: RolloutRequest | None = None, /, **fields: Any) -> Trajectory:
@@ -167,7 +171,8 @@ class _Rollout:
             meta["verify_metadata"] = verdict.metadata
         facts = OutcomeFacts(failure=failure, error=error, harness_status=hres.status if hres else None,
                              harness_error=hres.error if hres else None, reward=verdict.reward if verdict else None,
-                             success_threshold=req.success_threshold, budget_s=self.budget, cancelled=cancelled)
+                             success_threshold=req.success_threshold, budget_s=self.budget, cancelled=cancelled,
+                             model_wait_share=req.model_wait_share, stall_s=req.stall_s)
         extra_metrics = {k: round(v, 4) for k, v in timings.items()}
         extra_meta = {**meta, "budget_s": self.budget, "launcher": launcher.name}
         traj = await _shielded(_finish(proxy, rid, facts, rewards, environment.name, extra_meta, extra_metrics))

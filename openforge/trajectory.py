@@ -150,7 +150,8 @@ def build_segments(
     """Turn one rollout's calls into training segments.
 
     Returns ``(segments, skipped)`` where ``skipped`` maps the index of every call that trains no
-    token to the reason (``not_exact``, ``error``, ``cancelled``, ``empty``, ``duplicate_retry``).
+    token to the reason (``not_exact``, ``error``, ``context_overflow``, ``empty``, ``duplicate_retry``).
+    A call cancelled mid-generation trains the tokens it had generated (``empty`` when it had none).
     Raises :class:`NonFiniteLogprobError` when a trainable call carries a non-finite (NaN/inf)
     behaviour logprob: the importance ratio of such a token is undefined, so the rollout cannot
     be trained at all.
@@ -171,7 +172,7 @@ def build_segments(
         if not call.exact:
             skipped[call.index] = "not_exact"
             continue
-        if call.status != CallStatus.OK:
+        if call.status not in (CallStatus.OK, CallStatus.CANCELLED):  # cancelled: its sampled tokens, if any
             skipped[call.index] = str(call.status)
             continue
         if not call.output_ids or len(call.output_logprobs) != len(call.output_ids):

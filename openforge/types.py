@@ -74,7 +74,7 @@ class CallStatus(_StrEnum):
 
     OK = "ok"
     ERROR = "error"  # back-end error or timeout: an infra failure of the call
-    CANCELLED = "cancelled"  # client went away mid-generation
+    CANCELLED = "cancelled"  # client went away mid-generation (the tokens generated so far are kept)
     CONTEXT_OVERFLOW = "context_overflow"  # the prompt no longer fit the policy's context: refused, the policy's doing
 
 
@@ -111,6 +111,15 @@ class ModelCall(BaseModel):
     finish_reason: str | None = None
     started_at: float = 0.0
     latency_s: float = 0.0
+    # Where the call's time went, as the back-end reports it (None: not reported; a record written
+    # before these fields existed). ``queued_s``: seconds from the call reaching the back-end until
+    # the back-end admitted it to generation (its own queue). ``first_token_s``: seconds from the call
+    # reaching the back-end until its first generated token (queue + prefill: the server's time; the
+    # rest of ``latency_s`` is decode, whose length the policy chose). ``max_token_gap_s``: the
+    # longest stretch after the first token with no new token, up to the call's end (a stall).
+    queued_s: float | None = None
+    first_token_s: float | None = None
+    max_token_gap_s: float | None = None
     status: CallStatus = CallStatus.OK
     error: str | None = None
     model: str | None = None
@@ -132,10 +141,11 @@ class ModelCall(BaseModel):
 
     @property
     def trainable(self) -> bool:
-        """An exact, successful call with generated tokens and their logprobs."""
+        """An exact call with generated tokens and their logprobs that ended ``ok``, or was cancelled
+        mid-generation (the tokens sampled before the cancel are the policy's, kept as they were)."""
         return (
             self.exact
-            and self.status == CallStatus.OK
+            and self.status in (CallStatus.OK, CallStatus.CANCELLED)
             and bool(self.output_ids)
             and len(self.output_logprobs) == len(self.output_ids)
         )

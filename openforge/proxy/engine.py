@@ -31,6 +31,7 @@ from .recorder import Recorder, RolloutState
 from .render import Head, Rendered, Renderer
 from .stops import StopCut, cut_at_stop
 from .stream import TokenSink
+from .timing import CallTiming
 from .tokenpool import RemoteError, TokenPool, WorkerCrashed
 from .wire_fields import FieldCheck
 
@@ -175,6 +176,7 @@ class Engine:
         params = self.params_for(req)
         rendered, prefix = None, ""
         if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
+            await self.backend.ready()  # e.g. a vLLM server's max_model_len, asked once
             forced = forced_tool(req.tool_choice, req.tools)
             try:
                 rendered = await self.render(st, req, limit=self.backend.max_context, size=len(body))
@@ -188,8 +190,10 @@ class Engine:
         elif self.tokenize_passthrough:  # before the call: a streamed answer's opening events carry the count
             rendered = await self.render(st, req, size=len(body))
         index = st.take_index()
-        ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools)
-        started, t0 = time.time(), time.perf_counter()
+        clock = CallTiming()  # the call reaches the back-end now: its queue, first token, stalls
+        ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools,
+                         timing=clock)
+        started = time.time()
         call = ModelCall(index=index, api=req.api, request=_request_record(req, body), model=req.model,
                          started_at=started, exact=self.backend.exact and not self.backend.passthrough,
                          sampling={"enforced": params.model_dump(exclude_none=True),
@@ -219,14 +223,18 @@ class Engine:
                 call.has_reasoning = bool(result.reasoning)
         except asyncio.CancelledError:
             call.status, call.error = CallStatus.CANCELLED, "client disconnected"
-            call.latency_s = time.perf_counter() - t0
+            if not self.backend.passthrough:  # what the policy had sampled is kept (trained with the outcome)
+                call.output_ids, call.output_logprobs = clock.partial()
+                call.finish_reason = "cancelled"
+            clock.record(call, produced=bool(call.output_ids) or clock.text_only)
             await asyncio.shield(self.recorder.record(st, call))
             raise
         except ProxyError:
             raise
         except Exception as e:
             call.status, call.error = CallStatus.ERROR, f"{type(e).__name__}: {e}"
-            call.latency_s = time.perf_counter() - t0
+            call.output_ids, call.output_logprobs = [], []  # a failed call trains nothing
+            clock.record(call, produced=False)
             await self.recorder.record(st, call)
             if isinstance(e, (BackendTimeout, asyncio.TimeoutError)):
                 raise ProxyError(f"the policy back-end timed out after {params.timeout_s:g}s", 503,
@@ -234,7 +242,7 @@ class Engine:
             raise ProxyError(f"the policy back-end failed: {e}", 500, kind="api_error") from None
         result.call_index = index
         call.response = result.to_json()
-        call.latency_s = time.perf_counter() - t0
+        clock.record(call, produced=bool(call.output_ids) or clock.text_only or bool(result.text or result.tool_calls))
         await self.recorder.record(st, call)  # durable before any byte of the reply
         if call.prompt_ids and call.output_ids:  # the next call of this conversation splices onto these ids
             st.push_head(Head(

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import ProxyError
 from ..finite import is_finite_number
-from ..outcome import OutcomeFacts, classify_outcome
+from ..outcome import OutcomeFacts, check_verdict, classify_outcome
 from ..trajectory import Trajectory
 from ..types import CallStatus, ModelCall, RolloutStatus
 from .render import Head
@@ -212,6 +212,8 @@ class Recorder:
         own (the driver's timings and facts, stored with it rather than by a second write). A second
         finish of the same rollout waits for the first and returns its trajectory."""
         _check_rewards(reward, rewards)
+        if facts is None:
+            _check_verdict(status, reward, success_threshold)
         st = self._open_state(rollout_id)
         if st.finished is None and st.finishing is None:
             st.closing = True
@@ -250,6 +252,8 @@ class Recorder:
         (:func:`~openforge.outcome.classify_outcome`) applied to ``facts`` (from ``run_rollout``) or,
         for an external driver, to its ``reward`` / ``status`` / ``error``, with the recorded calls."""
         _check_rewards(reward, rewards)
+        if facts is None:
+            _check_verdict(status, reward, success_threshold)
         st = self._open_state(rollout_id)
         pending = st.finishing is not None and not st.finishing.done()
         if st.finished is not None and not pending:
@@ -334,6 +338,14 @@ def _check_rewards(reward: float | None, rewards: dict[str, float] | None) -> No
     bad = {k: v for k, v in (rewards or {}).items() if not is_finite_number(v)}
     if bad:
         raise ProxyError(f"'rewards' must hold finite numbers, got {bad}", 400, param="rewards")
+
+
+def _check_verdict(status: RolloutStatus | str | None, reward: float | None, success_threshold: float) -> None:
+    """An external driver's ``status`` and ``reward`` must agree (422, nothing changes, when they do not)."""
+    try:
+        check_verdict(status, reward, success_threshold)
+    except ValueError as e:
+        raise ProxyError(f"contradictory verdict: {e}", 422, param="status") from None
 
 
 async def _drain(st: RolloutState, wait_s: float) -> None:

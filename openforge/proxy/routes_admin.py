@@ -2,7 +2,8 @@
 
 Owns: :class:`AdminRoutes` — admin-token authentication, ``POST /admin/rollouts`` (create: id, key,
 base URLs), ``GET /admin/rollouts`` (the open ones), ``GET /admin/rollouts/{id}`` (the trajectory so
-far), ``POST /admin/rollouts/{id}/finish`` (waits for the calls in flight, returns the trajectory),
+far), ``POST /admin/rollouts/{id}/finish`` (waits for the calls in flight, returns the trajectory; a
+``status`` that contradicts the ``reward`` under ``success_threshold`` is refused with a 422),
 ``POST /admin/pause`` / ``/admin/resume`` (weight sync) and ``GET /admin/health``. Admin bodies are
 small JSON objects (at most 1 MiB); a field of the wrong type is a 400 naming it, in the admin error
 shape (:func:`~.routing.admin_error`).
@@ -17,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..errors import ProxyError
-from ..finite import is_number
+from ..finite import is_finite_number, is_number
 from ..types import RolloutStatus
 from .intake import decode_body, parse_json, read_body
 from .routing import AppState, JsonResponse, LeanRequest, request_key
@@ -85,8 +86,10 @@ class AdminRoutes:
         wait_s = data.get("wait_s")
         _field(wait_s is None or (is_number(wait_s) and 0 <= wait_s <= 3600), "wait_s",
                "a number of seconds between 0 and 3600")
+        threshold = data.get("success_threshold", 1.0)
+        _field(is_finite_number(threshold), "success_threshold", "a finite number")
         traj = await recorder.afinish(request.path_params["rollout_id"], wait_s=wait_s, reward=reward, status=status,
-                                      rewards=rewards, error=error)
+                                      rewards=rewards, error=error, success_threshold=threshold)
         return Response(traj.model_dump_json(), media_type="application/json")
 
     async def list_open(self, request: LeanRequest) -> Response:

@@ -121,10 +121,10 @@ def test_untrainable_calls_are_context_only():
     c0 = call(0, [1, 2, 3], [4])
     c1 = call(1, [1, 2, 3, 4, 5], [6], exact=False)
     c2 = ModelCall(index=2, prompt_ids=[1, 2, 3, 4, 5, 6, 7], status=CallStatus.ERROR, error="backend down")
-    c3 = call(3, [1, 2, 3, 4, 5, 6, 7], [8], status=CallStatus.CANCELLED)
+    c3 = ModelCall(index=3, prompt_ids=[1, 2, 3, 4, 5, 6, 7], status=CallStatus.CANCELLED)  # nothing generated yet
     c4 = call(4, [1, 2, 3, 4, 5, 6, 7], [9])
     segs, skipped = build_segments([c0, c1, c2, c3, c4])
-    assert skipped == {1: "not_exact", 2: "error", 3: "cancelled"}
+    assert skipped == {1: "not_exact", 2: "error", 3: "empty"}
     assert len(segs) == 1 and segs[0].call_indices == [0, 4]
     assert segs[0].loss_mask == [0, 0, 0, 1, 0, 0, 0, 1]  # 6 (not exact) is context
     validate_segments([c0, c1, c2, c3, c4], segs)
@@ -262,3 +262,14 @@ def test_property_segments_are_exact_and_classified(conv, reward, gamma):
     gen = [t for s in segs for t, m in zip(s.input_ids, s.loss_mask) if m]
     want = [t for s in segs for i in s.call_indices for t in calls[i].output_ids]
     assert gen == want
+
+
+def test_a_call_cancelled_mid_generation_trains_the_tokens_it_had_generated():
+    """The rollout ran out of time while the policy was still talking: what it had said is its own,
+    trained with the rollout's outcome (a timeout: 0), not thrown away."""
+    c0 = call(0, [1, 2, 3], [4])
+    c1 = call(1, [1, 2, 3, 4, 5], [6, 7], status=CallStatus.CANCELLED)
+    segs, skipped = build_segments([c0, c1])
+    assert skipped == {} and len(segs) == 1 and segs[0].call_indices == [0, 1]
+    assert segs[0].loss_mask == [0, 0, 0, 1, 0, 1, 1]
+    validate_segments([c0, c1], segs)

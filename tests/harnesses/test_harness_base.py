@@ -109,6 +109,12 @@ async def test_exception_in_user_run_is_harness_error(launcher, make_ctx):
 def test_from_exec_signal_message():
     from openforge.launchers.base import ExecResult
 
-    r = HarnessResult.from_exec(ExecResult(-9, "", "", 1.0), harness="x")
-    assert r.status == RolloutStatus.HARNESS_ERROR and "killed by signal 9" in r.error
+    r = HarnessResult.from_exec(ExecResult(-9, "", "", 1.0), harness="x")  # a signal the launcher did not send
+    assert r.status == RolloutStatus.POLICY_FAILURE and "killed by signal 9 (SIGKILL)" in r.error
+    r = HarnessResult.from_exec(ExecResult(137, "", "", 1.0), harness="x")  # the sandbox init's 128+N
+    assert r.status == RolloutStatus.POLICY_FAILURE and r.extra["killed_by_signal"] == 9
+    r = HarnessResult.from_exec(ExecResult(1, "", "boom", 1.0), harness="x")  # an ordinary crash
+    assert r.status == RolloutStatus.HARNESS_ERROR and "exit code 1" in r.error
+    r = HarnessResult.from_exec(ExecResult(None, "", "", 1.0, timed_out=True), harness="x")  # the launcher's kill
+    assert r.status == RolloutStatus.TIMEOUT
     assert sys.platform.startswith("linux")

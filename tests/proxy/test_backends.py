@@ -63,20 +63,28 @@ async def test_scripted_per_task_scripts_and_missing_shell_tool(tokenizer, tmp_p
     assert tokenizer.decode(g.output_ids).startswith("bye")
 
 
-def vllm_stub(tokenizer, seen: list):
+def vllm_stub(tokenizer, seen: list, max_model_len: int | None = None):
     """A test double of vLLM's OpenAI server: /v1/models and /v1/completions with token-id prompts,
-    ``return_token_ids`` and per-token logprobs (it 'generates' a fixed hermes tool call)."""
+    ``return_token_ids`` and per-token logprobs (it 'generates' a fixed hermes tool call). With
+    ``max_model_len`` it lists that length with its model and refuses longer prompts with a 400, as
+    vLLM does."""
     answer = tokenizer.encode('<tool_call>\n{"name": "bash", "arguments": {"command": "ls"}}\n</tool_call><|im_end|>',
                               add_special_tokens=False)
 
     async def models(request: Request):
-        return JSONResponse({"object": "list", "data": [{"id": "served-policy", "object": "model"}]})
+        model = {"id": "served-policy", "object": "model"}
+        if max_model_len is not None:
+            model["max_model_len"] = max_model_len
+        return JSONResponse({"object": "list", "data": [model]})
 
     async def completions(request: Request):
         body = await request.json()
         seen.append(body)
         if not isinstance(body.get("prompt"), list) or not all(isinstance(i, int) for i in body["prompt"]):
             return JSONResponse({"error": {"message": "prompt must be token ids"}}, status_code=400)
+        if max_model_len is not None and len(body["prompt"]) >= max_model_len:
+            return JSONResponse({"error": {"message": "This model's maximum context length is "
+                                           f"{max_model_len} tokens"}}, status_code=400)
         ids = answer[: body["max_tokens"]]
         lps = [-0.01 * (i + 1) for i in range(len(ids))]
         if body.get("stream"):
@@ -163,6 +171,29 @@ async def test_vllm_backend_streams_server_ids_as_they_come(tokenizer):
     assert call.exact and call.output_logprobs[:4] == [-0.01, -0.02, -0.03, -0.04]
     assert len(call.output_ids) == len(call.output_logprobs) > 10
     traj.validate_segments()
+
+
+async def test_vllm_context_length_is_the_servers_and_an_overflow_is_recorded_not_a_500(tokenizer):
+    """The proxy reads ``max_model_len`` from the server's /v1/models: a prompt that does not fit is the
+    API's overflow 400, recorded as a ``context_overflow`` call (the outcome rule's business), and is
+    never sent to vLLM to come back as a server error (an infra failure the policy escapes)."""
+    seen: list = []
+    async with serve_app(vllm_stub(tokenizer, seen, max_model_len=300)) as url:
+        backend = parse_backend_spec(f"vllm:{url}/v1", tokenizer=tokenizer)
+        async with ProxyServer(backend, sampling={"max_tokens": 50}) as proxy:
+            h = proxy.create_rollout("t")
+            async with httpx.AsyncClient() as c:  # the very first call is over-long: known before it is sent
+                long = await c.post(f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key},
+                                    json={"model": "x", "messages": [{"role": "user", "content": "word " * 400}]})
+                ok = await c.post(f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key},
+                                  json={"model": "x", "messages": [{"role": "user", "content": "list"}]})
+            traj = proxy.finish_rollout(h.rollout_id, reward=1.0)
+        await backend.aclose()
+    assert ok.status_code == 200 and backend.max_context == 300
+    assert long.status_code == 400 and long.json()["error"]["code"] == "context_length_exceeded", long.text
+    assert [str(c.status) for c in traj.calls] == ["context_overflow", "ok"]
+    assert len(seen) == 1  # the over-long prompt never reached the server
+    assert traj.status == "success"  # a recovered overflow: the reward decides
 
 
 async def test_vllm_backend_errors_are_backend_errors(tokenizer):

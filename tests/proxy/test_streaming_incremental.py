@@ -304,6 +304,10 @@ async def test_real_smollm2_disconnect_stops_the_generation_loop(smollm2):
         calls = proxy.get_trajectory(h.rollout_id).calls
     assert r2.status_code == 200
     assert calls[0].status == CallStatus.CANCELLED and calls[1].status == CallStatus.OK
+    # the abandoned call keeps what the model had sampled, with the sampler's own logprobs (trainable context)
+    assert calls[0].finish_reason == "cancelled" and 1 <= len(calls[0].output_ids) == len(calls[0].output_logprobs)
+    assert all(lp <= 0.0 for lp in calls[0].output_logprobs) and calls[0].trainable
+    assert calls[0].first_token_s is not None and calls[0].first_token_s <= calls[0].latency_s
     assert finishes[0][0] == "cancelled" and finishes[0][1] < 100, finishes  # the loop saw the cancel Event
     assert waited < 10, waited  # not queued behind the abandoned generation
 

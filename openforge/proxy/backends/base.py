@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..timing import CallTiming
+
 if TYPE_CHECKING:
     from ..canonical import CanonicalRequest
 
@@ -55,11 +57,15 @@ class GenContext:
     """Who asks: lets a back-end keep per-rollout state (the scripted policy replays per rollout),
     and, for a streaming request, where to send tokens as they are generated.
 
-    A token back-end that can stream calls :meth:`emit` with each batch of new output ids (in order,
-    the same ids it finally returns), from the event loop or from a worker thread. A pass-through
-    back-end that can stream calls :meth:`start_text` once its upstream has accepted the request, then
-    :meth:`emit_text` with each reasoning/text delta (whose concatenation is the text it finally
-    returns). Back-ends that call neither are streamed as one final chunk."""
+    A token back-end calls :meth:`emit` with each batch of new output ids as it samples them (in order,
+    the same ids it finally returns, with their logprobs), from the event loop or from a worker thread,
+    streaming or not: that is how the call's :attr:`timing` learns when its first token came (the wait
+    before it is the server's, the decode after it the policy's) and which tokens a call cancelled
+    mid-generation had produced. A back-end with a queue of its own calls :meth:`admit` when it takes
+    the call out of it. A pass-through back-end that can stream calls :meth:`start_text` once its
+    upstream has accepted the request, then :meth:`emit_text` with each reasoning/text delta (whose
+    concatenation is the text it finally returns). Back-ends that call neither are streamed as one
+    final chunk, and their first token is taken to come at the end."""
 
     rollout_id: str = ""
     task_id: str = ""
@@ -69,6 +75,11 @@ class GenContext:
     loop: asyncio.AbstractEventLoop | None = None  # the loop ``on_tokens`` runs on
     on_text_start: Callable[[], None] | None = None  # pass-through streaming: set by the engine
     on_text: Callable[[str, str], None] | None = None
+    timing: CallTiming = field(default_factory=CallTiming)  # set by the engine when the call starts
+
+    def admit(self) -> None:
+        """The back-end admitted the call from its queue to generation (thread-safe)."""
+        self.timing.admit()
 
     @property
     def streaming(self) -> bool:
@@ -83,14 +94,20 @@ class GenContext:
     def emit_text(self, reasoning: str = "", text: str = "") -> None:
         """Pass-through streaming: hand on a reasoning and/or text delta (event loop only; a no-op when
         not streaming)."""
+        if reasoning or text:
+            self.timing.text()
         if self.on_text is not None and (reasoning or text):
             self.start_text()
             self.on_text(reasoning, text)
 
-    def emit(self, ids: list[int]) -> None:
-        """Hand newly generated ids to the streaming response (thread-safe; a no-op when not streaming)."""
+    def emit(self, ids: list[int], logprobs: list[float] | None = None) -> None:
+        """Newly generated ids (with their behaviour logprobs): marked on :attr:`timing`, and handed to
+        the streaming response when the request streams (thread-safe)."""
+        if not ids:
+            return
+        self.timing.tokens(ids, logprobs)
         cb, loop = self.on_tokens, self.loop
-        if cb is None or not ids:
+        if cb is None:
             return
         try:
             running = asyncio.get_running_loop()
@@ -157,7 +174,15 @@ class Backend(abc.ABC):
 
     @property
     def max_context(self) -> int | None:
-        """The model's context length in tokens, when known (longer prompts are refused with a 400)."""
+        """The model's context length in tokens, when known: a prompt that does not fit is refused
+        with the API's overflow 400 and recorded as a ``context_overflow`` call (the outcome rule's
+        business), never sent to the back-end to fail there as an infrastructure error."""
+        return None
+
+    async def ready(self) -> None:
+        """Learn what serving needs from a remote server (e.g. its context length) before a call is
+        rendered. Called before every call: return at once when already known; never raise (a server
+        that cannot be asked now fails the call itself, where it is recorded)."""
         return None
 
     async def aclose(self) -> None:

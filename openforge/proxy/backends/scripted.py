@@ -162,18 +162,20 @@ class ScriptedBackend(TokenBackend):
             calls.append((found[0], {found[1]: str(turn["shell"])}))
         text = self._render().format_output(str(turn.get("text") or ""), turn.get("reasoning"), calls)
         ids = self._render().encode(text)
+        ctx.admit()
         try:
             if self.token_delay_s > 0:  # a slow model: one token at a time
                 for t in ids:
                     await asyncio.sleep(self.token_delay_s)
-                    ctx.emit([t])
+                    ctx.emit([t], [0.0])
             elif ctx.streaming:  # a streaming request gets the turn in a few chunks, as a model would send it
                 step = max(1, -(-len(ids) // self.stream_chunks))
                 for i in range(0, len(ids), step):
-                    ctx.emit(ids[i:i + step])
+                    ctx.emit(ids[i:i + step], [0.0] * len(ids[i:i + step]))
                     await asyncio.sleep(0)
             else:
                 await asyncio.sleep(0)
+                ctx.emit(ids, [0.0] * len(ids))
         except asyncio.CancelledError:
             self.cancelled.append((ctx.rollout_id, ctx.call_index))
             raise

@@ -54,10 +54,15 @@ class _Row:
         self.prompt, self.params, self.fut, self.ctx = prompt, params, fut, ctx
         self.cancel = threading.Event()
 
-    def emit(self, tok: int) -> None:
-        """Stream one sampled id to the request (from the worker thread; a no-op when not streaming)."""
-        if self.ctx is not None and self.ctx.on_tokens is not None and not self.cancel.is_set():
-            self.ctx.emit([tok])
+    def admit(self) -> None:
+        if self.ctx is not None:
+            self.ctx.admit()
+
+    def emit(self, tok: int, logprob: float) -> None:
+        """One sampled id and its logprob, to the call's timing and (when it streams) its response
+        (from the worker thread)."""
+        if self.ctx is not None and not self.cancel.is_set():
+            self.ctx.emit([tok], [logprob])
 
 
 class TransformersBackend(TokenBackend):
@@ -143,6 +148,8 @@ class TransformersBackend(TokenBackend):
             await asyncio.to_thread(self.model.load_state_dict, state_dict)
 
     def _generate_rows(self, rows: list[_Row]) -> list[Generation]:
+        for r in rows:  # out of the queue: the batch starts now
+            r.admit()
         if len(rows) == 1:
             r = rows[0]
             return [self._generate_sync(r.prompt, r.params, r.cancel, r.emit)]
@@ -174,7 +181,7 @@ class TransformersBackend(TokenBackend):
         return tok, float(logp[tok])
 
     def _generate_sync(self, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event,
-                       emit: Callable[[int], None] | None = None) -> Generation:
+                       emit: Callable[[int, float], None] | None = None) -> Generation:
         import torch
 
         max_new = self._max_new(prompt_ids, params)
@@ -196,7 +203,7 @@ class TransformersBackend(TokenBackend):
                 out.append(tok)
                 lps.append(lp)
                 if emit is not None:
-                    emit(tok)
+                    emit(tok, lp)
                 if tok in stop_ids:
                     finish = "stop"
                     break
@@ -232,7 +239,7 @@ class TransformersBackend(TokenBackend):
                             tok, lp = self._sample(logits[i], r.params, gens[i])
                             outs[i].append(tok)
                             lps[i].append(lp)
-                            r.emit(tok)
+                            r.emit(tok, lp)
                             if tok in stops[i]:
                                 done[i], finish[i] = True, "stop"
                             elif len(outs[i]) >= max_new[i]:

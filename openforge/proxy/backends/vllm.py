@@ -4,7 +4,9 @@ Owns: :class:`VLLMBackend`. Each call posts the exact prompt ids to ``/v1/comple
 ``logprobs: 0`` (the sampled token's logprob), ``return_token_ids: true`` (vLLM ≥ 0.10.2; falls back
 to ``return_tokens_as_token_ids`` ``"token_id:N"`` strings for older servers), ``skip_special_tokens:
 false`` and the proxy's enforced sampling, so recorded ids and logprobs are the server's own.
-The local tokenizer (SmolLM2's unless given) must be the served model's. When the harness streams,
+The local tokenizer (SmolLM2's unless given) must be the served model's; the context length is the
+server's ``max_model_len`` (read once from ``GET /v1/models``), so an over-long prompt is refused and
+recorded as a ``context_overflow`` call rather than failing in vLLM. When the harness streams,
 the completion streams too (``/v1/completions`` has no tool parser, so vLLM #27482 — token ids lost
 in streamed tool-call chat responses — does not apply): each chunk's ids go to the harness as they
 arrive, and every chunk must carry as many logprobs as ids.
@@ -44,7 +46,8 @@ class VLLMBackend(TokenBackend):
     exact = True
 
     def __init__(self, url: str, *, tokenizer: Any = None, model: str | None = None, api_key: str | None = None,
-                 timeout_s: float = 600.0, max_connections: int = 512, logprobs_mode: LogprobsMode | None = None):
+                 timeout_s: float = 600.0, max_connections: int = 512, logprobs_mode: LogprobsMode | None = None,
+                 max_context: int | None = None):
         url, declared = _split_mode(url)
         mode = logprobs_mode or declared or "raw_logprobs"
         if mode not in _MODES:
@@ -56,6 +59,8 @@ class VLLMBackend(TokenBackend):
             self.url = self.url[:-3]
         self.name = f"vllm:{self.url}"
         self.model = model
+        self._max_context = max_context  # None: the server's max_model_len, read from /v1/models
+        self._listed = False
         self._tokenizer = tokenizer
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = JsonClient(headers=headers, timeout_s=timeout_s, max_connections=max_connections,
@@ -69,13 +74,36 @@ class VLLMBackend(TokenBackend):
             self._tokenizer = load_tokenizer("smollm2-135m")
         return self._tokenizer
 
+    @property
+    def max_context(self) -> int | None:
+        return self._max_context
+
+    async def ready(self) -> None:
+        if not self._listed:
+            try:
+                await self._list_models()
+            except BackendError:  # unreachable now: the call itself fails (and is recorded)
+                pass
+
+    async def _list_models(self) -> None:
+        """``GET /v1/models``: the served model's id (unless given) and its ``max_model_len`` (vLLM
+        lists it with each model), so an over-long prompt is a recorded overflow, not a server 400."""
+        data = await self._request("GET", "/v1/models")
+        try:
+            listed = [m for m in data["data"] if isinstance(m, dict)]
+            entry = listed[0] if self.model is None else next((m for m in listed if m.get("id") == self.model), {})
+            self.model = self.model or str(entry["id"])
+        except (KeyError, IndexError, TypeError):
+            raise BackendError(f"{self.url}/v1/models lists no model") from None
+        limit = entry.get("max_model_len")  # of the model served under that name (none: not listed)
+        if self._max_context is None and isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            self._max_context = limit
+        self._listed = True
+
     async def _model(self) -> str:
         if self.model is None:
-            data = await self._request("GET", "/v1/models")
-            try:
-                self.model = str(data["data"][0]["id"])
-            except (KeyError, IndexError, TypeError):
-                raise BackendError(f"{self.url}/v1/models lists no model") from None
+            await self._list_models()
+        assert self.model is not None
         return self.model
 
     async def _request(self, method: str, path: str, json: Any = None) -> Any:
@@ -128,7 +156,7 @@ class VLLMBackend(TokenBackend):
                     ids += new_ids
                     logprobs += new_lps
                     finish = choice.get("finish_reason") or finish
-            ctx.emit(ids[n:])  # what this read brought, at once
+            ctx.emit(ids[n:], logprobs[n:])  # what this read brought, at once
         if not stream.done and finish is None:
             raise BackendError(f"vLLM stream ended early after {len(ids)} tokens")
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")

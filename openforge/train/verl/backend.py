@@ -44,6 +44,13 @@ class VerlServerBackend(TokenBackend):
     def tokenizer(self) -> Any:
         return self._tokenizer
 
+    @property
+    def max_context(self) -> int:
+        """veRL's ``max_model_len``: a prompt that leaves no room under it is refused by the proxy and
+        recorded as a ``context_overflow`` call (the policy's failure), not sent to the engine to fail
+        as a 500 (an infrastructure error that would fail and refill the whole group)."""
+        return self.max_model_len
+
     def open_rollout(self, rollout_id: str, sampling: dict[str, Any]) -> None:
         """Use veRL's sampling params (train or validation) for this rollout's calls."""
         self._sampling[rollout_id] = dict(sampling)
