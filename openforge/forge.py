@@ -287,7 +287,7 @@ class Forge:
         t_roll = time.monotonic() - t0
         samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
-                                loss_scale_tokens=tcfg.loss_scale_tokens)
+                                loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight)
         mixed = count_mixed_groups(groups)
         take = bool(samples) and (mixed > 0 or not tcfg.skip_zero_advantage)
         tm: dict[str, float] = {"trained_tokens": 0.0}
