@@ -11,6 +11,11 @@ behaviour logprobs. Several lineages stay open at once and a call joins the one 
 the longest match, so a main agent interleaved with sub-agents merges into one segment per
 lineage. A call that extends no lineage starts a segment whose ``break_reason`` says why.
 
+A lineage that diverges inside a generated span whose reasoning (``<think>``) the new prompt lacks is
+``thinking_stripped`` when the harness sent that turn back without its reasoning, and ``template_drift``
+when the harness did send it (in its wire API's form, :func:`~openforge.reasoning.replayed_reasoning`)
+and the chat template dropped it (Qwen3-style templates render no past reasoning).
+
 A call whose reply may not have reached the client (``delivery_uncertain``) trains no token, as an
 inexact, failed or cancelled call does: it is skipped, and the next call's prompt brings its tokens
 in as context (mask 0) if the harness did see them.
@@ -34,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .reasoning import replayed_reasoning
 from .types import TRAJECTORY_VERSION, BreakReason, CallStatus, Capture, ModelCall, RolloutStatus, Segment
 
 __all__ = [
@@ -117,6 +123,9 @@ def _classify(
         if gen.has_reasoning or (detokenize is not None and _has_think(detokenize(gen.output_ids))):
             new_text = detokenize(prompt[s:]) if detokenize is not None else ""
             if detokenize is None or not _has_think(new_text):
+                # who dropped it: the harness (sent the turn back without it) or the template (did not render it)
+                if replayed_reasoning(call.api, call.request, gen.response):
+                    return BreakReason.TEMPLATE_DRIFT
                 return BreakReason.THINKING_STRIPPED
         if detokenize is not None:
             old_text = detokenize(best.ids[s:])
