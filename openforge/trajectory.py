@@ -356,13 +356,8 @@ class Trajectory(BaseModel):
     @property
     def trainable(self) -> bool:
         """The outcome says something about the policy (status ``success``/``policy_failure``/``timeout``).
-        Whether a trainer may use it is :attr:`rl_trainable`."""
+        A trainer also needs ``capture == "tokens"`` (:attr:`TrajectoryGroup.trainable`)."""
         return self.status.trainable
-
-    @property
-    def rl_trainable(self) -> bool:
-        """A trainable outcome captured as exact tokens: what a policy-gradient trainer may use."""
-        return self.status.trainable and self.capture == "tokens"
 
     def build(self, *, gamma: float = 1.0, detokenize: Detokenize | None = None) -> Trajectory:
         """Return a copy with segments rebuilt from the calls and validated.

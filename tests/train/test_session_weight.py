@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from openforge.config import load_config
+from openforge.errors import ConfigError
 from openforge.train.grpo import build_samples
 from openforge.trajectory import Trajectory, TrajectoryGroup
 from openforge.types import BreakReason, ModelCall
@@ -84,3 +85,14 @@ def test_default_is_unchanged_and_the_option_is_in_the_config():
     assert load_config({}, overrides=["trainer.cpu.session_weight=equal"]).trainer.cpu.session_weight == "equal"
     with pytest.raises(ValueError, match="session_weight"):
         build_samples(g, session_weight="bogus")  # type: ignore[arg-type]
+
+
+def test_verl_refuses_it_rather_than_ignoring_it():
+    from openforge.train.verl.launch import loss_agg_mode
+
+    cfg = load_config({}, overrides=["trainer.backend=verl", "trainer.cpu.loss_agg=token-mean"])
+    assert loss_agg_mode(cfg) == "token-mean"
+    cfg = load_config({}, overrides=["trainer.backend=verl", "trainer.cpu.loss_agg=token-mean",
+                                     "trainer.cpu.session_weight=equal"])
+    with pytest.raises(ConfigError, match="session_weight"):
+        loss_agg_mode(cfg)
