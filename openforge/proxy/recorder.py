@@ -25,6 +25,7 @@ confirmations no longer change it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections import OrderedDict
@@ -41,6 +42,7 @@ from .render import Head
 
 __all__ = ["Recorder", "RolloutHandle", "RolloutState"]
 
+log = logging.getLogger("openforge.proxy")
 MAX_HEADS = 16
 _CONFIRMING: set[asyncio.Future[None]] = set()  # delivery confirmations being written
 MAX_RESPONSES = 64
@@ -182,9 +184,9 @@ class Recorder:
         del st.unconfirmed[index]
         call.delivery_uncertain = False
         if self.store is not None:  # queued before any later write of the trajectory (one writer, in order)
-            write = asyncio.ensure_future(self.store.amark_delivered(st.rollout_id, index))
+            write = self.store.amark_delivered(st.rollout_id, index)  # queued now, before any later write
             _CONFIRMING.add(write)  # not "in flight": a finish right after the reply need not wait for it
-            write.add_done_callback(_CONFIRMING.discard)
+            write.add_done_callback(_confirmed)
 
     def open_rollouts(self) -> list[dict[str, Any]]:
         """Rollouts not finished yet: this proxy's own (``calls``, ``in_flight``) and, with a store,
@@ -368,6 +370,12 @@ def _check_rewards(reward: float | None, rewards: dict[str, float] | None) -> No
     bad = {k: v for k, v in (rewards or {}).items() if not is_finite_number(v)}
     if bad:
         raise ProxyError(f"'rewards' must hold finite numbers, got {bad}", 400, param="rewards")
+
+
+def _confirmed(write: asyncio.Future[None]) -> None:
+    _CONFIRMING.discard(write)
+    if not write.cancelled() and write.exception() is not None:  # the call reads back uncertain: safe, but say so
+        log.warning("a delivery confirmation was not written: %s", write.exception())
 
 
 async def _drain(st: RolloutState, wait_s: float) -> None:

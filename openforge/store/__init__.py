@@ -147,9 +147,10 @@ class TrajectoryStore:
         before its reply); returns once durable. A call never marked reads back uncertain."""
         self._writer.submit(_delivered_job(rollout_id, index)).result()
 
-    async def amark_delivered(self, rollout_id: str, index: int) -> None:
-        """Async :meth:`mark_delivered`."""
-        await asyncio.wrap_future(self._writer.submit(_delivered_job(rollout_id, index)))
+    def amark_delivered(self, rollout_id: str, index: int) -> asyncio.Future[None]:
+        """Async :meth:`mark_delivered`: queued at once (so ordered before any write queued after this
+        call returns, e.g. the rollout's trajectory); await the returned future for durability."""
+        return asyncio.wrap_future(self._writer.submit(_delivered_job(rollout_id, index)))
 
     def put_trajectory(self, traj: Trajectory, *, validated: bool = False) -> None:
         """Store (or replace) a finished trajectory; returns once it is durable. Its segments are
