@@ -35,6 +35,7 @@ __all__ = [
     "RolloutConfig",
     "RunConfig",
     "SFTConfig",
+    "SessionWeight",
     "TrainerConfig",
     "VerlConfig",
     "apply_overrides",
@@ -209,6 +210,7 @@ class SFTConfig(_Section):
 
 
 LossAgg = Literal["rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+SessionWeight = Literal["none", "equal"]
 
 
 class CPUTrainerConfig(BaseModel):
@@ -230,6 +232,10 @@ class CPUTrainerConfig(BaseModel):
     loss_agg: LossAgg = Field("rollout-mean", description="rollout-mean | token-mean | seq-mean-token-mean | "
                               "seq-mean-token-sum-norm (see openforge.train.grpo)")
     loss_scale_tokens: int = Field(4096, ge=1, description="constant normaliser of seq-mean-token-sum-norm (Dr. GRPO)")
+    session_weight: SessionWeight = Field(
+        "none", description="none: the loss_agg weights as they are; equal: every session (a rollout, or the rollouts "
+        "sharing metadata.session_id) weighs the same in the batch, however many segments (sub-agents, compaction "
+        "branches) it split into (see openforge.train.grpo)")
     norm_adv_by_std: bool = True
     skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
     min_mixed_groups: int = Field(1, ge=0, description="groups with differing rewards a step needs before it "

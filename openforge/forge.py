@@ -298,7 +298,7 @@ class Forge:
         t_roll = time.monotonic() - t0
         samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
-                                loss_scale_tokens=tcfg.loss_scale_tokens)
+                                loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight)
         # below the floor nothing is trained; with every group tied and skip_zero_advantage off the
         # optimizer step still runs (no policy-gradient term)
         take = bool(samples) and (sampled.trains or (mixed == 0 and not tcfg.skip_zero_advantage))

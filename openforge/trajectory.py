@@ -11,6 +11,21 @@ behaviour logprobs. Several lineages stay open at once and a call joins the one 
 the longest match, so a main agent interleaved with sub-agents merges into one segment per
 lineage. A call that extends no lineage starts a segment whose ``break_reason`` says why.
 
+A lineage that diverges inside a generated span whose reasoning (``<think>``) the new prompt lacks is
+``thinking_stripped`` when the harness sent that turn back without its reasoning, and ``template_drift``
+when the harness did send it (in its wire API's form, :func:`~openforge.reasoning.replayed_reasoning`)
+and the chat template dropped it (Qwen3-style templates render no past reasoning).
+
+A call whose reply may not have reached the client (``delivery_uncertain``) trains no token, as an
+inexact or failed call does: it is skipped, and the next call's prompt brings its tokens in as context
+(mask 0) if the harness did see them. A call cancelled mid-generation is known undelivered, not
+uncertain: the tokens it had sampled are the policy's and are trained with the rollout's outcome.
+
+Every trajectory says how it was captured (``capture``): ``tokens`` when every answered call carries
+the exact ids the policy sampled, ``text`` when any answer came back as text only (a pass-through
+back-end). A ``text`` trajectory never enters a trainer (:attr:`TrajectoryGroup.trainable`); SFT export
+may still use it.
+
 Cost is linear in the total number of prompt tokens: each call is compared against a lineage
 only after an O(1) probe of the lineage's length and last tokens, and the comparison itself is a
 C-level slice compare.
@@ -23,9 +38,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .types import TRAJECTORY_VERSION, BreakReason, CallStatus, ModelCall, RolloutStatus, Segment
+from .reasoning import replayed_reasoning
+from .types import TRAJECTORY_VERSION, BreakReason, CallStatus, Capture, ModelCall, RolloutStatus, Segment
 
 __all__ = [
     "NonFiniteLogprobError",
@@ -33,6 +49,7 @@ __all__ = [
     "Trajectory",
     "TrajectoryGroup",
     "build_segments",
+    "capture_of",
     "validate_segments",
 ]
 
@@ -107,6 +124,9 @@ def _classify(
         if gen.has_reasoning or (detokenize is not None and _has_think(detokenize(gen.output_ids))):
             new_text = detokenize(prompt[s:]) if detokenize is not None else ""
             if detokenize is None or not _has_think(new_text):
+                # who dropped it: the harness (sent the turn back without it) or the template (did not render it)
+                if replayed_reasoning(call.api, call.request, gen.response):
+                    return BreakReason.TEMPLATE_DRIFT
                 return BreakReason.THINKING_STRIPPED
         if detokenize is not None:
             old_text = detokenize(best.ids[s:])
@@ -150,8 +170,9 @@ def build_segments(
     """Turn one rollout's calls into training segments.
 
     Returns ``(segments, skipped)`` where ``skipped`` maps the index of every call that trains no
-    token to the reason (``not_exact``, ``error``, ``context_overflow``, ``empty``, ``duplicate_retry``).
-    A call cancelled mid-generation trains the tokens it had generated (``empty`` when it had none).
+    token to the reason (``not_exact``, ``error``, ``context_overflow``, ``delivery_uncertain``, ``empty``,
+    ``duplicate_retry``). A call cancelled mid-generation trains the tokens it had generated (``empty``
+    when it had none).
     Raises :class:`NonFiniteLogprobError` when a trainable call carries a non-finite (NaN/inf)
     behaviour logprob: the importance ratio of such a token is undefined, so the rollout cannot
     be trained at all.
@@ -174,6 +195,9 @@ def build_segments(
             continue
         if call.status not in (CallStatus.OK, CallStatus.CANCELLED):  # cancelled: its sampled tokens, if any
             skipped[call.index] = str(call.status)
+            continue
+        if call.delivery_uncertain:
+            skipped[call.index] = "delivery_uncertain"
             continue
         if not call.output_ids or len(call.output_logprobs) != len(call.output_ids):
             skipped[call.index] = "empty"
@@ -266,7 +290,8 @@ def validate_segments(calls: Iterable[ModelCall], segments: Sequence[Segment]) -
             if call is None:
                 raise SegmentValidationError(f"segment {si}: unknown call {ci}")
             if not call.trainable:
-                raise SegmentValidationError(f"segment {si}: call {ci} is not trainable (exact/status/empty)")
+                raise SegmentValidationError(f"segment {si}: call {ci} is not trainable "
+                                             "(exact/status/delivery_uncertain/empty)")
             p, o = len(call.prompt_ids), len(call.output_ids)
             if seg.input_ids[:p] != call.prompt_ids:
                 raise SegmentValidationError(f"segment {si}: context before call {ci} differs from its prompt_ids")
@@ -293,8 +318,19 @@ def validate_segments(calls: Iterable[ModelCall], segments: Sequence[Segment]) -
 # --------------------------------------------------------------------------------------------
 
 
+def capture_of(calls: Iterable[ModelCall]) -> Capture:
+    """``text`` when any answered call (status ``ok``) is inexact — its ids were computed from text
+    after the fact — else ``tokens``. Refused and failed calls answered nothing and do not count."""
+    return "text" if any(c.status == CallStatus.OK and not c.exact for c in calls) else "tokens"
+
+
 class Trajectory(BaseModel):
-    """One rollout: its calls, the segments built from them, status and reward (JSON version 1)."""
+    """One rollout: its calls, the segments built from them, status and reward (JSON version 1).
+
+    ``capture`` is derived from the calls whenever a trajectory is made or read (:func:`capture_of`); a
+    ``text`` given for exact calls is kept (a writer may know more), a ``tokens`` given for text calls is
+    corrected to ``text``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -311,9 +347,18 @@ class Trajectory(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    capture: Capture = "tokens"
+
+    @model_validator(mode="after")
+    def _derive_capture(self) -> Trajectory:
+        if self.capture != "text":
+            self.capture = capture_of(self.calls)
+        return self
 
     @property
     def trainable(self) -> bool:
+        """The outcome says something about the policy (status ``success``/``policy_failure``/``timeout``).
+        A trainer also needs ``capture == "tokens"`` (:attr:`TrajectoryGroup.trainable`)."""
         return self.status.trainable
 
     def build(self, *, gamma: float = 1.0, detokenize: Detokenize | None = None) -> Trajectory:
@@ -355,6 +400,11 @@ class TrajectoryGroup(BaseModel):
     def valid(self) -> list[Trajectory]:
         """Rollouts that count for training (infra failures discarded, policy failures kept)."""
         return [t for t in self.trajectories if t.trainable]
+
+    @property
+    def trainable(self) -> list[Trajectory]:
+        """The valid rollouts a trainer may use: those captured as exact tokens (``capture: tokens``)."""
+        return [t for t in self.valid if t.capture == "tokens"]
 
     @property
     def rewards(self) -> list[float]:

@@ -17,6 +17,7 @@ __all__ = [
     "TRAJECTORY_VERSION",
     "BreakReason",
     "CallStatus",
+    "Capture",
     "ModelCall",
     "RolloutStatus",
     "Segment",
@@ -30,6 +31,9 @@ TRAJECTORY_VERSION = 1
 ServedAPI = Literal["chat", "responses", "messages"]
 #: A recorded call's ``api``.
 WireAPI = Literal["chat", "responses", "messages", "completions", "unknown"]
+#: How a trajectory's generated tokens were captured: ``tokens`` (the exact ids the policy sampled, with
+#: their logprobs) or ``text`` (at least one answer came back as text and was tokenized after the fact).
+Capture = Literal["tokens", "text"]
 
 
 class _StrEnum(str, Enum):
@@ -96,6 +100,11 @@ class ModelCall(BaseModel):
     exact tokens it generated, with ``output_logprobs`` aligned one-to-one (behaviour policy).
     ``exact`` is false when the ids were computed after the fact (a teacher API that returns
     text only): such calls are fit for SFT export, never for RL.
+
+    ``delivery_uncertain`` is true when the proxy cannot vouch that the client received the whole
+    answer: the call was recorded (durably, before the reply) but the reply was cut off — the client
+    went away, the connection broke, or the proxy died while sending it. Such a call is kept, and its
+    tokens are never trained (the policy's next action may not have been conditioned on them).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -130,6 +139,7 @@ class ModelCall(BaseModel):
     # True when the generated output contained reasoning (e.g. a <think> block).
     has_reasoning: bool = False
     sampling: dict[str, Any] = Field(default_factory=dict)
+    delivery_uncertain: bool = False
 
     @model_validator(mode="after")
     def _check_logprobs(self) -> ModelCall:
@@ -141,11 +151,12 @@ class ModelCall(BaseModel):
 
     @property
     def trainable(self) -> bool:
-        """An exact call with generated tokens and their logprobs that ended ``ok``, or was cancelled
-        mid-generation (the tokens sampled before the cancel are the policy's, kept as they were)."""
+        """An exact call with generated tokens and their logprobs that ended ``ok`` and whose reply went
+        out whole (not ``delivery_uncertain``), or that was cancelled mid-generation (the tokens sampled
+        before the cancel are the policy's, kept as they were: known undelivered, not uncertain)."""
         return (
             self.exact
-            and self.status in (CallStatus.OK, CallStatus.CANCELLED)
+            and (self.status == CallStatus.CANCELLED or (self.status == CallStatus.OK and not self.delivery_uncertain))
             and bool(self.output_ids)
             and len(self.output_logprobs) == len(self.output_ids)
         )

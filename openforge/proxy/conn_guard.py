@@ -12,6 +12,11 @@ the body is complete) — a request that arrives whole in one read, the common c
 Expiry answers ``408`` (``431`` for oversized headers) with ``connection: close`` and closes the
 connection; the ASGI app then sees ``http.disconnect``. The parser's own ``400`` for malformed HTTP
 gets the same JSON error body (uvicorn's is plain text).
+
+Each request's scope also carries :data:`~.delivery.SENT_EXTENSION`, an async callable the app awaits
+after its last send: True once the whole response was written and flushed to the socket (uvicorn silently
+drops what an app sends to a connection that is gone, and buffers what the socket does not take yet);
+False when the connection was lost first. The proxy tells a delivered reply from a cut-off one by it.
 """
 
 from __future__ import annotations
@@ -19,8 +24,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from .delivery import SENT_EXTENSION
+
 __all__ = ["guarded_http_protocol"]
 
+_FLUSH_POLL_S = 0.005  # while a large reply is still in the transport's buffer (rare: only the tail of one)
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
@@ -51,7 +59,10 @@ def guarded_http_protocol(header_timeout_s: float, body_timeout_s: float,
             super().connection_made(transport)
             self._arm()
 
+        _lost: tuple[Exception | None] | None = None  # (exc,) once the connection is gone
+
         def connection_lost(self, exc: Exception | None) -> None:
+            self._lost = (exc,)
             self._disarm()
             self._disarm_body()
             super().connection_lost(exc)
@@ -80,6 +91,18 @@ def guarded_http_protocol(header_timeout_s: float, body_timeout_s: float,
             self._disarm()
             self._in_body = True
             super().on_headers_complete()
+            cycle = self.cycle  # the request's cycle, created just now; the app receives self.scope
+            if cycle is not None and getattr(cycle, "scope", None) is self.scope:
+                self.scope.setdefault("extensions", {})[SENT_EXTENSION] = lambda: self._flushed(cycle)
+
+        async def _flushed(self, cycle: Any) -> bool:
+            """The response of ``cycle`` was written whole and the socket took every byte of it (a clean
+            close after flushing counts; a connection lost with bytes still buffered does not)."""
+            if not cycle.response_complete:  # a send after the connection was lost is dropped silently
+                return False
+            while self._lost is None and self.transport.get_write_buffer_size() > 0:
+                await asyncio.sleep(_FLUSH_POLL_S)
+            return self._lost is None or self._lost[0] is None
 
         def on_message_complete(self) -> None:
             self._in_body = False

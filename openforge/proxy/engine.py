@@ -7,6 +7,10 @@ when small, in the :class:`~openforge.proxy.tokenpool.TokenPool` when large — 
 decision (:meth:`Engine.check_context`), starting a streaming request's
 :class:`~openforge.proxy.stream.TokenSink`) and :class:`ClientGone`.
 
+**Delivery.** An answered call is recorded ``delivery_uncertain`` before its reply; the route that
+sends the reply confirms it (:mod:`.delivery`). A reply that is never sent (the client left while the
+call was being made durable) is reported here.
+
 **Replay.** An answer is given again (and not recorded twice) only to a request that says it is a
 retry — ``x-stainless-retry-count`` > 0, or an ``Idempotency-Key`` already answered in this rollout —
 or that duplicates a request still in flight. An identical body without a marker is a new call: a
@@ -243,7 +247,12 @@ class Engine:
         result.call_index = index
         call.response = result.to_json()
         clock.record(call, produced=bool(call.output_ids) or clock.text_only or bool(result.text or result.tool_calls))
-        await self.recorder.record(st, call)  # durable before any byte of the reply
+        call.delivery_uncertain = True  # until its reply has gone out whole (Recorder.reply_done)
+        try:
+            await self.recorder.record(st, call)  # durable before any byte of the reply
+        except BaseException:  # no reply will be sent (a cancelled caller: recorded all the same, the write is shielded)
+            self.recorder.reply_done(st, index, delivered=False)
+            raise
         if call.prompt_ids and call.output_ids:  # the next call of this conversation splices onto these ids
             st.push_head(Head(
                 messages=[*req.messages, result.assistant_message()],

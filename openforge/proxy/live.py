@@ -33,7 +33,13 @@ _BACKGROUND: set[asyncio.Future] = set()  # cancelled calls still recording afte
 
 
 class _Final(bytes):
-    """The last chunk of a live response."""
+    """The last chunk of a live response: the answer's closing events (``ok``) or an error event."""
+
+    ok = False
+
+
+class _Closing(_Final):
+    ok = True
 
 
 class LiveSSE(Response):
@@ -45,6 +51,7 @@ class LiveSSE(Response):
 
     def __init__(self, body: AsyncIterator[bytes], call_index: int):
         self.body_iterator, self.status_code, self.background = body, 200, None
+        self.closed = False  # the closing events (the whole answer) were written, not just the end of the body
         self.init_headers({**SSE_HEADERS, "x-openforge-call": str(call_index)})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -53,6 +60,7 @@ class LiveSSE(Response):
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             async for chunk in it:
                 last = isinstance(chunk, _Final)  # the closing events end the body in the same write
+                self.closed = last and chunk.ok
                 await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not last})
                 if last:
                     return
@@ -89,7 +97,7 @@ async def live_events(adapter: WireAdapter, req: CanonicalRequest, st: RolloutSt
             log.exception("proxy error")
             yield _Final(w.fail(internal_error(e)))
             return
-        yield _Final(w.close(result))
+        yield _Closing(w.close(result))
     finally:
         if not task.done():  # the client went away mid-stream: stop generating, record it cancelled
             task.cancel()

@@ -13,11 +13,19 @@ segments are built and validated once (in a worker thread) and the trajectory is
 finish awaiting its durability without blocking the event loop (other rollouts keep streaming). A rollout
 that was open when its proxy died is finished (or cancelled) from the store's call log by a proxy
 restarted on the same store (:meth:`Recorder.open_rollouts` lists them).
+
+Delivery. A call answered ``ok`` is recorded ``delivery_uncertain`` (durably, before its reply) and
+confirmed once its reply went out whole (:meth:`Recorder.reply_done`, from :mod:`.delivery`); the
+confirmation is written to the store too. A call never confirmed — the client left or the connection
+broke mid-reply, or the proxy died while sending it — stays uncertain and trains no token. Finishing
+waits (within ``wait_s``) for replies still being written; from the moment the trajectory is built,
+confirmations no longer change it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections import OrderedDict
@@ -34,7 +42,9 @@ from .render import Head
 
 __all__ = ["Recorder", "RolloutHandle", "RolloutState"]
 
+log = logging.getLogger("openforge.proxy")
 MAX_HEADS = 16
+_CONFIRMING: set[asyncio.Future[None]] = set()  # delivery confirmations being written
 MAX_RESPONSES = 64
 
 
@@ -76,6 +86,9 @@ class RolloutState:
     serving: set[asyncio.Future[Any]] = field(default_factory=set)  # calls being served (cancellable)
     writing: set[asyncio.Future[Any]] = field(default_factory=set)  # durable writes under way (never cancelled)
     finishing: asyncio.Future[Trajectory] | None = None  # afinish under way: later finishes wait for it
+    unconfirmed: dict[int, ModelCall] = field(default_factory=dict)  # answered, reply not confirmed delivered
+    replying: dict[int, asyncio.Future[None]] = field(default_factory=dict)  # replies not over yet (finish waits)
+    frozen: bool = False  # the trajectory is being built: delivery confirmations no longer change the calls
 
     @property
     def accepting(self) -> bool:
@@ -140,6 +153,9 @@ class Recorder:
         if st.finished is not None:
             raise ProxyError(f"rollout {st.rollout_id!r} was finished before call {call.index} could be recorded",
                              409)
+        if call.delivery_uncertain and not st.frozen:  # its reply is still to be sent: confirmed by reply_done
+            st.unconfirmed[call.index] = call
+            st.replying[call.index] = asyncio.get_running_loop().create_future()
         if self.store is None:
             st.calls.append(call)
             return
@@ -154,6 +170,23 @@ class Recorder:
         else:
             self.store.append_call(st.rollout_id, call)
         st.calls.append(call)
+
+    def reply_done(self, st: RolloutState, index: int, delivered: bool) -> None:
+        """The reply carrying call ``index`` is over: ``delivered`` when it went out whole. A delivered
+        reply (the first, or a retry's replay of it) confirms the call — in memory and in the store —
+        unless the trajectory is already being built; otherwise the call stays ``delivery_uncertain``."""
+        waiting = st.replying.pop(index, None)
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+        call = st.unconfirmed.get(index)
+        if not delivered or call is None or st.frozen:
+            return
+        del st.unconfirmed[index]
+        call.delivery_uncertain = False
+        if self.store is not None:  # queued before any later write of the trajectory (one writer, in order)
+            write = self.store.amark_delivered(st.rollout_id, index)  # queued now, before any later write
+            _CONFIRMING.add(write)  # not "in flight": a finish right after the reply need not wait for it
+            write.add_done_callback(_confirmed)
 
     def open_rollouts(self) -> list[dict[str, Any]]:
         """Rollouts not finished yet: this proxy's own (``calls``, ``in_flight``) and, with a store,
@@ -264,6 +297,7 @@ class Recorder:
             raise ProxyError(f"rollout {rollout_id!r} {what}; finish it with "
                              "`await afinish_rollout(...)` (or POST /admin/rollouts/{id}/finish), which waits "
                              "for them", 409)
+        st.frozen = True
         traj = self._build(st, _Outcome(reward, status, rewards, error, environment, facts, success_threshold))
         self._seal(st, traj)
         if self.store is not None:
@@ -294,6 +328,8 @@ class Recorder:
     @staticmethod
     def _seal(st: RolloutState, traj: Trajectory) -> None:
         st.finished = traj
+        st.unconfirmed.clear()
+        st.replying.clear()
         st.heads.clear()
         st.replay.clear()
         st.responses.clear()
@@ -348,14 +384,27 @@ def _check_verdict(status: RolloutStatus | str | None, reward: float | None, suc
         raise ProxyError(f"contradictory verdict: {e}", 422, param="status") from None
 
 
+def _confirmed(write: asyncio.Future[None]) -> None:
+    _CONFIRMING.discard(write)
+    if not write.cancelled() and write.exception() is not None:  # the call reads back uncertain: safe, but say so
+        log.warning("a delivery confirmation was not written: %s", write.exception())
+
+
 async def _drain(st: RolloutState, wait_s: float) -> None:
     """Wait up to ``wait_s`` for ``st``'s calls in flight, cancel those still being served (each
-    records itself ``cancelled``), then wait for every durable write to end."""
+    records itself ``cancelled``), wait what is left of ``wait_s`` for replies still being written,
+    freeze the calls' delivery state (``st.frozen``), then wait for every durable write to end."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(wait_s, 0.0)
     serving = {t for t in st.serving if not t.done()}
     if serving:
         _, late = await asyncio.wait(serving, timeout=max(wait_s, 0.0))
         for t in late:
             t.cancel("the rollout was finished")
+    replying = {f for f in st.replying.values() if not f.done()}
+    if replying:  # a reply still going out: its call stays uncertain if it does not end in time
+        await asyncio.wait(replying, timeout=max(deadline - loop.time(), 0.0))
+    st.frozen = True
     while True:
         busy = st.busy()
         if not busy:

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from ..errors import ProxyError
 from .canonical import CanonicalRequest
+from .delivery import Delivered, Report
 from .engine import ClientGone
 from .intake import BodyDisconnect, header_map, header_uint
 from .live import SSE_HEADERS, LiveSSE, live_events, wait_disconnect
@@ -86,7 +87,8 @@ class ModelRoutes:
         return st
 
     async def serve(self, request: LeanRequest, adapter: WireAdapter) -> Response:
-        """One model call in ``adapter``'s wire API; every error answered in its shape."""
+        """One model call in ``adapter``'s wire API; every error answered in its shape. An answer goes
+        out wrapped in :class:`~.delivery.Delivered`, which confirms the call once the reply is out whole."""
         api, engine = adapter.api, self.state.engine
         try:
             st = self.auth(request)
@@ -106,7 +108,8 @@ class ModelRoutes:
                     task.cancel()
                     raise
                 if not task.done():  # generation has begun: stream it as it comes
-                    return LiveSSE(live_events(adapter, req, st, sink, task, engine.renderer), sink.call_index)
+                    live = LiveSSE(live_events(adapter, req, st, sink, task, engine.renderer), sink.call_index)
+                    return Delivered(live, self._report(st, sink.call_index), whole=lambda: live.closed)
                 result = task.result()
             else:
                 result = await engine.serve(st, req, **kw)
@@ -117,13 +120,26 @@ class ModelRoutes:
         except Exception as e:  # a bug: log it, answer in the API's shape
             log.exception("proxy error")
             return error_response(api, internal_error(e))
-        if req.stream:
-            # The answer is already complete (a replay, a back-end that does not stream, or a generation that
-            # ended before the response could start) and durable: the whole event sequence goes out in
-            # one write — same SSE bytes, far fewer syscalls than chunk-by-chunk.
-            return Response(b"".join(adapter.stream(req, result, st)), media_type="text/event-stream",
-                            headers={**SSE_HEADERS, "x-openforge-call": str(result.call_index)})
-        return JsonResponse(adapter.respond(req, result, st), headers={"x-openforge-call": str(result.call_index)})
+        report = self._report(st, result.call_index)
+        try:
+            if req.stream:
+                # The answer is already complete (a replay, a back-end that does not stream, or a generation that
+                # ended before the response could start) and durable: the whole event sequence goes out in
+                # one write — same SSE bytes, far fewer syscalls than chunk-by-chunk.
+                reply: Response = Response(b"".join(adapter.stream(req, result, st)), media_type="text/event-stream",
+                                           headers={**SSE_HEADERS, "x-openforge-call": str(result.call_index)})
+            else:
+                reply = JsonResponse(adapter.respond(req, result, st),
+                                     headers={"x-openforge-call": str(result.call_index)})
+        except BaseException:
+            report(False)
+            raise
+        return Delivered(reply, report)
+
+    def _report(self, st: RolloutState, call_index: int) -> Report:
+        """What a reply carrying call ``call_index`` reports its delivery to."""
+        recorder = self.state.recorder
+        return lambda delivered: recorder.reply_done(st, call_index, delivered)
 
     async def chat(self, request: LeanRequest) -> Response:
         return await self.serve(request, _CHAT)

@@ -6,6 +6,10 @@ row layouts), :mod:`.writer` (the writer thread), :mod:`.reader` (queries).
 :func:`load_trajectories` reads a store or an export file; :func:`export_trajectories` lives in
 :mod:`openforge.trajectory_io` and is importable from here too.
 
+Delivery: a call is appended before its reply is sent, marked ``delivery_uncertain``;
+``mark_delivered`` clears the mark once the reply went out whole. After a crash, a call whose mark was
+never cleared reads back uncertain (and is never trained).
+
 Durability: ``append_call`` returns only after the call's transaction is committed with
 ``synchronous=FULL`` (the WAL is fsynced), so an acknowledged call survives ``kill -9`` of the
 writer; so does ``put_trajectory`` (and their ``a…`` forms, which await the same without blocking the
@@ -70,6 +74,16 @@ def _append_job(rollout_id: str, call: ModelCall) -> Job:
     return job
 
 
+_MARK_DELIVERED = ("UPDATE calls SET meta = json_set(meta, '$.delivery_uncertain', json('false')) "
+                   "WHERE rollout_id = ? AND idx = ?")
+
+
+def _delivered_job(rollout_id: str, index: int) -> Job:
+    def job(_state: LogState) -> tuple[list[Op], None]:
+        return [(_MARK_DELIVERED, (rollout_id, index))], None
+    return job
+
+
 def _put_job(traj: Trajectory) -> Job:
     def job(state: LogState) -> tuple[list[Op], Callable[[], Undo]]:
         data = encode_trajectory(traj, state.logged.get(traj.rollout_id, {}))
@@ -127,6 +141,16 @@ class TrajectoryStore:
     async def aappend_call(self, rollout_id: str, call: ModelCall) -> None:
         """Async :meth:`append_call`: awaits durability without blocking the event loop."""
         await asyncio.wrap_future(self._writer.submit(_append_job(rollout_id, _finite_call(rollout_id, call))))
+
+    def mark_delivered(self, rollout_id: str, index: int) -> None:
+        """Record that the reply of a logged call went out whole (it was appended ``delivery_uncertain``,
+        before its reply); returns once durable. A call never marked reads back uncertain."""
+        self._writer.submit(_delivered_job(rollout_id, index)).result()
+
+    def amark_delivered(self, rollout_id: str, index: int) -> asyncio.Future[None]:
+        """Async :meth:`mark_delivered`: queued at once (so ordered before any write queued after this
+        call returns, e.g. the rollout's trajectory); await the returned future for durability."""
+        return asyncio.wrap_future(self._writer.submit(_delivered_job(rollout_id, index)))
 
     def put_trajectory(self, traj: Trajectory, *, validated: bool = False) -> None:
         """Store (or replace) a finished trajectory; returns once it is durable. Its segments are

@@ -24,17 +24,32 @@ A *row* is one segment (what veRL trains), a *rollout* may span several segments
 - ``seq-mean-token-sum-norm``: Dr. GRPO, every token weighs ``1 / (n_rows * loss_scale_tokens)``,
   a constant normaliser independent of the lengths (veRL ``seq-mean-token-sum-norm``).
 
+Session weight (``session_weight``, default ``none``). A *session* is one rollout, or the rollouts
+that share ``metadata["session_id"]`` (an external driver that records sub-agents as rollouts of their
+own). With ``equal``, the weights ``loss_agg`` gives are rescaled per session so that every session
+sums to ``1 / n_sessions``: a session that split into many segments (sub-agents, compaction branches)
+weighs no more than one that stayed whole, and within a session ``loss_agg``'s proportions hold.
+Worked example (token-mean): session A trains one segment of 2 tokens, session B three segments of 2
+tokens each. ``none``: every token 1/8, so A weighs 2/8 and B 6/8. ``equal``: A's tokens 1/4 each, B's
+1/12 each, so A and B weigh 1/2 each.
+
+What enters: only rollouts whose outcome is trainable *and* that were captured as exact tokens
+(:attr:`~openforge.trajectory.TrajectoryGroup.trainable`). A ``capture: text`` rollout (a pass-through
+back-end that returns no token ids) is dropped before the group statistics, with a logged reason: its
+reward is not the behaviour policy's, so it must not move the baseline either.
+
 Pure python for the data side; torch is imported lazily inside :func:`policy_loss`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..config import LossAgg
+from ..config import LossAgg, SessionWeight
 from ..trajectory import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,7 +67,10 @@ __all__ = [
     "policy_loss",
 ]
 
+log = logging.getLogger("openforge.train")
+
 LOSS_AGG_MODES: tuple[str, ...] = ("rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+SESSION_WEIGHTS: tuple[str, ...] = ("none", "equal")
 
 TIE_STD = 1e-6
 """A group whose reward std is below this is tied: no learning signal."""
@@ -68,8 +86,8 @@ def is_tied(rewards: Sequence[float], *, tol: float = TIE_STD) -> bool:
 
 
 def count_mixed_groups(groups: Iterable[TrajectoryGroup]) -> int:
-    """How many groups have rewards that differ among their valid rollouts (a policy gradient)."""
-    return sum(1 for g in groups if not is_tied(g.rewards))
+    """How many groups have rewards that differ among their trainable rollouts (a policy gradient)."""
+    return sum(1 for g in groups if not is_tied([t.reward for t in g.trainable]))
 
 
 def group_advantages(rewards: Sequence[float], *, norm_std: bool = True, eps: float = 1e-6) -> list[float]:
@@ -126,6 +144,23 @@ def _segments(traj: Trajectory) -> list:
     return list(traj.build().segments)
 
 
+def session_of(traj: Trajectory) -> str:
+    """The session a rollout belongs to: its ``metadata["session_id"]``, else the rollout itself."""
+    sid = traj.metadata.get("session_id")
+    return f"session:{sid}" if isinstance(sid, (str, int)) and sid != "" else f"rollout:{traj.rollout_id}"
+
+
+def _trainable(group: TrajectoryGroup) -> list[Trajectory]:
+    """The group's rollouts a trainer may use; each valid one captured as text is dropped, logged."""
+    keep = group.trainable
+    for t in group.valid:
+        if t.capture != "tokens":
+            log.warning("rollout %s (task %s) is left out of training: captured as text (an answer came back "
+                        "without the token ids the policy sampled), so it never enters a trainer",
+                        t.rollout_id, t.task_id)
+    return keep
+
+
 def build_samples(
     groups: Iterable[TrajectoryGroup],
     *,
@@ -133,20 +168,25 @@ def build_samples(
     loss_agg: LossAgg = "rollout-mean",
     skip_zero_advantage: bool = True,
     loss_scale_tokens: int = 4096,
+    session_weight: SessionWeight = "none",
 ) -> list[TrainSample]:
     """Turn task groups into training rows.
 
-    Only valid rollouts (infra failures already discarded) enter the group statistics. Every
+    Only trainable rollouts (infra failures already discarded, ``capture: text`` ones dropped with a
+    logged reason) enter the group statistics. Every
     segment of a rollout carries the rollout's advantage. With ``skip_zero_advantage`` tied groups
     (:func:`is_tied`) are left out: their policy-gradient term is zero, so they would only cost
     compute and dilute the weight of the informative rollouts. ``loss_scale_tokens`` is the
-    constant normaliser of ``seq-mean-token-sum-norm``.
+    constant normaliser of ``seq-mean-token-sum-norm``; ``session_weight="equal"`` makes every
+    session weigh the same (see the module docstring).
     """
     if loss_agg not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGG_MODES)}; got {loss_agg!r}")
+    if session_weight not in SESSION_WEIGHTS:
+        raise ValueError(f"session_weight must be one of {', '.join(SESSION_WEIGHTS)}; got {session_weight!r}")
     rows: list[tuple[Trajectory, float, list]] = []
     for group in groups:
-        valid = group.valid
+        valid = _trainable(group)
         rewards = [t.reward for t in valid]
         if skip_zero_advantage and is_tied(rewards):
             continue
@@ -156,10 +196,11 @@ def build_samples(
             if segs:
                 rows.append((traj, adv, segs))
     weight = _token_weight(rows, loss_agg, loss_scale_tokens)
+    scale = _session_scale(rows, weight) if session_weight == "equal" else None
     samples: list[TrainSample] = []
     for traj, adv, segs in rows:
         for seg in segs:
-            w = weight(segs, seg)
+            w = weight(segs, seg) * (scale[session_of(traj)] if scale is not None else 1.0)
             samples.append(
                 TrainSample(
                     input_ids=list(seg.input_ids),
@@ -187,6 +228,16 @@ def _token_weight(rows: list[tuple[Trajectory, float, list]], loss_agg: str, sca
     if loss_agg == "seq-mean-token-mean":
         return lambda segs, seg: 1.0 / (n_rows * seg.num_trained_tokens)
     return lambda segs, seg: 1.0 / (n_rows * scale)
+
+
+def _session_scale(rows: list[tuple[Trajectory, float, list]], weight: Any) -> dict[str, float]:
+    """Per session, the factor that brings its total weight to ``1 / n_sessions``."""
+    totals: dict[str, float] = {}
+    for traj, _, segs in rows:
+        key = session_of(traj)
+        totals[key] = totals.get(key, 0.0) + sum(weight(segs, s) * s.num_trained_tokens for s in segs)
+    n = len(totals)
+    return {k: 1.0 / (n * total) for k, total in totals.items()}
 
 
 def policy_loss(

@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.console",
      "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving", "openforge.task_cursor"),
     # analysis.steps / analysis.recovery are pure readings of a trajectory (the fault recorder uses them)
-    ("openforge.trajectory", "openforge.finite", "openforge.trajectory_io", "openforge.store",
+    ("openforge.trajectory", "openforge.reasoning", "openforge.finite", "openforge.trajectory_io", "openforge.store",
      "openforge.analysis.steps", "openforge.analysis.recovery"),
     ("openforge.proxy",),
     ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",

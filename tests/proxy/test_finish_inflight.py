@@ -179,6 +179,14 @@ def test_rollouts_open_when_the_proxy_died_are_finished_after_a_restart(tmp_path
         client = openai.OpenAI(base_url=opened[0]["openai_base_url"], api_key=opened[0]["api_key"], max_retries=0)
         said = [client.chat.completions.create(model="m", messages=[{"role": "user", "content": f"turn {i}"}])
                 .choices[0].message.content for i in range(2)]
+        # each call was logged before its reply and confirmed delivered just after it: wait until both
+        # confirmations are on disk (a call whose confirmation a crash lost reads back delivery_uncertain)
+        with TrajectoryStore(db) as store:
+            for _ in range(200):
+                if [c.delivery_uncertain for c in store.calls(opened[0]["rollout_id"])] == [False, False]:
+                    break
+                time.sleep(0.05)
+            assert [c.delivery_uncertain for c in store.calls(opened[0]["rollout_id"])] == [False, False]
     finally:
         proc.send_signal(signal.SIGKILL)  # no chance to finish anything
         proc.wait(20)

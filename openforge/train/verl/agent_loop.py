@@ -157,6 +157,9 @@ class OpenForgeAgentLoop(AgentLoopBase):
             steps = self.backend.close_rollout(rollout_id)
         if traj is not None and not traj.trainable:
             reason = f"rollout {rollout_id} ended in {traj.status}: {traj.error or ''}".strip()
+        elif traj is not None and traj.capture != "tokens":
+            reason = (f"rollout {rollout_id} was captured as text (an answer came back without token ids); "
+                      "text captures never enter a trainer")
         elif traj is not None and not any(s.num_trained_tokens for s in traj.segments):
             reason = f"rollout {rollout_id} recorded no trainable model call"
         ok = traj is not None and not reason

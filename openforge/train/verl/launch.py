@@ -109,7 +109,12 @@ def loss_agg_mode(cfg: RunConfig) -> str:
     """veRL's ``actor.loss_agg_mode`` for the run: ``trainer.verl.loss_agg``, else ``trainer.cpu.loss_agg``.
 
     ``rollout-mean`` (every rollout weighs the same, its segments sharing that weight) is refused:
-    veRL normalises per mini-batch of rows and no per-row weight reaches its policy loss."""
+    veRL normalises per mini-batch of rows and no per-row weight reaches its policy loss. For the same
+    reason ``trainer.cpu.session_weight: equal`` is refused."""
+    if cfg.trainer.cpu.session_weight != "none":
+        raise ConfigError(
+            f"trainer.cpu.session_weight={cfg.trainer.cpu.session_weight!r} has no veRL equivalent (veRL weighs rows, "
+            "i.e. segments, and no per-row weight reaches its policy loss); set it to 'none' for trainer.backend=verl")
     mode = cfg.trainer.verl.loss_agg or cfg.trainer.cpu.loss_agg
     key = "trainer.verl.loss_agg" if cfg.trainer.verl.loss_agg else "trainer.cpu.loss_agg"
     if mode not in VERL_LOSS_AGG:

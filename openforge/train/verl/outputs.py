@@ -10,6 +10,9 @@ row and broadcasts the advantage to every row of the session, so the segment hol
 final call goes last, and it carries ``reward_score`` plus ``extra_fields["reward_extra_info"]``
 (veRL copies both to the earlier rows; without the info dict it raises ``KeyError``). Every row
 carries int ``min_global_steps`` / ``max_global_steps`` (veRL's staleness bookkeeping).
+
+A trajectory captured as text (``capture: text``: some answer came back without the sampled token
+ids) never becomes a row: :func:`segment_rows` refuses it with :class:`TextCaptureError`.
 """
 
 from __future__ import annotations
@@ -18,17 +21,24 @@ from typing import Any
 
 from ...trajectory import Trajectory
 
-__all__ = ["segment_rows", "to_agent_loop_outputs"]
+__all__ = ["TextCaptureError", "segment_rows", "to_agent_loop_outputs"]
 
 REWARD_INFO_KEYS = ("acc", "n_calls", "n_segments")
+
+
+class TextCaptureError(ValueError):
+    """A text-captured trajectory was handed to the trainer: it never trains."""
 
 
 def segment_rows(traj: Trajectory) -> list[dict[str, Any]]:
     """The trajectory's segments as veRL-shaped dicts, the final call's segment last.
 
     Segments without a trained token are dropped (veRL must never see a row whose
-    ``sum(response_mask) == 0``).
+    ``sum(response_mask) == 0``). A ``capture: text`` trajectory is refused (:class:`TextCaptureError`).
     """
+    if traj.capture != "tokens":
+        raise TextCaptureError(f"rollout {traj.rollout_id}: captured as text (an answer came back without the "
+                               "token ids the policy sampled); text captures never enter a trainer")
     segs = [s for s in traj.segments if s.num_trained_tokens > 0]
     segs.sort(key=lambda s: max(s.call_indices))
     rows = []
