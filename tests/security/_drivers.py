@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,3 +32,17 @@ def run_driver(script: str, args: list[str], *, as_user: bool) -> dict:
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=280)
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def driver_base(kind: str, *, as_user: bool) -> Iterator[Path]:
+    """A fresh directory inside the checkout (not under /tmp, which sandboxes mask) for one scenario,
+    owned by the normal-user driver when ``as_user``; removed afterwards whatever the scenario left."""
+    base = REPO / ".pytest-security" / f"{kind}-{os.getpid()}-{'u' if as_user else 'r'}"
+    base.mkdir(parents=True)
+    if as_user:
+        os.chown(base, TEST_UID, TEST_UID)
+    try:
+        yield base
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)

@@ -22,8 +22,7 @@ from openforge.launchers.local import LocalLauncher
 from openforge.plugins import make_environment
 from openforge.task import Task
 
-from ._drivers import run_driver
-from .test_sandbox_escapes import REPO, TEST_UID
+from ._drivers import driver_base, run_driver
 
 pytestmark = pytest.mark.timeout(300)
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="the agent is another uid only under a root driver")
@@ -62,14 +61,8 @@ def test_fault_forwarder_is_no_confused_deputy(as_user):
     private 0700 socket, then to a concurrent rollout's service — and calls through the forwarder
     (``_deputy.py``). The driver's socket must stay unreached and the victim, who did nothing, must
     not score."""
-    base = REPO / ".pytest-security" / f"dep-{os.getpid()}-{'u' if as_user else 'r'}"
-    base.mkdir(parents=True)
-    if as_user:
-        os.chown(base, TEST_UID, TEST_UID)
-    try:
+    with driver_base("dep", as_user=as_user) as base:
         rep = run_driver("_deputy.py", [str(base)], as_user=as_user)
-    finally:
-        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
     out = rep["out"]
     assert "DRIVER-PRIVATE" not in out, out
     assert "SWAPPED" not in out, out  # the socket's path is not the agent's to replace
@@ -306,14 +299,8 @@ def test_fault_evidence_cannot_be_forged(as_user):
     log in HOME, a log or a new shim next to the shims, the oracle's socket asked directly, a copy of
     the shim, a shell holding the shim open): the record stays empty. Then it runs the command: the
     failure is served and recorded, once (``_evidence.py``)."""
-    base = REPO / ".pytest-security" / f"ev-{os.getpid()}-{'u' if as_user else 'r'}"
-    base.mkdir(parents=True)
-    if as_user:
-        os.chown(base, TEST_UID, TEST_UID)
-    try:
+    with driver_base("ev", as_user=as_user) as base:
         rep = run_driver("_evidence.py", [str(base)], as_user=as_user)
-    finally:
-        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
     out = rep["attack"]
     assert "WROTE-SHIM-DIR" not in out and "REPLACED-SHIM" not in out, out
     assert "direct: pass" in out and "held: pass" in out, out  # asked, but not by a shim being run

@@ -14,8 +14,7 @@ from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 from openforge.task import Task
 
-from ._drivers import run_driver
-from .test_sandbox_escapes import REPO, TEST_UID
+from ._drivers import driver_base, run_driver
 
 pytestmark = pytest.mark.timeout(300)
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a rollout's tmpfs needs a root driver")
@@ -30,18 +29,12 @@ def test_deep_directories_neither_fail_cleanup_nor_later_runs(tmp_path, as_user)
     """1,500 nested directories (some 000) in a rollout, and leftovers like it from a driver that
     died (one with a FIFO for its owner file): the sandbox closes and is gone, and a new launcher on
     the same base directory starts, runs, and removes the leftovers."""
-    base = REPO / ".pytest-security" / f"deep-{os.getpid()}-{'u' if as_user else 'r'}"
-    base.mkdir(parents=True)
-    if as_user:
-        os.chown(base, TEST_UID, TEST_UID)
-    try:
+    with driver_base("deep", as_user=as_user) as base:
         report = run_driver("_deep.py", [str(base)], as_user=as_user)
         assert report["agent"] == "nested 1500", report
         assert report["close"] == "ok" and not report["rollout_dir_left"], report
         assert report["later_launcher"] == "ok" and report["later_exec"] == "fine", report
         assert report["stale_left"] == ["stale-fifo"], report  # the FIFO's dir has no owner to trust: kept
-    finally:
-        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
 
 
 def test_watchdog_removes_a_deep_tree(tmp_path):
@@ -74,14 +67,8 @@ def test_watchdog_removes_a_deep_tree(tmp_path):
 def test_harness_output_does_not_grow_the_driver(as_user):
     """600 MB printed (half of it into the parent's stdout): the driver keeps a bounded head and
     tail, says how much it dropped, and its peak memory stays far below what was printed."""
-    base = REPO / ".pytest-security" / f"out-{os.getpid()}-{'u' if as_user else 'r'}"
-    base.mkdir(parents=True)
-    if as_user:
-        os.chown(base, TEST_UID, TEST_UID)
-    try:
+    with driver_base("out", as_user=as_user) as base:
         report = run_driver("_output.py", [str(base)], as_user=as_user)
-    finally:
-        __import__("subprocess").run(["rm", "-rf", str(base)], check=False)
     assert report["rc"] == 0 and report["tail"].endswith("END\n") and report["head"] == "aaaaa", report
     assert report["says_dropped"] and report["dropped"] > 290_000_000, report  # /proc/$PPID/fd/1: where allowed
     assert report["stdout_len"] < 10_000_000, report

@@ -22,6 +22,8 @@ import pytest
 from openforge.config import load_config
 from openforge.errors import ForgeError
 
+from .test_checkpoint import _sample
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -95,15 +97,6 @@ def crash_at(monkeypatch, phase: str, step: int):
         yield
     finally:
         monkeypatch.undo()
-
-
-def _sample():
-    from openforge.train.grpo import TrainSample
-
-    ids = [3, 5, 7, 9, 11, 13]
-    mask = [0, 0, 1, 1, 1, 1]
-    return TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-4.0 * m for m in mask], advantage=1.0,
-                       token_weights=[m / 4 for m in mask])
 
 
 @pytest.fixture
