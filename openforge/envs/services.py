@@ -246,8 +246,8 @@ async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path,
 class ServiceCrashed(SandboxFailure):
     """A task service died after the agent reached it: ``policy_failure`` (see the module docstring)."""
 
-    def __init__(self, message: str):
-        super().__init__(message, RolloutStatus.POLICY_FAILURE)
+    def __init__(self, message: str, status: RolloutStatus = RolloutStatus.POLICY_FAILURE):
+        super().__init__(message, status)
 
 
 class ServiceWrapper(Protocol):

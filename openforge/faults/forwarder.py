@@ -43,12 +43,12 @@ _REQ_DROP = _HOP | {"content-length"}
 MAX_BODY = 16 * 1024 * 1024
 
 
-class _TooLarge(Exception):
-    pass
+class _TooLarge(ValueError):
+    """A request body over ``max_body``."""
 
 
-class _Disconnected(Exception):
-    pass
+class _Disconnected(ConnectionError):
+    """The client left before its request body was complete."""
 
 
 def pin_socket(path: str | Path) -> int:
