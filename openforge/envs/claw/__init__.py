@@ -7,6 +7,12 @@ that passes its verifier; doing nothing fails it (both checked by the test suite
 (``split="easy"`` in :meth:`ClawEnvironment.tasks`) are the subset a weak model can solve; the
 ``heldout`` split holds new variants of their skills that no recipe trains on (a before/after set).
 
+``ClawEnvironment(generated={train: N, heldout: M, seed: S, families: [...]})`` (``env.options.generated``
+in a recipe) swaps the hand-written tasks for the generated streams (:mod:`.generated`): split ``train``
+is the train stream, split ``heldout`` the held-out stream (new instances of the same generators, never
+trained on), and each instance is scored with partial credit (:mod:`.credit`: reward in [0, 1] for
+GRPO; a success, what held-out tables count, only when every check passed).
+
 The verifier runs after the agent stopped: file checks read the workdir from the host, command
 checks run read-only commands in the (now agent-free) sandbox, service checks read the services'
 in-driver state. The agent never sees this package (it is hidden from the sandbox).
@@ -22,6 +28,8 @@ from ...errors import EnvironmentError_
 from ...launchers.base import Sandbox
 from ...task import Task
 from ..serve import socket_path
+from .credit import partial_credit
+from .generated import GenOptions, streams
 from .services import ServiceServer, ServiceState
 from .spec import CheckContext, ClawSpec
 from .tasks_heldout import TASKS as _HELDOUT
@@ -52,8 +60,15 @@ class ClawEnvironment(Environment):
 
     name = "claw"
 
-    def __init__(self) -> None:
-        self._tasks = [_task(s) for s in SPECS.values()]
+    def __init__(self, generated: dict | bool | None = None) -> None:
+        self._primary: dict[str, tuple[str, ...]] = {}
+        if generated:
+            train, heldout = streams(GenOptions.parse(generated))
+            self._specs = {g.spec.id: g.spec for g in (*train, *heldout)}
+            self._primary = {g.spec.id: g.primary for g in (*train, *heldout)}
+        else:
+            self._specs = SPECS
+        self._tasks = [_task(s) for s in self._specs.values()]
         self._servers: dict[int, tuple[ServiceServer, ServiceState]] = {}
 
     def tasks(self, split: str | None = None) -> list[Task]:
@@ -65,12 +80,12 @@ class ClawEnvironment(Environment):
         return [_PKG_DIR]
 
     def reference_solution(self, task: Task) -> list[str]:
-        return reference_solution(task)
+        return list(self._spec(task).solution)
 
     def _spec(self, task: Task) -> ClawSpec:
-        if task.id not in SPECS:
+        if task.id not in self._specs:
             raise EnvironmentError_(f"claw has no task {task.id!r}")
-        return SPECS[task.id]
+        return self._specs[task.id]
 
     async def setup(self, task: Task, sandbox: Sandbox) -> None:
         spec = self._spec(task)
@@ -98,8 +113,9 @@ class ClawEnvironment(Environment):
         entry = self._servers.get(id(sandbox))
         ctx = CheckContext(workdir=workdir, sandbox=sandbox, state=entry[1] if entry else None)
         names = list(spec.checks)
-        results = await asyncio.gather(*(spec.checks[n](ctx) for n in names))
-        return VerifyResult.from_checks(dict(zip(names, results)))
+        results = dict(zip(names, await asyncio.gather(*(spec.checks[n](ctx) for n in names))))
+        primary = self._primary.get(task.id)
+        return partial_credit(results, primary) if primary else VerifyResult.from_checks(results)
 
     async def teardown(self, task: Task, sandbox: Sandbox) -> None:
         entry = self._servers.pop(id(sandbox), None)
