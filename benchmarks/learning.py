@@ -251,8 +251,10 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         held = n.pop("_held")
         console.print(f"[bold]seed {s}[/]")
         if all(held.values()):
+            tasks = sorted({t for n in held["after"]["per_harness"].values() for t in n.get("outcomes", {})})
             table = heldout_table({"before": held["before"], "warmstart": held["warmstart"], "after": held["after"],
-                                   "trials": held["after"].get("trials")})
+                                   "tasks": tasks,
+                                   "trials": next(iter(held["after"]["per_harness"].values())).get("k")})
             if table is not None:
                 console.print(table)
         md += [f"## seed {s}", "", "| point | held-out success |", "|---|---|"]

@@ -45,7 +45,7 @@ def _point(label: str, outcomes: dict[str, list[int]]) -> dict:
     flat = [o for v in outcomes.values() for o in v]
     return {"point": label, "label": label, "per_harness": {"react": {
         "successes": sum(flat), "trials": len(flat), "infra_failures": 0, "pass_rate": sum(flat) / len(flat),
-        "ci95": [0.0, 1.0], "outcomes": outcomes}}}
+        "ci95": [0.0, 1.0], "k": 3, "outcomes": outcomes}}}
 
 
 def test_report_writes_the_table_curve_and_png(tmp_path):
