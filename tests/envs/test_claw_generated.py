@@ -109,6 +109,17 @@ def test_partial_credit_is_never_a_success():
         partial_credit({"a": True}, ["z"])
 
 
+def test_only_every_check_passing_is_a_success():
+    """What the held-out table counts (status ``success``: reward ≥ the runs' threshold, 1.0) is never
+    reached by partial credit: the best partial score is a policy failure that still trains."""
+    from openforge.outcome import OutcomeFacts, classify_outcome
+
+    best_partial = partial_credit({"a": True, "b": True, "c": True, "kept": False}, ["a", "b", "c"])
+    assert classify_outcome(OutcomeFacts(reward=best_partial.reward)).status.value == "policy_failure"
+    full = partial_credit({"a": True, "kept": True}, ["a"])
+    assert classify_outcome(OutcomeFacts(reward=full.reward)).status.value == "success"
+
+
 # -- real sandboxes ------------------------------------------------------------------------------
 
 ENV = ClawEnvironment(generated={"train": 18, "heldout": 9, "seed": 11})
