@@ -125,7 +125,7 @@ async def calibrate(args: argparse.Namespace) -> dict[str, Any]:
               "harness": cfg.harness.as_run(), "sft": {k: sft.get(k) for k in ("key", "cached", "samples", "time_s")},
               "discarded": len(groups.discarded), "families": fams, "all": total}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "calibration.json").write_text(json.dumps(result, indent=1))
+    (args.out / "calibration.json").write_text(json.dumps(result, indent=1, default=str))
     (args.out / "calibration.md").write_text(calibration_md(result))
     print(calibration_md(result))
     return result
