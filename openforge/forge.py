@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from .config import RunConfig, dump_config, load_config
 from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
 from .rollout import GroupResults
+from .run_health import ErrorBudget, TooManyRolloutErrors
 from .session import Session, group_harnesses, load_environment, select_tasks
 from .step_sampling import SampledStep, SamplingPlan, sample_step
 from .task import Task
@@ -120,6 +121,7 @@ class Forge:
         self.session: Session | None = None
         self.trainer: Any = None
         self.mix = HarnessMix.from_config(config.harness, seed=config.seed)
+        self.errors = ErrorBudget(config.rollout.max_error_share)
         self._t0 = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -243,6 +245,7 @@ class Forge:
         for step in range(start, cfg.trainer.steps):
             line = await self._grpo_step(step, cursor)
             summary["steps"].append(line)
+            self._stop_on_errors(summary, step)
             every = cfg.trainer.checkpoint_every
             due = bool(every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps
             saved = ckpts.after_step(step + 1, line, due=due, cursor=cursor.state.to_json())
@@ -267,6 +270,19 @@ class Forge:
         except ValueError as e:
             self.console.log(f"task cursor not resumed ({e}): the tasks are drawn from a fresh epoch")
             return TaskCursor(tasks, seed=self.cfg.seed)
+
+    def _stop_on_errors(self, summary: dict[str, Any], step: int) -> None:
+        """Raise :class:`~openforge.run_health.TooManyRolloutErrors` (after writing the summary with the
+        reason) when the run's rollouts so far cross the error budget (:mod:`openforge.run_health`)."""
+        try:
+            self.errors.check(where=f"after step {step + 1} of {self.cfg.trainer.steps}")
+        except TooManyRolloutErrors as e:
+            summary["stopped"] = str(e)
+            from rich.markup import escape
+
+            self.console.log(f"[red]{escape(str(e))}[/]")
+            self._finish(summary)
+            raise
 
     async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
         if held:
@@ -296,6 +312,7 @@ class Forge:
         sampled = await self._sample_step(step, cursor)
         groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
+        self.errors.record([*(t for g in groups for t in g.trajectories), *groups.discarded])
         samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
                                 loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight)
@@ -316,8 +333,7 @@ class Forge:
         self._log_metrics(line)
         what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "
                 f"{sampled.target}), loss {tm.get('loss', 0):.4f}" if line["gradient_step"] else
-                f"no gradient step: {mixed} of {len(groups)} groups mixed after {rounds} resample round(s) "
-                f"(needs {sampled.min_mixed})")
+                _no_step_reason(line, mixed=mixed, rounds=rounds, needs=sampled.min_mixed))
         self.console.log(
             f"step {step + 1}/{cfg.trainer.steps}: reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
             f"pass {line['pass_rate']:.2f} rollouts {line['rollouts']}; {what} ({line['step_time_s']:.0f}s)")
@@ -350,6 +366,31 @@ def _grad_step(s: dict[str, Any]) -> str:
     if s.get("gradient_step", True):
         return f"yes (+{rounds})" if rounds else "yes"
     return "no"
+
+
+def _no_step_reason(line: dict[str, Any], *, mixed: int, rounds: int, needs: int) -> str:
+    """Why a step took no gradient step: no valid rollout at all (name the statuses), or tied rewards."""
+    if not line.get("groups"):
+        return f"no gradient step: no trainable rollout ({_statuses(line.get('statuses') or {})})"
+    return (f"no gradient step: {mixed} of {line['groups']} groups mixed after {rounds} resample round(s) "
+            f"(needs {needs})")
+
+
+def idle_step_lines(steps: Sequence[dict[str, Any]]) -> list[str]:
+    """The summary's lines about steps without a gradient step: those with no valid group (their rollouts
+    were env/harness/infra errors: nothing to compare) apart from those whose groups tied."""
+    idle = [s for s in steps if not s.get("gradient_step", True)]
+    empty = [s["step"] for s in idle if not s.get("groups")]
+    tied = [s["step"] for s in idle if s.get("groups")]
+    out = []
+    if empty:
+        out.append(f"no gradient step at step(s) {', '.join(map(str, empty))}: no valid rollout group (the rollouts "
+                   "were env/harness/infra errors, discarded and never scored; see the statuses column)")
+    if tied:
+        out.append(f"no gradient step at step(s) {', '.join(map(str, tied))}: too few groups had differing rewards "
+                   "(trainer.cpu.min_mixed_groups) even after resampling, so no policy gradient; those steps' rewards "
+                   "are samples of an unchanged policy")
+    return out
 
 
 def print_summary(summary: dict[str, Any], console: Any = None) -> None:
@@ -385,11 +426,12 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
         console.print(f"mixed groups: {mixed['reached']} reached of a target of {mixed['target']} over the run; below "
                       f"the step's target after its resample rounds at step(s) "
                       f"{', '.join(map(str, mixed['steps_below_target']))} (trainer.cpu.max_resample_rounds bounds them)")
-    idle = [s["step"] for s in summary.get("steps", []) if not s.get("gradient_step", True)]
-    if idle:
-        console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: too few groups had differing "
-                      "rewards (trainer.cpu.min_mixed_groups) even after resampling, so no policy gradient; those "
-                      "steps' rewards are samples of an unchanged policy")
+    for line in idle_step_lines(summary.get("steps", [])):
+        console.print(line)
+    if summary.get("stopped"):
+        from rich.markup import escape
+
+        console.print(f"[red]{escape(str(summary['stopped']))}[/]")
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
 
 
