@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -64,6 +64,49 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
         con.print(f"[bold]{label}[/]: {s.tasks} tasks × {s.k} trials · statuses {_status_line(s.statuses)}")
     con.print(compare_table(rows))
     con.print(f"wrote {out}/ (one forge eval directory per back-end) — forge compare {out}/*")
+
+
+def _fresh_store(out: Path) -> Path:
+    """``OUT/rollouts.db``, where every attempt is recorded as it finishes (what Ctrl-C keeps); one left
+    by an earlier eval into the same folder is removed first."""
+    from ..evaluation import ROLLOUTS_DB
+
+    store = out / ROLLOUTS_DB
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    return store
+
+
+def _interrupted(req: Any, out: Path, store: Path, as_json: bool) -> NoReturn:
+    """Ctrl-C: write the finished rollouts as a partial eval directory (``interrupted: true``), say so, exit 130."""
+    from ..evaluation import finished_trials, write_eval_dir
+
+    summary, trajs = finished_trials(store, k=req.trials)
+    write_eval_dir(out, req, summary, trajs, interrupted=True)
+    err = new_console(stderr=True)
+    if not as_json and trajs:
+        err.print(_eval_table(summary))
+    err.print(f"[yellow]interrupted[/]: {len(trajs)} finished rollout(s) kept (statuses "
+              f"{_status_line(summary.statuses)}); the partial summary is in {out}/eval.json (marked "
+              f"interrupted) — forge report {out}")
+    raise typer.Exit(130)
+
+
+def _fail_if_nothing_valid(summary: Any, trajs: list[Any], out: Path) -> None:
+    """Print the first harness/verifier/infra error (with its traceback); exit 3 when no rollout was valid."""
+    from rich.markup import escape
+
+    from ..run_health import first_error
+
+    failed = [t for t in trajs if not t.trainable]
+    if not failed:
+        return
+    err = new_console(stderr=True)
+    err.print(f"first failed rollout: {escape(first_error(failed[0]))}")
+    if not summary.valid_trials:
+        err.print(f"[bold red]error:[/] no valid rollout: {len(failed)} of {len(trajs)} were not trainable "
+                  f"({_status_line(summary.statuses)}), so nothing was scored; details in {out}/trajectories.jsonl")
+        raise typer.Exit(3)
 
 
 def register(app: typer.Typer) -> None:
@@ -122,15 +165,21 @@ def register(app: typer.Typer) -> None:
             _eval_many(req, backend, out, as_json)
             return
         per: dict[str, Any] = {}
-        if len(given) == 1:
-            summary, trajs = run_main(run_eval(req, progress=not as_json, run_dir=out))
-        else:
-            from ..evaluation import run_eval_harnesses
+        store = _fresh_store(out)
+        try:
+            if len(given) == 1:
+                summary, trajs = run_main(run_eval(req, progress=not as_json, run_dir=out, store=store))
+            else:
+                from ..evaluation import run_eval_harnesses
 
-            per, summary, trajs = run_main(run_eval_harnesses(req, given, options, progress=not as_json, run_dir=out))
+                per, summary, trajs = run_main(run_eval_harnesses(req, given, options, progress=not as_json,
+                                                                  run_dir=out, store=store))
+        except KeyboardInterrupt:
+            _interrupted(req, out, store, as_json)
         write_eval_dir(out, req, summary, trajs, per_harness=per)
         if as_json:
             typer.echo((out / "eval.json").read_text())
+            _fail_if_nothing_valid(summary, trajs, out)
             return
         con = new_console()
         if per:
@@ -146,6 +195,7 @@ def register(app: typer.Typer) -> None:
 
         con.print(behaviour_table(summary, title=f"behaviour ({summary.valid_trials} valid rollouts)"))
         con.print(f"wrote {out}/ (eval.json, trajectories.jsonl) — forge report {out}")
+        _fail_if_nothing_valid(summary, trajs, out)
 
     @app.command("compare")
     def compare_cmd(
