@@ -66,6 +66,19 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
     con.print(f"wrote {out}/ (one forge eval directory per back-end) — forge compare {out}/*")
 
 
+def _check_run_backend(spec: str) -> None:
+    """``-b RUN@last`` (or a model directory) whose directory does not exist: say so, in those terms
+    (before, the spec fell through to "expected KIND:ARG")."""
+    if ":" in spec or spec == "reference":
+        return
+    run, at, sel = spec.rpartition("@")
+    if at and not Path(run).expanduser().is_dir():
+        raise ConfigError(f"--backend {spec}: the run directory {run} does not exist (RUN@{sel} names a checkpoint "
+                          "of a training run's directory)")
+    if not at and ("/" in spec or spec.startswith(".")) and not Path(spec).expanduser().exists():
+        raise ConfigError(f"--backend {spec}: no such model or run directory")
+
+
 def _fresh_store(out: Path) -> Path:
     """``OUT/rollouts.db``, where every attempt is recorded as it finishes (what Ctrl-C keeps); one left
     by an earlier eval into the same folder is removed first."""
@@ -149,6 +162,8 @@ def register(app: typer.Typer) -> None:
         budget_s = either(budget_s, budget_old, "--budget-s", "--budget")
         from ..analysis.eval_many import normalize_backend
 
+        for spec in backend:
+            _check_run_backend(spec)
         if len(backend) > 1 and len(given) > 1:
             raise typer.BadParameter("several --backend values are compared through one harness at a time; "
                                      f"got harnesses {', '.join(given)} — run forge eval once per harness",
