@@ -66,6 +66,41 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
     con.print(f"wrote {out}/ (one forge eval directory per back-end) — forge compare {out}/*")
 
 
+def _report_detokenizer(config: Any, given: str | None) -> Any:
+    """``ids → text`` for ``forge report``: ``--tokenizer``, else the run's own (:mod:`openforge.analysis.
+    report_tokenizer`), loaded with a progress message; ``None`` (raw ids) when none is known or the run's
+    own cannot be loaded here (said on stderr). A ``--tokenizer`` that cannot be loaded is an error."""
+    import time
+
+    from rich.markup import escape
+
+    from ..analysis.report_tokenizer import TokenizerChoice, run_tokenizer
+    from ..proxy.light_tokenizer import load_light_tokenizer
+
+    choice = TokenizerChoice(given, "--tokenizer") if given else run_tokenizer(config)
+    err = new_console(stderr=True)
+    if choice.name is None:
+        err.print(escape(f"no tokenizer for this run ({choice.source}): the viewer shows token ids; give "
+                         "--tokenizer NAME"))
+        return None
+    t = time.monotonic()
+    err.print(escape(f"loading tokenizer {choice.name} ({choice.source}) to decode the token ids …"))
+    try:
+        tok = load_light_tokenizer(choice.name)
+    except Exception as e:
+        if given:
+            raise ConfigError(f"cannot load tokenizer {given!r}: {e}") from None
+        err.print(escape(f"cannot load the run's tokenizer {choice.name}: {e}; the viewer shows token ids "
+                         "(give --tokenizer NAME)"), style="yellow")
+        return None
+    err.print(escape(f"tokenizer {choice.name} loaded in {time.monotonic() - t:.1f}s"))
+
+    def detok(ids: Any) -> str:
+        return tok.decode(list(ids), skip_special_tokens=False)
+
+    return detok
+
+
 def _check_run_backend(spec: str) -> None:
     """``-b RUN@last`` (or a model directory) whose directory does not exist: say so, in those terms
     (before, the spec fell through to "expected KIND:ARG")."""
@@ -245,7 +280,8 @@ def register(app: typer.Typer) -> None:
     def report_cmd(
         run: Path = typer.Argument(..., help="a run directory (training or forge eval output)"),
         out: Path = typer.Option(None, "--out", "-o", help="HTML file to write (default: RUN/report.html)"),
-        tokenizer: str = typer.Option(None, "--tokenizer", help="decode token ids with this tokenizer (e.g. smollm2-135m)"),
+        tokenizer: str = typer.Option(None, "--tokenizer", help="decode token ids with this tokenizer (e.g. "
+                                      "smollm2-135m; default: the run's own, from its config.yaml)"),
         max_trajectories: int = typer.Option(200, "--max-trajectories", min=1, help="trajectories in the viewer"),
     ) -> None:
         """Write ONE self-contained HTML report: curves, behaviour, statuses and a trajectory viewer."""
@@ -253,18 +289,7 @@ def register(app: typer.Typer) -> None:
         from ..analysis.rundir import load_run
 
         data = load_run(run)
-        detok = None
-        if tokenizer:
-            try:
-                from ..proxy.backends.transformers import load_tokenizer
-
-                tok = load_tokenizer(tokenizer)
-            except Exception as e:
-                raise ConfigError(f"cannot load tokenizer {tokenizer!r}: {e}") from None
-
-            def detok(ids: Any) -> str:
-                return tok.decode(list(ids), skip_special_tokens=False)
-
+        detok = _report_detokenizer(data.config, tokenizer)
         target = out or (data.path / "report.html" if data.path.is_dir() else data.path.with_suffix(".html"))
         path = write_report(data, target, detokenize=detok, max_trajectories=max_trajectories)
         new_console().print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB, {len(data.trajectories)} trajectories)")
