@@ -436,22 +436,18 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
 
 
 async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *, preset: str | None = None,
-               overrides: list[str] | dict[str, Any] = (), progress: bool = True) -> dict[str, Any]:
+               overrides: list[str] | dict[str, Any] = (), progress: bool = True,
+               dry_run: bool = False) -> dict[str, Any]:
     """Async :func:`run`."""
-    from .harnesses.prompt_fit import check_prompt_fits
+    from .preflight import preflight
 
     cfg = load_config(config, preset=preset, overrides=overrides)
-    await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
-    if cfg.trainer.backend == "cpu":  # so is a harness that is not installed here (veRL runs it on its nodes)
-        if cfg.eval.heldout.enabled:  # and a held-out task the run trains on
-            from .analysis.heldout import check_heldout
-
-            env = load_environment(cfg.env.name, cfg.env.options)
-            check_heldout(cfg, env, load_tasks(cfg, env))
-        from .plugins import make_harness
-
-        for name in cfg.harness.names():
-            make_harness(name, **cfg.harness.options_for(name)).check_installed()
+    # what the run would refuse (environment options, tasks, model and tokenizer, harness, prompt size,
+    # sandbox) is refused now, before a run directory or a weight exists
+    checks = await asyncio.to_thread(preflight, cfg)
+    if dry_run:
+        return {"dry_run": True, "recipe": cfg.recipe, "checks": [str(c) for c in checks],
+                "config": cfg.model_dump(mode="json")}
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 
@@ -470,15 +466,21 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
 
 
 def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe: str | None = None,
-        preset: str | None = None, overrides: list[str] | dict[str, Any] = (), progress: bool = True) -> dict[str, Any]:
+        preset: str | None = None, overrides: list[str] | dict[str, Any] = (), progress: bool = True,
+        dry_run: bool = False) -> dict[str, Any]:
     """Run one training job and return its summary (also in ``<run_dir>/summary.json``).
 
     ``config`` is a :class:`RunConfig`, a dict, or a YAML path; ``recipe`` starts from a shipped
-    recipe instead (``claw-grpo``, ``claw-sft``, ``gui-grpo``) with its ``preset``.
+    recipe instead (``claw-grpo``, ``claw-sft``, ``gui-grpo``) with its ``preset``. ``dry_run``: only
+    check what the run would refuse (:mod:`openforge.preflight`: environment options, tasks, model
+    and tokenizer, harness, prompt size, sandbox) and return ``{"dry_run": True, "checks": [...],
+    "config": {...}}``; nothing is created, no weight is loaded. A real run makes the same checks first.
+    Raises :class:`~openforge.run_health.TooManyRolloutErrors` (:class:`~openforge.run_health.NothingTrainable`
+    when no rollout was trainable) when the run stops for its rollouts' errors (``rollout.max_error_share``).
     """
     if recipe is not None:
         from .recipes import recipe_config
 
         base = recipe_config(recipe)
         config = base if config is None else {**base, **(config if isinstance(config, dict) else {})}
-    return asyncio.run(arun(config, preset=preset, overrides=overrides, progress=progress))
+    return asyncio.run(arun(config, preset=preset, overrides=overrides, progress=progress, dry_run=dry_run))

@@ -91,14 +91,16 @@ def _show(name: str, preset: str | None, overrides: list[str]) -> None:
 def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, quiet: bool) -> None:
     from ..console import new_console
     from ..forge import arun, print_summary
-    from ..harnesses.prompt_fit import check_prompt_fits, prompt_tokens
+    from ..harnesses.prompt_fit import prompt_tokens
     from ..recipes import load_recipe_config
 
     cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
     if dry_run:
         import yaml
 
-        check_prompt_fits(cfg)
+        from ..preflight import preflight
+
+        checks = preflight(cfg)  # what the real run would refuse; no run directory, no weights
         typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         for h in cfg.harness.names():
             size = prompt_tokens(h, cfg.model.name)
@@ -111,6 +113,8 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
             ov = verl_overrides(cfg, train_file="RUN_DIR/verl/train.parquet", val_file="RUN_DIR/verl/val.parquet",
                                 agent_loop_path="RUN_DIR/verl/agent_loops.yaml", run_dir="RUN_DIR")
             typer.echo("python -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(shlex.quote(o) for o in ov))
+        for c in checks:
+            typer.echo(f"# {c}")
         return
     from ._signals import run_main
 
@@ -129,7 +133,9 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         name: str = typer.Argument(..., help="list | show NAME | cp NAME DIR | a recipe name or folder"),
         preset: str = typer.Option(None, "--preset", "-p", help="Preset of the recipe (default: its default_preset)"),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (and veRL command); run nothing"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Check what the run would refuse (environment options, "
+                                     "tasks, model and tokenizer, harness, sandbox) and print the resolved config "
+                                     "(and veRL command); create nothing, load no weights"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress"),
         as_json: bool = typer.Option(False, "--json", help="forge recipe list: print JSON for scripts"),
     ) -> None:

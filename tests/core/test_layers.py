@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
      "openforge.run_health"),
     ("openforge.train", "openforge.analysis"),
     ("openforge.teacher", "openforge.evaluation", "openforge.heldout_eval", "openforge.forge", "openforge.recipes",
-     "openforge.step_sampling"),
+     "openforge.step_sampling", "openforge.preflight"),
     ("openforge.cli",),
 ]
 
