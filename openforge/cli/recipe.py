@@ -1,4 +1,4 @@
-"""``forge recipe list|show NAME|cp NAME DIR|NAME [--preset P] [key=value ...]``: run shipped recipes.
+"""``forge recipe list|show NAME|cp NAME DIR [env.name=ENV]|NAME [--preset P] [key=value ...]``: run shipped recipes.
 
 Owns the ``recipe`` command. ``forge recipe claw-grpo`` runs the recipe's default preset (``cpu``);
 ``key=value`` arguments override any config key (``rollout.group_size=8 trainer.steps=4``). The
@@ -20,6 +20,7 @@ HELP = """Run a shipped recipe, or list / show / copy recipes.
   forge recipe list
   forge recipe show claw-grpo
   forge recipe cp claw-grpo ./my-recipe
+  forge recipe cp claw-grpo ./my-recipe env.name=./my-tasks   # drops claw-only settings
   forge recipe claw-grpo                          # default preset (cpu)
   forge recipe claw-grpo --preset verl model.name=Qwen/Qwen3-8B
   forge recipe ./my-recipe trainer.steps=4 rollout.group_size=8
@@ -147,12 +148,14 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter("forge recipe show NAME [key=value ...]")
             _show(args[0], preset, args[1:])
         elif name == "cp":
-            if len(args) != 2:
-                raise typer.BadParameter("forge recipe cp NAME DIR")
-            from ..recipes import copy_recipe
+            if len(args) < 2:
+                raise typer.BadParameter("forge recipe cp NAME DIR [env.name=ENV]")
+            from .recipe_copy import copy_for_env
 
-            target = copy_recipe(args[0], Path(args[1]))
+            target, notes = copy_for_env(args[0], Path(args[1]), args[2:])
             typer.echo(f"copied {args[0]} to {target}; run it with: forge recipe {target}")
+            for note in notes:
+                typer.echo(note)
         else:
             from ..errors import ConfigError
             from ..recipes import load_recipe_config
