@@ -31,6 +31,9 @@ def test_all_env_errors_raise_nothing_trainable_with_the_first_traceback() -> No
         budget.check(where="after step 1 of 2")
     msg = str(info.value)
     assert isinstance(info.value, ForgeError) and isinstance(info.value, RuntimeError)
+    import openforge
+
+    assert openforge.NothingTrainable is NothingTrainable and openforge.TooManyRolloutErrors is TooManyRolloutErrors
     assert "no rollout was trainable after step 1 of 2" in msg
     assert "8 of 8 rollouts were not trainable (7 env_error, 1 infra_error)" in msg
     assert "the first env_error: env_error on task t0: env_error number 0" in msg
