@@ -280,7 +280,7 @@ class Forge:
             summary["stopped"] = str(e)
             from rich.markup import escape
 
-            self.console.log(f"[red]{escape(str(e))}[/]")
+            self.console.log(f"[red]{escape(str(e).splitlines()[0])}[/] (the error raised holds the first traceback)")
             self._finish(summary)
             raise
 
