@@ -278,6 +278,7 @@ class Forge:
             self.errors.check(where=f"after step {step + 1} of {self.cfg.trainer.steps}")
         except TooManyRolloutErrors as e:
             summary["stopped"] = str(e)
+            e.summary = summary
             from rich.markup import escape
 
             self.console.log(f"[red]{escape(str(e).splitlines()[0])}[/] (the error raised holds the first traceback)")
@@ -431,7 +432,7 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     if summary.get("stopped"):
         from rich.markup import escape
 
-        console.print(f"[red]{escape(str(summary['stopped']))}[/]")
+        console.print(f"[red]{escape(str(summary['stopped']).splitlines()[0])}[/]")
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import ForgeError
 from .trajectory import Trajectory
@@ -28,7 +29,10 @@ _DETAIL_KEYS = ("verifier_traceback", "traceback", "verify_detail")
 
 class TooManyRolloutErrors(ForgeError, RuntimeError):
     """A training run stopped because too many of its rollouts were not trainable (``env_error``,
-    ``harness_error``, ``infra_error``); the message names the dominant cause and its first error."""
+    ``harness_error``, ``infra_error``); the message names the dominant cause and its first error.
+    ``summary``: the run's summary up to the stop (also in ``RUN_DIR/summary.json``), when known."""
+
+    summary: dict[str, Any] | None = None
 
 
 class NothingTrainable(TooManyRolloutErrors):

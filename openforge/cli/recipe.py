@@ -117,9 +117,15 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
         for c in checks:
             typer.echo(f"# {c}")
         return
+    from ..run_health import TooManyRolloutErrors
     from ._signals import run_main
 
-    summary = run_main(arun(cfg, progress=not quiet))
+    try:
+        summary = run_main(arun(cfg, progress=not quiet))
+    except TooManyRolloutErrors as e:  # the steps so far, then the error (exit 3) with the first traceback
+        if e.summary:
+            print_summary(e.summary, new_console())
+        raise
     if cfg.trainer.backend == "verl":
         rc = summary.get("rc")
         if rc:

@@ -101,6 +101,8 @@ def test_forge_recipe_whose_rollouts_are_all_env_errors_fails(tmp_path: Path) ->
     assert "no rollout was trainable after step 1 of 3" in msg  # stopped at once, not after 3 steps
     assert "env_error" in msg and re.search(r"setup.sh of [ab] failed \(7\)", msg) and "fixture database is missing" in msg
     assert "EnvironmentError_" not in msg and "EnvError" in msg  # the class, named without the old "_"
+    out = " ".join(res.output.split())  # the summary table so far, which does not blame tied rewards
+    assert "no gradient step at step(s) 1: no valid rollout group" in out and "differing" not in out
     import json
 
     summary = json.loads((run_dir / "summary.json").read_text())
