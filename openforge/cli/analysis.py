@@ -64,6 +64,25 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
         con.print(f"[bold]{label}[/]: {s.tasks} tasks × {s.k} trials · statuses {_status_line(s.statuses)}")
     con.print(compare_table(rows))
     con.print(f"wrote {out}/ (one forge eval directory per back-end) — forge compare {out}/*")
+    _fail_if_no_backend_valid(results)
+
+
+def _fail_if_no_backend_valid(results: list[Any]) -> None:
+    """``forge eval -b A -b B``: name each back-end with no valid rollout (its first error); exit 3 when none had one."""
+    from rich.markup import escape
+
+    from ..run_health import first_error
+    from ..store import load_trajectories
+
+    dead = [(label, d) for label, d, s in results if not s.valid_trials]
+    err = new_console(stderr=True)
+    for label, d in dead:
+        failed = [t for t in load_trajectories(d / "trajectories.jsonl") if not t.trainable]
+        first = escape(first_error(failed[0])) if failed else "no rollout ran"
+        err.print(f"[yellow]{escape(label)}: no valid rollout[/]; first failed rollout: {first}")
+    if dead and len(dead) == len(results):
+        err.print("[bold red]error:[/] no back-end had a valid rollout, so nothing was scored")
+        raise typer.Exit(3)
 
 
 def _report_detokenizer(config: Any, given: str | None) -> Any:

@@ -98,3 +98,18 @@ def test_ctrl_c_in_forge_eval_keeps_the_finished_rollouts(tmp_path: Path) -> Non
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     assert sorted(json.loads(x)["task_id"] for x in lines) == ["fast", "fast"]
     assert "interrupted" in err and "2 finished rollout(s) kept" in " ".join(err.split())
+
+
+def test_several_backends_with_no_valid_rollout_exit_3(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    tasks = tmp_path / "tasks"
+    _task(tasks, "broken", setup="echo 'setup: the fixture is missing' >&2\nexit 4\n")
+    (tmp_path / "a.yaml").write_text("tasks:\n  broken:\n    - text: never reached\n")
+    (tmp_path / "b.yaml").write_text("tasks:\n  broken:\n    - text: never reached either\n")
+    res = CliRunner().invoke(app, ["eval", "-H", "react", "--env", str(tasks), "-b", f"scripted:{tmp_path / 'a.yaml'}",
+                                   "-b", f"scripted:{tmp_path / 'b.yaml'}", "--trials", "1",
+                                   "--out", str(tmp_path / "out")])
+    assert res.exit_code == 3, res.output  # before: 0
+    text = " ".join(res.output.split())
+    assert "a: no valid rollout; first failed rollout: env_error on task broken" in text
+    assert "no back-end had a valid rollout" in text
