@@ -203,7 +203,10 @@ def register(app: typer.Typer) -> None:
                                              help="share of the task groups that get faults (with --faults)"),
     ) -> None:
         """Run every task k times (through each harness given); report pass@k, pass^k, mean reward per category
-        (and per harness) and the failure taxonomy."""
+        (and per harness) and the failure taxonomy.
+
+        Exit status: 0; 3 when no rollout was valid (the first error is shown); 130 on Ctrl-C, after writing
+        the finished rollouts as a partial summary (eval.json marked interrupted)."""
         import datetime as dt
 
         from ..analysis.per_harness import harness_names, options_by_harness
