@@ -205,8 +205,9 @@ def register(app: typer.Typer) -> None:
         """Run every task k times (through each harness given); report pass@k, pass^k, mean reward per category
         (and per harness) and the failure taxonomy.
 
-        Exit status: 0; 3 when no rollout was valid (the first error is shown); 130 on Ctrl-C, after writing
-        the finished rollouts as a partial summary (eval.json marked interrupted)."""
+        Exits 3 when no rollout was valid, after showing the first error.
+
+        Ctrl-C writes the finished rollouts as a partial summary (eval.json: interrupted) and exits 130."""
         import datetime as dt
 
         from ..analysis.per_harness import harness_names, options_by_harness
