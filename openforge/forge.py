@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from .config import RunConfig, dump_config, load_config
 from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
 from .rollout import GroupResults
-from .run_health import ErrorBudget, TooManyRolloutErrors
+from .run_health import ErrorBudget, TooManyRolloutErrors, step_outcomes
 from .session import Session, group_harnesses, load_environment, select_tasks
 from .step_sampling import SampledStep, SamplingPlan, sample_step
 from .task import Task
@@ -313,7 +313,7 @@ class Forge:
         sampled = await self._sample_step(step, cursor)
         groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
-        self.errors.record([*(t for g in groups for t in g.trajectories), *groups.discarded])
+        self.errors.record(step_outcomes(groups))
         samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
                                 loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight)

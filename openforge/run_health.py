@@ -16,12 +16,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ForgeError
 from .trajectory import Trajectory
 
-__all__ = ["ErrorBudget", "NothingTrainable", "RolloutErrors", "TooManyRolloutErrors", "first_error"]
+if TYPE_CHECKING:
+    from .rollout import GroupResults
+
+__all__ = ["ErrorBudget", "NothingTrainable", "RolloutErrors", "TooManyRolloutErrors", "first_error", "step_outcomes"]
 
 #: Metadata keys that hold a failed rollout's traceback or the verifier's explanation, most telling first.
 _DETAIL_KEYS = ("verifier_traceback", "traceback", "verify_detail")
@@ -37,6 +40,14 @@ class TooManyRolloutErrors(ForgeError, RuntimeError):
 
 class NothingTrainable(TooManyRolloutErrors):
     """No rollout of the run was trainable: nothing could be learned."""
+
+
+def step_outcomes(groups: GroupResults) -> list[Trajectory]:
+    """A step's outcomes for the error budget: the trained groups' members and the discarded attempts,
+    except those retried (an infra failure retried is judged by its retry's outcome)."""
+    retried = [t for t in groups.discarded if ", retried: " in str((t.metadata or {}).get("discard_reason", ""))]
+    ids = {id(t) for t in retried}
+    return [*(t for g in groups for t in g.trajectories), *(t for t in groups.discarded if id(t) not in ids)]
 
 
 def first_error(traj: Trajectory, *, limit: int = 1500) -> str:

@@ -62,6 +62,22 @@ def test_trainable_rollouts_pass_and_the_budget_is_validated() -> None:
         ErrorBudget(max_share=1.5)
 
 
+def test_a_retried_infra_failure_is_judged_by_its_retry() -> None:
+    from openforge.rollout import GroupResults
+    from openforge.run_health import step_outcomes
+    from openforge.trajectory import TrajectoryGroup
+
+    ok = [_traj("success", i) for i in range(3)]
+    groups = GroupResults([TrajectoryGroup(task_id="t0", trajectories=ok)])
+    groups.discarded += [_traj("infra_error", 7, discard_reason="infra_error, retried: pod lost"),
+                         _traj("env_error", 8, discard_reason="env_error: verifier crashed")]
+    outcomes = step_outcomes(groups)
+    assert sorted(t.rollout_id for t in outcomes) == ["r0", "r1", "r2", "r8"]
+    budget = ErrorBudget(max_share=0.3)
+    budget.record(outcomes)
+    budget.check()  # 1 of 4 failed: the retried attempt does not count against the run
+
+
 def test_summary_does_not_blame_tied_rewards_when_no_rollout_was_valid() -> None:
     steps = [{"step": 1, "gradient_step": False, "groups": 0, "statuses": {"env_error": 8}},
              {"step": 2, "gradient_step": False, "groups": 2, "statuses": {"policy_failure": 4}}]
