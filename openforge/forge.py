@@ -25,6 +25,13 @@ A step left with fewer than min_mixed_groups (at least one) mixed groups trains 
 say ``gradient_step: false`` and the summary table says "no gradient step" rather than showing a
 reward change as if it were learning.
 
+Before anything starts, :func:`~openforge.preflight.preflight` refuses what the run would fail on
+later (``dry_run=True`` stops there). After every step the run's error budget
+(:mod:`openforge.run_health`) is judged: no trainable rollout at all, or a share of env / harness /
+infra errors above ``rollout.max_error_share``, stops the run with
+:class:`~openforge.run_health.TooManyRolloutErrors` naming the dominant cause and its first error
+(``summary.json`` keeps the steps so far and the reason under ``stopped``).
+
 ``trainer.backend=verl`` writes the veRL dataset, agent-loop YAML and command into the run
 directory and runs ``python -m verl.trainer.main_ppo`` (see :mod:`openforge.train.verl.launch`).
 """
