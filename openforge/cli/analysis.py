@@ -144,8 +144,9 @@ def _fresh_store(out: Path) -> Path:
     return store
 
 
-def _interrupted(req: Any, out: Path, store: Path, as_json: bool) -> NoReturn:
-    """Ctrl-C: write the finished rollouts as a partial eval directory (``interrupted: true``), say so, exit 130."""
+def _interrupted(req: Any, out: Path, store: Path, as_json: bool, code: int) -> NoReturn:
+    """Ctrl-C (exit 130) or SIGTERM (143): write the finished rollouts as a partial eval directory
+    (``interrupted: true``), say so, exit ``code``."""
     from ..evaluation import finished_trials, write_eval_dir
 
     summary, trajs = finished_trials(store, k=req.trials)
@@ -156,7 +157,7 @@ def _interrupted(req: Any, out: Path, store: Path, as_json: bool) -> NoReturn:
     err.print(f"[yellow]interrupted[/]: {len(trajs)} finished rollout(s) kept (statuses "
               f"{_status_line(summary.statuses)}); the partial summary is in {out}/eval.json (marked "
               f"interrupted) — forge report {out}")
-    raise typer.Exit(130)
+    raise typer.Exit(code)
 
 
 def _fail_if_nothing_valid(summary: Any, trajs: list[Any], out: Path) -> None:
@@ -207,7 +208,7 @@ def register(app: typer.Typer) -> None:
 
         Exits 3 when no rollout was valid, after showing the first error.
 
-        Ctrl-C writes the finished rollouts as a partial summary (eval.json: interrupted) and exits 130."""
+        Ctrl-C (SIGTERM) writes the finished rollouts as a partial summary (eval.json: interrupted), exits 130 (143)."""
         import datetime as dt
 
         from ..analysis.per_harness import harness_names, options_by_harness
@@ -248,7 +249,11 @@ def register(app: typer.Typer) -> None:
                 per, summary, trajs = run_main(run_eval_harnesses(req, given, options, progress=not as_json,
                                                                   run_dir=out, store=store))
         except KeyboardInterrupt:
-            _interrupted(req, out, store, as_json)
+            _interrupted(req, out, store, as_json, 130)
+        except typer.Exit as e:  # SIGTERM (run_main: 143) keeps the finished rollouts too
+            if e.exit_code == 143:
+                _interrupted(req, out, store, as_json, 143)
+            raise
         write_eval_dir(out, req, summary, trajs, per_harness=per)
         if as_json:
             typer.echo((out / "eval.json").read_text())

@@ -71,7 +71,8 @@ def _finished(db: Path) -> int:
         return 0
 
 
-def test_ctrl_c_in_forge_eval_keeps_the_finished_rollouts(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_in_forge_eval_keeps_the_finished_rollouts(tmp_path: Path, sig: int, code: int) -> None:
     pytest.importorskip("openai")
     tasks = tmp_path / "tasks"
     _task(tasks, "fast")
@@ -86,11 +87,11 @@ def test_ctrl_c_in_forge_eval_keeps_the_finished_rollouts(tmp_path: Path) -> Non
         while time.monotonic() < deadline and _finished(out / "rollouts.db") < 2 and proc.poll() is None:
             time.sleep(0.3)
         assert _finished(out / "rollouts.db") == 2, "the fast rollouts did not finish"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _stdout, err = proc.communicate(timeout=90)
     finally:
         proc.kill()
-    assert proc.returncode == 130, (proc.returncode, err[-3000:])
+    assert proc.returncode == code, (proc.returncode, err[-3000:])
     data = json.loads((out / "eval.json").read_text())  # before: nothing written
     assert data["interrupted"] is True
     assert data["statuses"] == {"success": 2} and data["valid_trials"] == 2
