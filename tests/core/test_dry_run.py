@@ -58,7 +58,7 @@ def test_dry_run_checks_that_the_sandbox_starts(tmp_path: Path) -> None:
 def test_a_real_run_refuses_a_bad_subset_before_the_run_dir_and_the_model_load(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     t = time.monotonic()
-    with pytest.raises(ConfigError, match="env.subset='nosuch'"):
+    with pytest.raises(ConfigError, match=r"env\.subset='nosuch'"):
         openforge.run(recipe="claw-grpo", preset="test", overrides=["env.subset=nosuch", f"run_dir={run_dir}"],
                       progress=False)
     assert not run_dir.exists()  # before: created, then the model loaded (17-28 s), then the error
