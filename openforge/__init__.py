@@ -44,7 +44,8 @@ __all__ = [
 _LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config", "load_config": "config",
          "Environment": "environment", "VerifyResult": "environment", "make_environment": "plugins",
          "make_harness": "plugins", "run_rollout": "rollout", "run_groups": "rollout", "RolloutRequest": "rollout",
-         "GroupRequest": "rollout", "Session": "session"}
+         "GroupRequest": "rollout", "Session": "session", "TooManyRolloutErrors": "run_health",
+         "NothingTrainable": "run_health"}
 __all__ += list(_LAZY)
 __all__ += ["get_environment"]  # deprecated alias of make_environment (same behaviour: an instance)
 

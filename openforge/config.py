@@ -184,6 +184,9 @@ class RolloutConfig(_Section):
     max_tokens: int = Field(256, ge=1, description="cap on generated tokens per model call")
     concurrency: int = Field(4, ge=1, description="rollouts in flight at once")
     timeout_s: float | None = Field(None, gt=0, description="wall-clock budget per rollout (default: the task's)")
+    max_error_share: float = Field(
+        0.5, ge=0, le=1, description="a training run stops (an error naming the cause) once more than this share of "
+        "its rollouts so far were not trainable (env_error, harness_error, infra_error); 1: only when none was")
 
 
 class SFTConfig(_Section):
@@ -324,7 +327,7 @@ class TrainerConfig(_Section):
 
 
 class RunConfig(_Section):
-    """One training run (``forge recipe NAME`` or ``forge.run(config)``)."""
+    """One training run (``forge recipe NAME`` or ``openforge.run(config)``)."""
 
     recipe: str = "custom"
     algorithm: Literal["grpo", "sft"] = "grpo"

@@ -18,7 +18,7 @@ still catches it; and each survives ``pickle`` with its fields (``status``, ``co
     │   └── BackendTimeout     TimeoutError
     ├── HarnessError           RuntimeError harness not installed, crashed, misconfigured (→ harness_error)
     │   └── HarnessNotInstalled
-    ├── EnvironmentError_      RuntimeError environment setup or verifier failed (→ env_error)
+    ├── EnvError               RuntimeError environment setup or verifier failed (→ env_error); alias EnvironmentError_
     ├── SandboxError           RuntimeError launcher could not provision / a pod was lost (→ infra_error)
     └── ProxyError             RuntimeError wire-level problem, carries an HTTP status and the API's error shape
         └── ContextOverflow    ValueError   a prompt longer than the policy's context (a 400)
@@ -33,6 +33,7 @@ __all__ = [
     "BackendTimeout",
     "ConfigError",
     "ContextOverflow",
+    "EnvError",
     "EnvironmentError_",
     "ForgeError",
     "HarnessError",
@@ -134,8 +135,12 @@ class HarnessNotInstalled(HarnessError):
     pass
 
 
-class EnvironmentError_(ForgeError, RuntimeError):
-    pass
+class EnvError(ForgeError, RuntimeError):
+    """The environment's setup or verifier failed (→ ``env_error``). Also importable as
+    ``EnvironmentError_``, its old name (whose ``_`` showed in every message and traceback)."""
+
+
+EnvironmentError_ = EnvError
 
 
 class SandboxError(ForgeError, RuntimeError):

@@ -40,7 +40,11 @@ from .trajectory import Trajectory
 if TYPE_CHECKING:
     from .store import TrajectoryStore
 
-__all__ = ["EvalRequest", "eval_backends", "run_eval", "run_eval_harnesses", "write_eval_dir"]
+__all__ = ["ROLLOUTS_DB", "EvalRequest", "eval_backends", "finished_trials", "run_eval", "run_eval_harnesses",
+           "write_eval_dir"]
+
+#: Every attempt of a ``forge eval`` (retried ones too), recorded as it finishes: what Ctrl-C keeps.
+ROLLOUTS_DB = "rollouts.db"
 
 
 class EvalRequest(BaseModel):
@@ -85,7 +89,7 @@ def _annotate(traj: Trajectory, trial: int) -> Trajectory:
     return traj.model_copy(update={"metadata": md})
 
 
-async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None, progress: bool = True,
+async def run_eval(req: EvalRequest, *, store: TrajectoryStore | str | Path | None = None, progress: bool = True,
                    run_dir: str | Path | None = None) -> tuple[EvalSummary, list[Trajectory]]:
     """Run ``req.trials`` rollouts of every selected task; return the summary and all trajectories
     (``run_dir``: where the environment may write its logs, e.g. task-dir service logs)."""
@@ -102,20 +106,40 @@ async def run_eval(req: EvalRequest, *, store: TrajectoryStore | None = None, pr
     async with session:
         results = await session.groups(tasks, req.trials, max_retries=req.max_retries, min_group=1,
                                        seed=req.seed)
-    by_id = {t.id: t for t in tasks}
+    trajs = _trials(_final_attempts(results))
+    return summarize_eval(trajs, k=req.trials, tasks={t.id: t for t in tasks}), trajs
+
+
+def _trials(finals: Sequence[Trajectory]) -> list[Trajectory]:
+    """The final attempts in (task, slot) order, each annotated with its trial number within its task."""
     trajs = []
     counters: dict[str, int] = {}
-    for t in sorted(_final_attempts(results), key=lambda t: (t.task_id, t.metadata.get("slot", 0))):
+    for t in sorted(finals, key=lambda t: (t.task_id, t.metadata.get("slot", 0))):
         n = counters.get(t.task_id, 0)
         counters[t.task_id] = n + 1
         trajs.append(_annotate(t, n))
-    return summarize_eval(trajs, k=req.trials, tasks=by_id), trajs
+    return trajs
+
+
+def finished_trials(store_path: str | Path, *, k: int) -> tuple[EvalSummary, list[Trajectory]]:
+    """What an interrupted eval finished: the final attempts recorded in its store (``ROLLOUTS_DB``),
+    without the rollouts the interruption cancelled; their summary (``k`` trials planned per task)."""
+    from .store import load_trajectories
+    from .types import RolloutStatus
+
+    path = Path(store_path)
+    done = [t for t in load_trajectories(path) if t.status != RolloutStatus.CANCELLED] if path.is_file() else []
+    results = GroupResults()
+    results.discarded.extend(done)  # every attempt: _final_attempts keeps the last one of each slot
+    trajs = _trials(_final_attempts(results))
+    return summarize_eval(trajs, k=k), trajs
 
 
 def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, trajs: list[Trajectory], *,
-                   per_harness: dict[str, EvalSummary] | None = None) -> Path:
+                   per_harness: dict[str, EvalSummary] | None = None, interrupted: bool = False) -> Path:
     """Write ``config.yaml`` (the request), ``eval.json`` (the summary; with several harnesses their
-    pooled summary plus ``per_harness``) and ``trajectories.jsonl``."""
+    pooled summary plus ``per_harness``; ``interrupted: true`` for the partial summary of an eval
+    stopped by Ctrl-C) and ``trajectories.jsonl``."""
     import yaml
 
     out = Path(out)
@@ -124,6 +148,8 @@ def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, traj
     data = summary.model_dump(mode="json")
     if per_harness:
         data["per_harness"] = {h: s.model_dump(mode="json", exclude={"per_task", "behaviour"}) for h, s in per_harness.items()}
+    if interrupted:
+        data["interrupted"] = True
     (out / "eval.json").write_text(json.dumps(data, indent=1))
     tmp = out / "trajectories.jsonl.tmp"
     with tmp.open("w", encoding="utf-8") as f:
@@ -134,14 +160,14 @@ def write_eval_dir(out: str | Path, req: EvalRequest, summary: EvalSummary, traj
 
 
 async def run_eval_harnesses(req: EvalRequest, names: Sequence[str], options: Mapping[str, dict[str, Any]], *,
-                             progress: bool = True, run_dir: Any = None,
+                             progress: bool = True, run_dir: Any = None, store: str | Path | None = None,
                              ) -> tuple[dict[str, EvalSummary], EvalSummary, list[Trajectory]]:
     """Evaluate the same tasks through each harness; returns (per harness, pooled, all trajectories)."""
     per: dict[str, EvalSummary] = {}
     trajs: list[Trajectory] = []
     for name in names:
         summary, ts = await run_eval(req.model_copy(update={"harness": name, "harness_options": dict(options[name])}),
-                                     progress=progress, run_dir=run_dir)
+                                     progress=progress, run_dir=run_dir, store=store)
         per[name] = summary
         trajs += ts
     return per, summarize_eval(trajs, k=req.trials), trajs

@@ -25,6 +25,13 @@ A step left with fewer than min_mixed_groups (at least one) mixed groups trains 
 say ``gradient_step: false`` and the summary table says "no gradient step" rather than showing a
 reward change as if it were learning.
 
+Before anything starts, :func:`~openforge.preflight.preflight` refuses what the run would fail on
+later (``dry_run=True`` stops there). After every step the run's error budget
+(:mod:`openforge.run_health`) is judged: no trainable rollout at all, or a share of env / harness /
+infra errors above ``rollout.max_error_share``, stops the run with
+:class:`~openforge.run_health.TooManyRolloutErrors` naming the dominant cause and its first error
+(``summary.json`` keeps the steps so far and the reason under ``stopped``).
+
 ``trainer.backend=verl`` writes the veRL dataset, agent-loop YAML and command into the run
 directory and runs ``python -m verl.trainer.main_ppo`` (see :mod:`openforge.train.verl.launch`).
 """
@@ -43,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from .config import RunConfig, dump_config, load_config
 from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
 from .rollout import GroupResults
+from .run_health import ErrorBudget, TooManyRolloutErrors, step_outcomes
 from .session import Session, group_harnesses, load_environment, select_tasks
 from .step_sampling import SampledStep, SamplingPlan, sample_step
 from .task import Task
@@ -120,6 +128,7 @@ class Forge:
         self.session: Session | None = None
         self.trainer: Any = None
         self.mix = HarnessMix.from_config(config.harness, seed=config.seed)
+        self.errors = ErrorBudget(config.rollout.max_error_share)
         self._t0 = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -243,6 +252,7 @@ class Forge:
         for step in range(start, cfg.trainer.steps):
             line = await self._grpo_step(step, cursor)
             summary["steps"].append(line)
+            self._stop_on_errors(summary, step)
             every = cfg.trainer.checkpoint_every
             due = bool(every and (step + 1) % every == 0) or step + 1 == cfg.trainer.steps
             saved = ckpts.after_step(step + 1, line, due=due, cursor=cursor.state.to_json())
@@ -267,6 +277,20 @@ class Forge:
         except ValueError as e:
             self.console.log(f"task cursor not resumed ({e}): the tasks are drawn from a fresh epoch")
             return TaskCursor(tasks, seed=self.cfg.seed)
+
+    def _stop_on_errors(self, summary: dict[str, Any], step: int) -> None:
+        """Raise :class:`~openforge.run_health.TooManyRolloutErrors` (after writing the summary with the
+        reason) when the run's rollouts so far cross the error budget (:mod:`openforge.run_health`)."""
+        try:
+            self.errors.check(where=f"after step {step + 1} of {self.cfg.trainer.steps}")
+        except TooManyRolloutErrors as e:
+            summary["stopped"] = str(e)
+            e.summary = summary
+            from rich.markup import escape
+
+            self.console.log(f"[red]{escape(str(e).splitlines()[0])}[/] (the error raised holds the first traceback)")
+            self._finish(summary)
+            raise
 
     async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
         if held:
@@ -296,6 +320,7 @@ class Forge:
         sampled = await self._sample_step(step, cursor)
         groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
+        self.errors.record(step_outcomes(groups))
         samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
                                 loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight)
@@ -316,8 +341,7 @@ class Forge:
         self._log_metrics(line)
         what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "
                 f"{sampled.target}), loss {tm.get('loss', 0):.4f}" if line["gradient_step"] else
-                f"no gradient step: {mixed} of {len(groups)} groups mixed after {rounds} resample round(s) "
-                f"(needs {sampled.min_mixed})")
+                _no_step_reason(line, mixed=mixed, rounds=rounds, needs=sampled.min_mixed))
         self.console.log(
             f"step {step + 1}/{cfg.trainer.steps}: reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
             f"pass {line['pass_rate']:.2f} rollouts {line['rollouts']}; {what} ({line['step_time_s']:.0f}s)")
@@ -350,6 +374,31 @@ def _grad_step(s: dict[str, Any]) -> str:
     if s.get("gradient_step", True):
         return f"yes (+{rounds})" if rounds else "yes"
     return "no"
+
+
+def _no_step_reason(line: dict[str, Any], *, mixed: int, rounds: int, needs: int) -> str:
+    """Why a step took no gradient step: no valid rollout at all (name the statuses), or tied rewards."""
+    if not line.get("groups"):
+        return f"no gradient step: no trainable rollout ({_statuses(line.get('statuses') or {})})"
+    return (f"no gradient step: {mixed} of {line['groups']} groups mixed after {rounds} resample round(s) "
+            f"(needs {needs})")
+
+
+def idle_step_lines(steps: Sequence[dict[str, Any]]) -> list[str]:
+    """The summary's lines about steps without a gradient step: those with no valid group (their rollouts
+    were env/harness/infra errors: nothing to compare) apart from those whose groups tied."""
+    idle = [s for s in steps if not s.get("gradient_step", True)]
+    empty = [s["step"] for s in idle if not s.get("groups")]
+    tied = [s["step"] for s in idle if s.get("groups")]
+    out = []
+    if empty:
+        out.append(f"no gradient step at step(s) {', '.join(map(str, empty))}: no valid rollout group (the rollouts "
+                   "were env/harness/infra errors, discarded and never scored; see the statuses column)")
+    if tied:
+        out.append(f"no gradient step at step(s) {', '.join(map(str, tied))}: too few groups had differing rewards "
+                   "(trainer.cpu.min_mixed_groups) even after resampling, so no policy gradient; those steps' rewards "
+                   "are samples of an unchanged policy")
+    return out
 
 
 def print_summary(summary: dict[str, Any], console: Any = None) -> None:
@@ -385,31 +434,28 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
         console.print(f"mixed groups: {mixed['reached']} reached of a target of {mixed['target']} over the run; below "
                       f"the step's target after its resample rounds at step(s) "
                       f"{', '.join(map(str, mixed['steps_below_target']))} (trainer.cpu.max_resample_rounds bounds them)")
-    idle = [s["step"] for s in summary.get("steps", []) if not s.get("gradient_step", True)]
-    if idle:
-        console.print(f"no gradient step at step(s) {', '.join(map(str, idle))}: too few groups had differing "
-                      "rewards (trainer.cpu.min_mixed_groups) even after resampling, so no policy gradient; those "
-                      "steps' rewards are samples of an unchanged policy")
+    for line in idle_step_lines(summary.get("steps", [])):
+        console.print(line)
+    if summary.get("stopped"):
+        from rich.markup import escape
+
+        console.print(f"[red]{escape(str(summary['stopped']).splitlines()[0])}[/]")
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
 
 
 async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *, preset: str | None = None,
-               overrides: list[str] | dict[str, Any] = (), progress: bool = True) -> dict[str, Any]:
+               overrides: list[str] | dict[str, Any] = (), progress: bool = True,
+               dry_run: bool = False) -> dict[str, Any]:
     """Async :func:`run`."""
-    from .harnesses.prompt_fit import check_prompt_fits
+    from .preflight import preflight
 
     cfg = load_config(config, preset=preset, overrides=overrides)
-    await asyncio.to_thread(check_prompt_fits, cfg)  # a prompt that cannot fit is refused before anything starts
-    if cfg.trainer.backend == "cpu":  # so is a harness that is not installed here (veRL runs it on its nodes)
-        if cfg.eval.heldout.enabled:  # and a held-out task the run trains on
-            from .analysis.heldout import check_heldout
-
-            env = load_environment(cfg.env.name, cfg.env.options)
-            check_heldout(cfg, env, load_tasks(cfg, env))
-        from .plugins import make_harness
-
-        for name in cfg.harness.names():
-            make_harness(name, **cfg.harness.options_for(name)).check_installed()
+    # what the run would refuse (environment options, tasks, model and tokenizer, harness, prompt size,
+    # sandbox) is refused now, before a run directory or a weight exists
+    checks = await asyncio.to_thread(preflight, cfg)
+    if dry_run:
+        return {"dry_run": True, "recipe": cfg.recipe, "checks": [str(c) for c in checks],
+                "config": cfg.model_dump(mode="json")}
     if cfg.trainer.backend == "verl":
         from .train.verl.launch import launch
 
@@ -428,15 +474,21 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
 
 
 def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe: str | None = None,
-        preset: str | None = None, overrides: list[str] | dict[str, Any] = (), progress: bool = True) -> dict[str, Any]:
+        preset: str | None = None, overrides: list[str] | dict[str, Any] = (), progress: bool = True,
+        dry_run: bool = False) -> dict[str, Any]:
     """Run one training job and return its summary (also in ``<run_dir>/summary.json``).
 
     ``config`` is a :class:`RunConfig`, a dict, or a YAML path; ``recipe`` starts from a shipped
-    recipe instead (``claw-grpo``, ``claw-sft``, ``gui-grpo``) with its ``preset``.
+    recipe instead (``claw-grpo``, ``claw-sft``, ``gui-grpo``) with its ``preset``. ``dry_run``: only
+    check what the run would refuse (:mod:`openforge.preflight`: environment options, tasks, model
+    and tokenizer, harness, prompt size, sandbox) and return ``{"dry_run": True, "checks": [...],
+    "config": {...}}``; nothing is created, no weight is loaded. A real run makes the same checks first.
+    Raises :class:`~openforge.run_health.TooManyRolloutErrors` (:class:`~openforge.run_health.NothingTrainable`
+    when no rollout was trainable) when the run stops for its rollouts' errors (``rollout.max_error_share``).
     """
     if recipe is not None:
         from .recipes import recipe_config
 
         base = recipe_config(recipe)
         config = base if config is None else {**base, **(config if isinstance(config, dict) else {})}
-    return asyncio.run(arun(config, preset=preset, overrides=overrides, progress=progress))
+    return asyncio.run(arun(config, preset=preset, overrides=overrides, progress=progress, dry_run=dry_run))

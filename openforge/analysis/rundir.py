@@ -12,7 +12,7 @@ Owns: :class:`RunData` and :func:`load_run`. The layout read (docs/metrics.md, "
       trajectories.jsonl | trajectories.db | trajectories.parquet   (alternatives)
 
 A trajectory's step is ``metadata["step"]`` when set, else the nearest ``step_N`` folder or a
-``step_N`` / ``stepN`` prefix of the file name, else (one store, e.g. ``forge.run``'s
+``step_N`` / ``stepN`` prefix of the file name, else (one store, e.g. ``openforge.run``'s
 ``trajectories.db``) it is inferred from ``metrics.jsonl`` by :func:`infer_steps`. Missing parts are fine; a directory with none
 of them, or an unreadable file, is an error naming the path.
 """

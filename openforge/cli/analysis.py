@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import typer
 
@@ -64,6 +64,117 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
         con.print(f"[bold]{label}[/]: {s.tasks} tasks × {s.k} trials · statuses {_status_line(s.statuses)}")
     con.print(compare_table(rows))
     con.print(f"wrote {out}/ (one forge eval directory per back-end) — forge compare {out}/*")
+    _fail_if_no_backend_valid(results)
+
+
+def _fail_if_no_backend_valid(results: list[Any]) -> None:
+    """``forge eval -b A -b B``: name each back-end with no valid rollout (its first error); exit 3 when none had one."""
+    from rich.markup import escape
+
+    from ..run_health import first_error
+    from ..store import load_trajectories
+
+    dead = [(label, d) for label, d, s in results if not s.valid_trials]
+    err = new_console(stderr=True)
+    for label, d in dead:
+        failed = [t for t in load_trajectories(d / "trajectories.jsonl") if not t.trainable]
+        first = escape(first_error(failed[0])) if failed else "no rollout ran"
+        err.print(f"[yellow]{escape(label)}: no valid rollout[/]; first failed rollout: {first}")
+    if dead and len(dead) == len(results):
+        err.print("[bold red]error:[/] no back-end had a valid rollout, so nothing was scored")
+        raise typer.Exit(3)
+
+
+def _report_detokenizer(config: Any, given: str | None) -> Any:
+    """``ids → text`` for ``forge report``: ``--tokenizer``, else the run's own (:mod:`openforge.analysis.
+    report_tokenizer`), loaded with a progress message; ``None`` (raw ids) when none is known or the run's
+    own cannot be loaded here (said on stderr). A ``--tokenizer`` that cannot be loaded is an error."""
+    import time
+
+    from rich.markup import escape
+
+    from ..analysis.report_tokenizer import TokenizerChoice, run_tokenizer
+    from ..proxy.light_tokenizer import load_light_tokenizer
+
+    choice = TokenizerChoice(given, "--tokenizer") if given else run_tokenizer(config)
+    err = new_console(stderr=True)
+    if choice.name is None:
+        err.print(escape(f"no tokenizer for this run ({choice.source}): the viewer shows token ids; give "
+                         "--tokenizer NAME"))
+        return None
+    t = time.monotonic()
+    err.print(escape(f"loading tokenizer {choice.name} ({choice.source}) to decode the token ids …"))
+    try:
+        tok = load_light_tokenizer(choice.name)
+    except Exception as e:
+        if given:
+            raise ConfigError(f"cannot load tokenizer {given!r}: {e}") from None
+        err.print(escape(f"cannot load the run's tokenizer {choice.name}: {e}; the viewer shows token ids "
+                         "(give --tokenizer NAME)"), style="yellow")
+        return None
+    err.print(escape(f"tokenizer {choice.name} loaded in {time.monotonic() - t:.1f}s"))
+
+    def detok(ids: Any) -> str:
+        return tok.decode(list(ids), skip_special_tokens=False)
+
+    return detok
+
+
+def _check_run_backend(spec: str) -> None:
+    """``-b RUN@last`` (or a model directory) whose directory does not exist: say so, in those terms
+    (before, the spec fell through to "expected KIND:ARG")."""
+    if ":" in spec or spec == "reference":
+        return
+    run, at, sel = spec.rpartition("@")
+    if at and not Path(run).expanduser().is_dir():
+        raise ConfigError(f"--backend {spec}: the run directory {run} does not exist (RUN@{sel} names a checkpoint "
+                          "of a training run's directory)")
+    if not at and ("/" in spec or spec.startswith(".")) and not Path(spec).expanduser().exists():
+        raise ConfigError(f"--backend {spec}: no such model or run directory")
+
+
+def _fresh_store(out: Path) -> Path:
+    """``OUT/rollouts.db``, where every attempt is recorded as it finishes (what Ctrl-C keeps); one left
+    by an earlier eval into the same folder is removed first."""
+    from ..evaluation import ROLLOUTS_DB
+
+    store = out / ROLLOUTS_DB
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    return store
+
+
+def _interrupted(req: Any, out: Path, store: Path, as_json: bool, code: int) -> NoReturn:
+    """Ctrl-C (exit 130) or SIGTERM (143): write the finished rollouts as a partial eval directory
+    (``interrupted: true``), say so, exit ``code``."""
+    from ..evaluation import finished_trials, write_eval_dir
+
+    summary, trajs = finished_trials(store, k=req.trials)
+    write_eval_dir(out, req, summary, trajs, interrupted=True)
+    err = new_console(stderr=True)
+    if not as_json and trajs:
+        err.print(_eval_table(summary))
+    err.print(f"[yellow]interrupted[/]: {len(trajs)} finished rollout(s) kept (statuses "
+              f"{_status_line(summary.statuses)}); the partial summary is in {out}/eval.json (marked "
+              f"interrupted) — forge report {out}")
+    raise typer.Exit(code)
+
+
+def _fail_if_nothing_valid(summary: Any, trajs: list[Any], out: Path) -> None:
+    """Print the first harness/verifier/infra error (with its traceback); exit 3 when no rollout was valid."""
+    from rich.markup import escape
+
+    from ..run_health import first_error
+
+    failed = [t for t in trajs if not t.trainable]
+    if not failed:
+        return
+    err = new_console(stderr=True)
+    err.print(f"first failed rollout: {escape(first_error(failed[0]))}")
+    if not summary.valid_trials:
+        err.print(f"[bold red]error:[/] no valid rollout: {len(failed)} of {len(trajs)} were not trainable "
+                  f"({_status_line(summary.statuses)}), so nothing was scored; details in {out}/trajectories.jsonl")
+        raise typer.Exit(3)
 
 
 def register(app: typer.Typer) -> None:
@@ -93,7 +204,11 @@ def register(app: typer.Typer) -> None:
                                              help="share of the task groups that get faults (with --faults)"),
     ) -> None:
         """Run every task k times (through each harness given); report pass@k, pass^k, mean reward per category
-        (and per harness) and the failure taxonomy."""
+        (and per harness) and the failure taxonomy.
+
+        Exits 3 when no rollout was valid, after showing the first error.
+
+        Ctrl-C (SIGTERM) writes the finished rollouts as a partial summary (eval.json: interrupted), exits 130 (143)."""
         import datetime as dt
 
         from ..analysis.per_harness import harness_names, options_by_harness
@@ -106,6 +221,8 @@ def register(app: typer.Typer) -> None:
         budget_s = either(budget_s, budget_old, "--budget-s", "--budget")
         from ..analysis.eval_many import normalize_backend
 
+        for spec in backend:
+            _check_run_backend(spec)
         if len(backend) > 1 and len(given) > 1:
             raise typer.BadParameter("several --backend values are compared through one harness at a time; "
                                      f"got harnesses {', '.join(given)} — run forge eval once per harness",
@@ -122,15 +239,25 @@ def register(app: typer.Typer) -> None:
             _eval_many(req, backend, out, as_json)
             return
         per: dict[str, Any] = {}
-        if len(given) == 1:
-            summary, trajs = run_main(run_eval(req, progress=not as_json, run_dir=out))
-        else:
-            from ..evaluation import run_eval_harnesses
+        store = _fresh_store(out)
+        try:
+            if len(given) == 1:
+                summary, trajs = run_main(run_eval(req, progress=not as_json, run_dir=out, store=store))
+            else:
+                from ..evaluation import run_eval_harnesses
 
-            per, summary, trajs = run_main(run_eval_harnesses(req, given, options, progress=not as_json, run_dir=out))
+                per, summary, trajs = run_main(run_eval_harnesses(req, given, options, progress=not as_json,
+                                                                  run_dir=out, store=store))
+        except KeyboardInterrupt:
+            _interrupted(req, out, store, as_json, 130)
+        except typer.Exit as e:  # SIGTERM (run_main: 143) keeps the finished rollouts too
+            if e.exit_code == 143:
+                _interrupted(req, out, store, as_json, 143)
+            raise
         write_eval_dir(out, req, summary, trajs, per_harness=per)
         if as_json:
             typer.echo((out / "eval.json").read_text())
+            _fail_if_nothing_valid(summary, trajs, out)
             return
         con = new_console()
         if per:
@@ -146,6 +273,7 @@ def register(app: typer.Typer) -> None:
 
         con.print(behaviour_table(summary, title=f"behaviour ({summary.valid_trials} valid rollouts)"))
         con.print(f"wrote {out}/ (eval.json, trajectories.jsonl) — forge report {out}")
+        _fail_if_nothing_valid(summary, trajs, out)
 
     @app.command("compare")
     def compare_cmd(
@@ -180,7 +308,8 @@ def register(app: typer.Typer) -> None:
     def report_cmd(
         run: Path = typer.Argument(..., help="a run directory (training or forge eval output)"),
         out: Path = typer.Option(None, "--out", "-o", help="HTML file to write (default: RUN/report.html)"),
-        tokenizer: str = typer.Option(None, "--tokenizer", help="decode token ids with this tokenizer (e.g. smollm2-135m)"),
+        tokenizer: str = typer.Option(None, "--tokenizer", help="decode token ids with this tokenizer (e.g. "
+                                      "smollm2-135m; default: the run's own, from its config.yaml)"),
         max_trajectories: int = typer.Option(200, "--max-trajectories", min=1, help="trajectories in the viewer"),
     ) -> None:
         """Write ONE self-contained HTML report: curves, behaviour, statuses and a trajectory viewer."""
@@ -188,18 +317,7 @@ def register(app: typer.Typer) -> None:
         from ..analysis.rundir import load_run
 
         data = load_run(run)
-        detok = None
-        if tokenizer:
-            try:
-                from ..proxy.backends.transformers import load_tokenizer
-
-                tok = load_tokenizer(tokenizer)
-            except Exception as e:
-                raise ConfigError(f"cannot load tokenizer {tokenizer!r}: {e}") from None
-
-            def detok(ids: Any) -> str:
-                return tok.decode(list(ids), skip_special_tokens=False)
-
+        detok = _report_detokenizer(data.config, tokenizer)
         target = out or (data.path / "report.html" if data.path.is_dir() else data.path.with_suffix(".html"))
         path = write_report(data, target, detokenize=detok, max_trajectories=max_trajectories)
         new_console().print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB, {len(data.trajectories)} trajectories)")

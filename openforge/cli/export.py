@@ -2,9 +2,9 @@
 ``forge export model``: a run's checkpoint as a Hugging Face model with a model card
 (:mod:`openforge.train.export_model`).
 
-Owns the ``export`` command group. Trajectories come from a file (a run's ``trajectories.db``, a
-``trajectory.json``, or a JSONL/Parquet export) or are produced on the spot by a teacher back-end
-run k times per task through a harness (``--teacher reference`` replays the tasks' reference
+Owns the ``export`` command group. Trajectories come from a directory (a training run or a ``forge
+eval`` output), a file (a run's ``trajectories.db``, a ``trajectory.json``, or a JSONL/Parquet export)
+or are produced on the spot by a teacher back-end run k times per task through a harness (``--teacher reference`` replays the tasks' reference
 solutions as a scripted policy through the real proxy). ``--format tokens`` re-renders the
 trajectories of an inexact (``openai:``) teacher with ``--model``'s chat template; an export that
 writes no row says why and exits 1.
@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
     @group.command("sft")
     def sft(
         out: Path = typer.Argument(..., help="Output file: .jsonl or .parquet"),
-        source: Path = typer.Option(None, "--from", help="trajectories.db / .json / .jsonl / .parquet to read"),
+        source: Path = typer.Option(None, "--from", help="a run or forge eval directory, or a trajectories.db / "
+                                    ".json / .jsonl / .parquet file to read"),
         env: str = typer.Option("claw", "--env", help="Environment (when running a teacher)"),
         split: str = typer.Option("train", "--split"),
         subset: str = typer.Option(None, "--subset", help="e.g. easy"),
@@ -47,13 +48,7 @@ def register(app: typer.Typer) -> None:
 
         console = new_console(stderr=True)
         if source is not None:
-            from ..errors import StoreError
-
-            if not source.exists():
-                raise StoreError(f"{source}: no such file")
-            from ..store import load_trajectories
-
-            trajs = load_trajectories(source)
+            trajs = _read_source(source)
         else:
             import asyncio
 
@@ -73,6 +68,26 @@ def register(app: typer.Typer) -> None:
                    else "the successful trajectories hold no chat-API call / generated token to export")
             console.print(f"[red]error:[/] no {fmt} row written: {why}")
             raise typer.Exit(1)
+
+
+def _read_source(source: Path) -> list:
+    """The trajectories of ``--from``: a file, or a directory (a training run, a ``forge eval`` output)
+    read like ``forge report`` / ``forge compare`` read it."""
+    from ..errors import StoreError
+
+    if source.is_dir():
+        from ..analysis.rundir import load_run
+
+        trajs = load_run(source).trajectories
+        if not trajs:
+            raise StoreError(f"{source}: no trajectories in this directory (expected a training run directory with "
+                             "trajectories.db or a forge eval directory with trajectories.jsonl)")
+        return trajs
+    if not source.exists():
+        raise StoreError(f"{source}: no such file or directory")
+    from ..store import load_trajectories
+
+    return load_trajectories(source)
 
 
 def _register_model(group: typer.Typer) -> None:

@@ -30,6 +30,8 @@ def _describe(name: str) -> dict[str, Any]:
         known = harness_options(harness_class(name))
     except ForgeError as e:
         return {"name": name, "error": str(e)}
+    except Exception as e:  # a broken plugin (its import, constructor or describe() raised): listed as broken
+        return {"name": name, "error": f"broken plugin: {type(e).__name__}: {e}", "broken": True}
     info["options"] = None if known is None else sorted(known)
     return info
 

@@ -52,7 +52,14 @@ def main() -> None:
         from ..console import new_console
 
         new_console(stderr=True, soft_wrap=True).print(Text("error: ", style="bold red") + Text(str(e)))
-        raise SystemExit(2) from None
+        raise SystemExit(exit_code(e)) from None
+
+
+def exit_code(e: BaseException) -> int:
+    """3 when rollouts could not be trained (as ``forge rollout`` for a non-trainable rollout), else 2."""
+    from ..run_health import TooManyRolloutErrors
+
+    return 3 if isinstance(e, TooManyRolloutErrors) else 2
 
 
 if __name__ == "__main__":

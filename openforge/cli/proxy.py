@@ -64,13 +64,16 @@ def serve(
                        f"{'$OPENFORGE_ADMIN_TOKEN' if not printed_token else token}' -d '{{\"task_id\": \"demo\"}}'")
             await stop.wait()
 
-    try:
-        try:
-            import uvloop
+    from ._ports import listen_errors
 
-            uvloop.run(main())
-        except ImportError:
-            asyncio.run(main())
+    try:
+        with listen_errors(host, port, "--port"):
+            try:
+                import uvloop
+            except ImportError:
+                asyncio.run(main())
+            else:
+                uvloop.run(main())
     except KeyboardInterrupt:
         pass
 

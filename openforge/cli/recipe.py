@@ -1,4 +1,4 @@
-"""``forge recipe list|show NAME|cp NAME DIR|NAME [--preset P] [key=value ...]``: run shipped recipes.
+"""``forge recipe list|show NAME|cp NAME DIR [env.name=ENV]|NAME [--preset P] [key=value ...]``: run shipped recipes.
 
 Owns the ``recipe`` command. ``forge recipe claw-grpo`` runs the recipe's default preset (``cpu``);
 ``key=value`` arguments override any config key (``rollout.group_size=8 trainer.steps=4``). The
@@ -20,6 +20,7 @@ HELP = """Run a shipped recipe, or list / show / copy recipes.
   forge recipe list
   forge recipe show claw-grpo
   forge recipe cp claw-grpo ./my-recipe
+  forge recipe cp claw-grpo ./my-recipe env.name=./my-tasks   # drops claw-only settings
   forge recipe claw-grpo                          # default preset (cpu)
   forge recipe claw-grpo --preset verl model.name=Qwen/Qwen3-8B
   forge recipe ./my-recipe trainer.steps=4 rollout.group_size=8
@@ -91,14 +92,16 @@ def _show(name: str, preset: str | None, overrides: list[str]) -> None:
 def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, quiet: bool) -> None:
     from ..console import new_console
     from ..forge import arun, print_summary
-    from ..harnesses.prompt_fit import check_prompt_fits, prompt_tokens
+    from ..harnesses.prompt_fit import prompt_tokens
     from ..recipes import load_recipe_config
 
     cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
     if dry_run:
         import yaml
 
-        check_prompt_fits(cfg)
+        from ..preflight import preflight
+
+        checks = preflight(cfg)  # what the real run would refuse; no run directory, no weights
         typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
         for h in cfg.harness.names():
             size = prompt_tokens(h, cfg.model.name)
@@ -111,10 +114,18 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
             ov = verl_overrides(cfg, train_file="RUN_DIR/verl/train.parquet", val_file="RUN_DIR/verl/val.parquet",
                                 agent_loop_path="RUN_DIR/verl/agent_loops.yaml", run_dir="RUN_DIR")
             typer.echo("python -m verl.trainer.main_ppo \\\n  " + " \\\n  ".join(shlex.quote(o) for o in ov))
+        for c in checks:
+            typer.echo(f"# {c}")
         return
+    from ..run_health import TooManyRolloutErrors
     from ._signals import run_main
 
-    summary = run_main(arun(cfg, progress=not quiet))
+    try:
+        summary = run_main(arun(cfg, progress=not quiet))
+    except TooManyRolloutErrors as e:  # the steps so far, then the error (exit 3) with the first traceback
+        if e.summary:
+            print_summary(e.summary, new_console())
+        raise
     if cfg.trainer.backend == "verl":
         rc = summary.get("rc")
         if rc:
@@ -129,7 +140,9 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         name: str = typer.Argument(..., help="list | show NAME | cp NAME DIR | a recipe name or folder"),
         preset: str = typer.Option(None, "--preset", "-p", help="Preset of the recipe (default: its default_preset)"),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved config (and veRL command); run nothing"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Check what the run would refuse (environment options, "
+                                     "tasks, model and tokenizer, harness, sandbox) and print the resolved config "
+                                     "(and veRL command); create nothing, load no weights"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress"),
         as_json: bool = typer.Option(False, "--json", help="forge recipe list: print JSON for scripts"),
     ) -> None:
@@ -141,12 +154,14 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter("forge recipe show NAME [key=value ...]")
             _show(args[0], preset, args[1:])
         elif name == "cp":
-            if len(args) != 2:
-                raise typer.BadParameter("forge recipe cp NAME DIR")
-            from ..recipes import copy_recipe
+            if len(args) < 2:
+                raise typer.BadParameter("forge recipe cp NAME DIR [env.name=ENV]")
+            from .recipe_copy import copy_for_env
 
-            target = copy_recipe(args[0], Path(args[1]))
+            target, notes = copy_for_env(args[0], Path(args[1]), args[2:])
             typer.echo(f"copied {args[0]} to {target}; run it with: forge recipe {target}")
+            for note in notes:
+                typer.echo(note)
         else:
             from ..errors import ConfigError
             from ..recipes import load_recipe_config

@@ -49,9 +49,12 @@ def rollout(
     opts = parse_options(launcher_opt, "--launcher-opt", typed=False)
     hopts = parse_options(harness_opt, "--harness-opt")
     out.mkdir(parents=True, exist_ok=True)
+    from ._ports import listen_errors
+
     try:
-        traj = asyncio.run(_run(harness, env, task, backend, launcher, out, budget, opts, reference, proxy_host,
-                                proxy_port, hopts))
+        with listen_errors(proxy_host, proxy_port, "--proxy-port"):
+            traj = asyncio.run(_run(harness, env, task, backend, launcher, out, budget, opts, reference, proxy_host,
+                                    proxy_port, hopts))
     except KeyboardInterrupt:
         typer.echo("interrupted: the rollout was recorded as cancelled and its sandbox removed", err=True)
         raise typer.Exit(130) from None

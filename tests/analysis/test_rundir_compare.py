@@ -88,7 +88,7 @@ def test_forge_compare_cli_table_and_json(demo: Path, tmp_path: Path) -> None:
 
 
 def test_forge_run_layout_store_steps_inferred_from_metrics(tmp_path: Path) -> None:
-    """forge.run writes trajectories.db (finishing order) + metrics.jsonl with per-step status counts."""
+    """openforge.run writes trajectories.db (finishing order) + metrics.jsonl with per-step status counts."""
     from openforge.store import TrajectoryStore
 
     with TrajectoryStore(tmp_path / "trajectories.db") as store:

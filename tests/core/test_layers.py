@@ -32,10 +32,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("openforge.proxy",),
     ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",
      "openforge.faults", "openforge.config"),
-    ("openforge.harness_mix", "openforge.seams", "openforge.rollout", "openforge.session", "openforge.project_paths"),
+    ("openforge.harness_mix", "openforge.seams", "openforge.rollout", "openforge.session", "openforge.project_paths",
+     "openforge.run_health"),
     ("openforge.train", "openforge.analysis"),
     ("openforge.teacher", "openforge.evaluation", "openforge.heldout_eval", "openforge.forge", "openforge.recipes",
-     "openforge.step_sampling"),
+     "openforge.step_sampling", "openforge.preflight"),
     ("openforge.cli",),
 ]
 
