@@ -6,8 +6,11 @@ the framework side of a harness run: :meth:`Harness.execute` classifies every wa
 (crash / config error / not installed → ``harness_error`` with a clear message; budget exceeded →
 ``timeout``; killed by a signal the launcher did not send → ``policy_failure``), :meth:`RolloutContext.exec` runs a process through the sandbox with the remaining
 budget (the sandbox kills the whole process group: SIGTERM, then SIGKILL) and captures
-stdout/stderr/exit code. :class:`CliHarness` (in ``openforge.harnesses.cli``) is the convenience
-subclass for harnesses that are a command line.
+stdout/stderr/exit code. What the sandbox shows of the host for a harness: :meth:`Harness.ro_paths`
+(its install) and :attr:`Harness.agent_files` (by default the Python files next to its module, so an
+``agent.py`` beside ``harness.py`` runs without any hook). :class:`CliHarness` (in
+``openforge.harnesses.cli``) is the convenience subclass for harnesses that are a command line.
+Guide with a worked example: ``docs/sdk.md``.
 """
 
 from __future__ import annotations
@@ -201,6 +204,13 @@ def _signal_name(sig: int) -> str:
 
 class Harness(abc.ABC):
     """Subclass and implement :meth:`run`. ``wire_api`` says which API the harness speaks.
+
+    :meth:`run` gets a :class:`RolloutContext`: the task and its instruction, the sandbox, the proxy's
+    URLs and the rollout's key (``base_env()`` has them under the names the OpenAI and Anthropic SDKs
+    read), a private HOME (``write_home_file``), and ``exec``, which runs a process in the sandbox
+    within the remaining budget. The sandbox shows the host read-only only where asked:
+    :meth:`ro_paths` and :attr:`agent_files`. Constructor keywords are the harness's options
+    (``--harness-opt KEY=VALUE``, ``harness.options`` in a recipe).
 
     Callers use :meth:`execute`, which never raises for a failed run: every failure becomes a
     :class:`HarnessResult` whose ``status`` says what kind it was.
