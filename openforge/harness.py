@@ -39,6 +39,8 @@ __all__ = ["Harness", "HarnessResult", "RolloutContext", "killed_by", "tail"]
 KILL_GRACE_S = 15.0
 #: Exit codes 129..128+this are read as "killed by signal N" (Linux has 64 signals).
 _MAX_SIGNAL = 64
+#: The openforge package: its own harnesses' folders are in every sandbox's view already.
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def tail(text: str, n: int = 1200) -> str:
@@ -348,14 +350,12 @@ class Harness(abc.ABC):
 def _module_dir(cls: type) -> Path | None:
     """The directory of the file that defines ``cls`` (None: no file, or the openforge package's own
     harnesses, whose package directory every sandbox already shows)."""
-    import openforge
-
     mod = sys.modules.get(cls.__module__)
     file = getattr(mod, "__file__", None)
     if not file:
         return None
     here = Path(file).absolute().parent  # as the module sees itself (``__file__``), a symlinked folder too
-    own = Path(openforge.__file__).resolve().parent
+    own = _PACKAGE_DIR
     return None if here.resolve() == own or here.resolve().is_relative_to(own) else here
 
 
