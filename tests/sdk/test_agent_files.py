@@ -118,6 +118,28 @@ def test_explicit_agent_files_and_a_missing_one(tmp_path):
         Missing().check_agent_files()
 
 
+async def test_a_missing_listed_agent_file_is_a_harness_error(tmp_path):
+    """The rollout says which listed file is missing, as a harness_error, before the harness runs."""
+    from openforge.harness import HarnessResult, RolloutContext
+    from openforge.task import Task
+
+    ran = []
+
+    class Missing(Harness):
+        name = "missing-files"
+        agent_files = (str(tmp_path / "agent.py"),)
+
+        async def run(self, ctx):
+            ran.append(1)
+            return HarnessResult()
+
+    ctx = RolloutContext(rollout_id="r", task=Task(id="t", instruction="x"), sandbox=None, api_key="",
+                         openai_base_url="", anthropic_base_url="")
+    res = await Missing().execute(ctx)
+    assert res.status == S.HARNESS_ERROR and str(tmp_path / "agent.py") in res.error and "agent_files" in res.error
+    assert ran == []
+
+
 def test_the_framework_harnesses_add_nothing():
     assert ReactHarness().agent_paths() == [] and ReactHarness().sandbox_paths() == ReactHarness().ro_paths()
 
