@@ -7,7 +7,8 @@ import sys
 
 import openai
 
-cfg = json.load(open(os.path.expanduser("~/.my-agent.json")))
+with open(os.path.expanduser("~/.my-agent.json")) as f:
+    cfg = json.load(f)
 client = openai.OpenAI(base_url=cfg["base_url"], api_key=cfg["api_key"])
 tools = [{"type": "function", "function": {
     "name": "bash", "description": "run a shell command",

@@ -142,7 +142,7 @@ async def test_pod_exec_files_logs_and_cleanup(cluster, tmp_path):
     assert "listening" in await sbx.logs()
     r = await sbx.exec(["sh", "-c", "sleep 30"], timeout_s=1)
     assert r.timed_out and r.returncode is None
-    with pytest.raises(SandboxFileNotFound, match="no file nope.txt"):  # the agent did not write it: distinct
+    with pytest.raises(SandboxFileNotFound, match=r"no file nope\.txt"):  # the agent did not write it: distinct
         await sbx.read_file("nope.txt")
     with pytest.raises(SandboxError, match="cannot read") as e:  # anything else is a plain SandboxError
         await sbx.read_file(sbx.workdir / "a")
