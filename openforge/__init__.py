@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import ConfigError, ForgeError, StoreError
+from .errors import ConfigError, ForgeError, SandboxError, SandboxFileNotFound, StoreError
 from .harness import Harness, HarnessResult, RolloutContext
 from .task import Task
 from .trajectory import (
@@ -29,6 +29,8 @@ __all__ = [
     "ModelCall",
     "RolloutContext",
     "RolloutStatus",
+    "SandboxError",
+    "SandboxFileNotFound",
     "Segment",
     "SegmentValidationError",
     "StoreError",
@@ -45,7 +47,7 @@ _LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config
          "Environment": "environment", "VerifyResult": "environment", "make_environment": "plugins",
          "make_harness": "plugins", "run_rollout": "rollout", "run_groups": "rollout", "RolloutRequest": "rollout",
          "GroupRequest": "rollout", "Session": "session", "TooManyRolloutErrors": "run_health",
-         "NothingTrainable": "run_health"}
+         "NothingTrainable": "run_health", "Sandbox": "launchers.base"}
 __all__ += list(_LAZY)
 __all__ += ["get_environment"]  # deprecated alias of make_environment (same behaviour: an instance)
 

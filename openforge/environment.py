@@ -13,6 +13,12 @@ of it), and the mock services' in-driver state. A verifier that is a *program* (
 (:meth:`Sandbox.verifier_view`). Sandbox options an
 environment needs (paths to hide from the agent, services to expose) come from
 :meth:`Environment.hidden_paths` and :meth:`Environment.setup`.
+
+Missing files: :meth:`Sandbox.read_file` of a file the agent did not write raises
+:class:`~openforge.errors.SandboxFileNotFound`; a verifier that lets it escape is not broken — the
+rollout is scored 0 as ``policy_failure`` and trained. Every other exception a verifier raises (and a
+verdict that is not a finite number) is ``env_error``: discarded, never trained. The whole surface,
+with a worked example, is in ``docs/sdk.md``.
 """
 
 from __future__ import annotations
@@ -24,15 +30,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import ConfigError
+from .errors import ConfigError, SandboxFileNotFound
+from .launchers.base import Sandbox
 from .task import Task
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .launchers.base import Sandbox
-
-__all__ = ["Environment", "VerifyResult"]
+# Environment, VerifyResult, and what a verifier works with, importable from here in one line
+__all__ = ["Environment", "Sandbox", "SandboxFileNotFound", "Task", "VerifyResult"]
 
 
 class VerifyResult(BaseModel):
@@ -82,13 +88,21 @@ class VerifyResult(BaseModel):
 
 class Environment(abc.ABC):
     """A set of executable tasks with a verifier. Subclasses implement :meth:`tasks` and
-    :meth:`verify`; :meth:`setup` and :meth:`teardown` are optional."""
+    :meth:`verify`; :meth:`setup` and :meth:`teardown` are optional.
+
+    One rollout calls, in order: :meth:`hidden_paths` (before the sandbox exists), :meth:`setup`,
+    :meth:`instruction` and :meth:`harness_env` (what the harness gets), the harness runs,
+    :meth:`verify` (only when the harness ended normally), :meth:`rollout_metadata`, then
+    :meth:`teardown` (always). Constructor keywords are the environment's options
+    (``env.options.KEY=VALUE`` in a run config).
+    """
 
     name: ClassVar[str] = "custom"
 
     @abc.abstractmethod
     def tasks(self, split: str | None = None) -> list[Task]:
-        """All tasks, or those of ``split`` (``train`` / ``eval``)."""
+        """All tasks (``split`` None), or those of ``split`` (``train`` / ``eval`` / ``heldout``).
+        Called often (listing, selection, lookups by id): return the same tasks every time, cheaply."""
 
     def task(self, task_id: str) -> Task:
         """The task called ``task_id``; a clear error naming close matches otherwise."""
@@ -121,15 +135,29 @@ class Environment(abc.ABC):
         return task.instruction
 
     async def setup(self, task: Task, sandbox: Sandbox) -> None:
-        """Prepare the sandbox for ``task`` (files, services). Raise to report an ``env_error``."""
+        """Prepare the sandbox for ``task`` before the harness starts: seed files
+        (:meth:`Sandbox.write_file`), run commands (:meth:`Sandbox.exec`), start services and
+        :meth:`Sandbox.expose` them. Within ``task.setup_timeout_s``; raising (or running over) makes
+        the rollout an ``env_error`` (a full disk: ``infra_error``), and the harness never runs."""
         return None
 
     @abc.abstractmethod
     async def verify(self, task: Task, sandbox: Sandbox) -> VerifyResult:
-        """Score the end state after the agent stopped."""
+        """Score the end state after the agent stopped; called only when the harness ended normally
+        (not on a crash or a timeout), within ``task.verify_timeout_s``, before :meth:`teardown`.
+
+        Read what the agent left through ``sandbox`` (:meth:`Sandbox.read_file`, :meth:`Sandbox.exists`,
+        :meth:`Sandbox.pull_workdir`; treat it as hostile: bound what you read) and your own state (a
+        service's records). Return a :class:`VerifyResult`: a reward at or above the run's
+        ``success_threshold`` (``RolloutSettings``; 1.0 by default) is ``success``, below it
+        ``policy_failure``; both are trained. Letting :class:`~openforge.errors.SandboxFileNotFound` escape (the agent did not
+        write a file you read) is the same as returning reward 0. Any other exception, running over
+        the limit, or a NaN / infinite reward is ``env_error``: the rollout is discarded, its
+        traceback kept in ``metadata["verifier_traceback"]``."""
 
     async def teardown(self, task: Task, sandbox: Sandbox) -> None:
-        """Stop what :meth:`setup` started (called always, before the sandbox is closed)."""
+        """Stop what :meth:`setup` started (called always, before the sandbox is closed; an error
+        here is recorded in ``metadata["teardown_error"]`` and changes no status)."""
         return None
 
     async def rollout_metadata(self, task: Task, sandbox: Sandbox) -> dict[str, Any]:

@@ -20,6 +20,8 @@ still catches it; and each survives ``pickle`` with its fields (``status``, ``co
     │   └── HarnessNotInstalled
     ├── EnvError               RuntimeError environment setup or verifier failed (→ env_error); alias EnvironmentError_
     ├── SandboxError           RuntimeError launcher could not provision / a pod was lost (→ infra_error)
+    │   └── SandboxFileNotFound FileNotFoundError  ``Sandbox.read_file`` of a file that is not there (a
+    │                                       verifier that lets it escape scores the rollout 0: policy_failure)
     └── ProxyError             RuntimeError wire-level problem, carries an HTTP status and the API's error shape
         └── ContextOverflow    ValueError   a prompt longer than the policy's context (a 400)
 """
@@ -43,6 +45,7 @@ __all__ = [
     "PluginUnavailable",
     "ProxyError",
     "SandboxError",
+    "SandboxFileNotFound",
     "StoreCorrupt",
     "StoreError",
     "StoreForeign",
@@ -145,6 +148,18 @@ EnvironmentError_ = EnvError
 
 class SandboxError(ForgeError, RuntimeError):
     pass
+
+
+class SandboxFileNotFound(SandboxError, FileNotFoundError):
+    """:meth:`Sandbox.read_file <openforge.launchers.base.Sandbox.read_file>` of a path where there is
+    no file: the agent did not write it (or removed it). Also a ``FileNotFoundError``, so ``except
+    FileNotFoundError`` in a verifier catches it. A verifier that lets it escape is not broken: the
+    rollout is scored 0 as a ``policy_failure`` (trained), never an ``env_error``. ``path`` is the
+    path as the verifier asked for it."""
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(message)
+        self.path = path
 
 
 class ProxyError(ForgeError, RuntimeError):

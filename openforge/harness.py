@@ -6,8 +6,11 @@ the framework side of a harness run: :meth:`Harness.execute` classifies every wa
 (crash / config error / not installed → ``harness_error`` with a clear message; budget exceeded →
 ``timeout``; killed by a signal the launcher did not send → ``policy_failure``), :meth:`RolloutContext.exec` runs a process through the sandbox with the remaining
 budget (the sandbox kills the whole process group: SIGTERM, then SIGKILL) and captures
-stdout/stderr/exit code. :class:`CliHarness` (in ``openforge.harnesses.cli``) is the convenience
-subclass for harnesses that are a command line.
+stdout/stderr/exit code. What the sandbox shows of the host for a harness: :meth:`Harness.ro_paths`
+(its install) and :attr:`Harness.agent_files` (by default the Python files next to its module, so an
+``agent.py`` beside ``harness.py`` runs without any hook). :class:`CliHarness` (in
+``openforge.harnesses.cli``) is the convenience subclass for harnesses that are a command line.
+Guide with a worked example: ``docs/sdk.md``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -35,6 +39,8 @@ __all__ = ["Harness", "HarnessResult", "RolloutContext", "killed_by", "tail"]
 KILL_GRACE_S = 15.0
 #: Exit codes 129..128+this are read as "killed by signal N" (Linux has 64 signals).
 _MAX_SIGNAL = 64
+#: The openforge package: its own harnesses' folders are in every sandbox's view already.
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def tail(text: str, n: int = 1200) -> str:
@@ -201,6 +207,13 @@ def _signal_name(sig: int) -> str:
 class Harness(abc.ABC):
     """Subclass and implement :meth:`run`. ``wire_api`` says which API the harness speaks.
 
+    :meth:`run` gets a :class:`RolloutContext`: the task and its instruction, the sandbox, the proxy's
+    URLs and the rollout's key (``base_env()`` has them under the names the OpenAI and Anthropic SDKs
+    read), a private HOME (``write_home_file``), and ``exec``, which runs a process in the sandbox
+    within the remaining budget. The sandbox shows the host read-only only where asked:
+    :meth:`ro_paths` and :attr:`agent_files`. Constructor keywords are the harness's options
+    (``--harness-opt KEY=VALUE``, ``harness.options`` in a recipe).
+
     Callers use :meth:`execute`, which never raises for a failed run: every failure becomes a
     :class:`HarnessResult` whose ``status`` says what kind it was.
     """
@@ -211,6 +224,15 @@ class Harness(abc.ABC):
     wire_apis: ClassVar[tuple[str, ...]] = ()
     #: One line telling a user how to get the harness (shown by `forge harness list` and errors).
     install_hint: ClassVar[str] = ""
+    #: Host files the harness's agent process reads (its script, a prompt file), shown read-only in
+    #: the sandbox at the same path. ``None`` (the default): the Python files next to the module
+    #: that defines the harness class (``*.py`` of that directory: not its subfolders, not dotfiles,
+    #: not symlinks, nothing else), so ``agent.py`` beside ``harness.py`` runs as
+    #: ``Path(__file__).with_name("agent.py")``. A tuple: exactly these files or folders (relative
+    #: paths: to the module's directory); ``()``: none. A listed path that does not exist makes the
+    #: rollout a ``harness_error`` saying so. Never list the project root: only what is named here
+    #: is shown, and the run's directories and task folders stay hidden even under a listed folder.
+    agent_files: ClassVar[tuple[str, ...] | None] = None
 
     @abc.abstractmethod
     async def run(self, ctx: RolloutContext) -> HarnessResult:
@@ -229,8 +251,33 @@ class Harness(abc.ABC):
 
     def ro_paths(self) -> list[str]:
         """Host paths the harness must see inside the sandbox (its install dir, interpreter); a
-        launcher that hides parts of the host file system binds these read-only."""
+        launcher that hides parts of the host file system binds these read-only. The agent files
+        next to the harness module are added on their own (:attr:`agent_files`): an override of
+        this method need not repeat them."""
         return []
+
+    def agent_paths(self) -> list[str]:
+        """The absolute host paths :attr:`agent_files` names (see there), those that exist."""
+        return [str(p) for p in _agent_files(type(self)) if p.exists()]
+
+    def sandbox_paths(self, hidden: Sequence[str] = ()) -> list[str]:
+        """Every host path the rollout's sandbox shows read-only for this harness: :meth:`ro_paths`
+        and :meth:`agent_paths`, less any agent path that is, or lies under, one of ``hidden`` (the
+        environment's and the run's hidden paths: a harness module inside a task folder never shows
+        that task's verifier)."""
+        masks = [str(q) for h in hidden for q in dict.fromkeys((Path(h), Path(h).resolve()))]
+        agent = [p for p in self.agent_paths()
+                 if not any(q == m or q.startswith(m.rstrip("/") + "/") for q in (p, str(Path(p).resolve())) for m in masks)]
+        return list(dict.fromkeys([*self.ro_paths(), *agent]))
+
+    def check_agent_files(self) -> None:
+        """Raise :class:`HarnessNotInstalled` if a path listed in :attr:`agent_files` does not exist."""
+        if type(self).agent_files is None:
+            return
+        missing = [str(p) for p in _agent_files(type(self)) if not p.exists()]
+        if missing:
+            raise HarnessNotInstalled(f"{type(self).__qualname__}.agent_files names what does not exist: "
+                                      f"{', '.join(missing)}")
 
     def is_installed(self) -> bool:
         try:
@@ -244,6 +291,7 @@ class Harness(abc.ABC):
         classification of every failure (never raises except for cancellation)."""
         t0 = time.monotonic()
         try:
+            self.check_agent_files()
             self.check_installed()
             res = await asyncio.wait_for(self.run(ctx), timeout=ctx.remaining_s() + KILL_GRACE_S)
         except asyncio.TimeoutError:
@@ -297,3 +345,31 @@ class Harness(abc.ABC):
         apis = self.wire_apis or (self.wire_api,)
         return {"name": self.name, "wire_api": "|".join(apis), "installed": state,
                 "install": self.install_hint, "detail": detail}
+
+
+def _module_dir(cls: type) -> Path | None:
+    """The directory of the file that defines ``cls`` (None: no file, or the openforge package's own
+    harnesses, whose package directory every sandbox already shows)."""
+    mod = sys.modules.get(cls.__module__)
+    file = getattr(mod, "__file__", None)
+    if not file:
+        return None
+    here = Path(file).absolute().parent  # as the module sees itself (``__file__``), a symlinked folder too
+    own = _PACKAGE_DIR
+    return None if here.resolve() == own or here.resolve().is_relative_to(own) else here
+
+
+def _agent_files(cls: type[Harness]) -> list[Path]:
+    """What :attr:`Harness.agent_files` names for ``cls``, as absolute host paths (see there)."""
+    where = _module_dir(cls)
+    if cls.agent_files is not None:
+        return [(p if p.is_absolute() or where is None else where / p).absolute()
+                for p in map(Path, cls.agent_files)]
+    if where is None:
+        return []
+    try:
+        entries = sorted(where.iterdir())
+    except OSError:
+        return []
+    return [p for p in entries if p.suffix == ".py" and not p.name.startswith(".") and not p.is_symlink()
+            and p.is_file()]

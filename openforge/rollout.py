@@ -9,7 +9,9 @@ taxonomy of the outcome:
 status             real cause                                                       trained?
 =================  ===============================================================  ==========
 success            verifier reward ≥ ``success_threshold``                          yes
-policy_failure     the agent ended normally, verifier reward below it                yes (as is)
+policy_failure     the agent ended normally, verifier reward below it (or the         yes (as is)
+                   verifier read a file the agent did not write:
+                   ``SandboxFileNotFound``, reward 0)
 timeout            the wall-clock budget ran out; the harness was killed             yes (0)
 harness_error      the harness crashed, was not installed or misconfigured          no
 env_error          environment setup or the verifier failed (or raised)             no
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .environment import Environment, VerifyResult
+from .errors import SandboxFileNotFound
 from .harness import Harness, HarnessResult, RolloutContext, tail
 from .harness_mix import PerGroupHarness
 from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
@@ -125,7 +128,7 @@ class _Rollout:
             spec = SandboxSpec(
                 rollout_id=rid, task=task, proxy_url=proxy.url, api_key=handle.api_key,
                 proxy_uds=proxy.agent_uds, hidden_paths=environment.hidden_paths(task),
-                ro_paths=list(harness.ro_paths()),
+                ro_paths=harness.sandbox_paths(hidden=[*environment.hidden_paths(task), *launcher.hidden_paths]),
             )
             t = time.monotonic()
             try:
@@ -256,6 +259,9 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
         return verdict, None, None
     except asyncio.TimeoutError:
         return None, S.ENV_ERROR, f"verifier of {task.id} ran over {task.verify_timeout_s:.0f}s"
+    except SandboxFileNotFound as e:  # the agent did not write what the verifier reads: its failure, trained
+        meta["verify_missing_file"] = e.path
+        return VerifyResult(reward=0.0, detail=f"a file the verifier reads is missing: {e}"), None, None
     except ValueError as e:  # pydantic's ValidationError too: a verdict that is not a valid score
         return None, S.ENV_ERROR, f"verifier of {task.id} gave an invalid result: {_err(e)}"
     except Exception as e:

@@ -101,6 +101,8 @@ class Handler(BaseHTTPRequestHandler):
                 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
                     tar.add(q["path"], arcname=".")
                 return self._reply(200, buf.getvalue(), "application/gzip")
+        except (FileNotFoundError, NotADirectoryError) as e:  # the agent did not write it: a distinct answer
+            return self._reply(404, json.dumps({"error": str(e), "missing": True}).encode())
         except (OSError, KeyError) as e:
             return self._reply(404, json.dumps({"error": str(e)}).encode())
         return self._reply(404, b'{"error": "no such route"}')

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SandboxError
+from ..errors import SandboxError, SandboxFileNotFound
 from ..task import Task
 from ..types import RolloutStatus
 
@@ -61,7 +61,16 @@ class SandboxSpec:
 
 
 class Sandbox(abc.ABC):
-    """One rollout's isolated place to run processes."""
+    """One rollout's isolated place to run processes.
+
+    What an environment and a harness get: :meth:`exec` (run a command inside, with a budget; the
+    whole process group is killed at the end), :meth:`read_file` / :meth:`write_file` (relative paths
+    are under :attr:`workdir`; a missing file is :class:`~openforge.errors.SandboxFileNotFound`),
+    :meth:`exists`, :meth:`expose` (a host Unix-socket service reachable inside as
+    ``http://127.0.0.1:PORT``), :meth:`share_path` (a host path shown read-only), :meth:`pull_workdir`
+    (the workdir on the host, for a file-based verifier), and the attributes below. The framework
+    provisions and closes it: environments and harnesses never call :meth:`close`.
+    """
 
     #: Host path of the rollout's working directory (local) or a staging dir mirroring it (k8s).
     workdir: Path
@@ -91,10 +100,29 @@ class Sandbox(abc.ABC):
         group (SIGTERM, then SIGKILL) and return ``timed_out=True``."""
 
     @abc.abstractmethod
-    async def read_file(self, path: str | Path) -> bytes: ...
+    async def read_file(self, path: str | Path) -> bytes:
+        """The bytes of the file at ``path`` (relative: to :attr:`workdir`) as the agent left it.
+
+        Raises :class:`~openforge.errors.SandboxFileNotFound` (a :class:`SandboxError` and a
+        ``FileNotFoundError``) when there is no file there — the agent did not write it; a verifier
+        that lets it escape scores the rollout 0 as ``policy_failure``. Any other failure (a path
+        outside the sandbox, a directory, a lost pod) is a plain :class:`SandboxError`: ``env_error``
+        or ``infra_error``, never trained. To treat a missing file as something else, catch it
+        (``except FileNotFoundError``) or ask :meth:`exists` first."""
+
+    async def exists(self, path: str | Path) -> bool:
+        """Whether :meth:`read_file` of ``path`` would find a file (reads it; meant for verifiers'
+        small result files). Any error but a missing file propagates."""
+        try:
+            await self.read_file(path)
+        except SandboxFileNotFound:
+            return False
+        return True
 
     @abc.abstractmethod
-    async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None: ...
+    async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
+        """Write ``data`` to ``path`` (relative: to :attr:`workdir`), creating its parent directories;
+        the file belongs to the agent's user (:meth:`Environment.setup` seeds a task's files this way)."""
 
     async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:
         """Make a host Unix-socket service (a mock mail server, a web app) reachable from inside the

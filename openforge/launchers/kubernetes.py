@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
 
-from ..errors import ConfigError, SandboxError
+from ..errors import ConfigError, SandboxError, SandboxFileNotFound
 from ..types import RolloutStatus
 from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
 from .base import ExecResult, Launcher, Sandbox, SandboxFailure, SandboxSpec, VerifierView
@@ -463,6 +463,8 @@ class KubernetesSandbox(Sandbox):
 
     async def read_file(self, path: str | Path) -> bytes:
         code, data = await self._agent("GET", "file", query={"path": self._abs(path)})
+        if code == 404 and b'"missing": true' in data:
+            raise SandboxFileNotFound(f"no file {path} in pod {self.pod} (the agent did not write it)", str(path))
         if code != 200:
             raise SandboxError(f"cannot read {path} in pod {self.pod}: {data[:200]!r}")
         return data

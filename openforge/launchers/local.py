@@ -39,7 +39,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import SandboxError
+from ..errors import SandboxError, SandboxFileNotFound
 from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
 from ._fwd import _pipe
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
@@ -314,6 +314,8 @@ class LocalSandbox(Sandbox):
         p = self._resolve(path)
         try:
             return await asyncio.to_thread(p.read_bytes)
+        except (FileNotFoundError, NotADirectoryError) as e:
+            raise SandboxFileNotFound(f"no file {path} in the sandbox (the agent did not write it)", str(path)) from e
         except OSError as e:
             raise SandboxError(f"cannot read {path} in the sandbox: {e.strerror or e}") from e
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from openforge.errors import SandboxError
+from openforge.errors import SandboxError, SandboxFileNotFound
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.k8s_checks import same_quantities
 from openforge.launchers.k8s_manifests import (
@@ -142,8 +142,11 @@ async def test_pod_exec_files_logs_and_cleanup(cluster, tmp_path):
     assert "listening" in await sbx.logs()
     r = await sbx.exec(["sh", "-c", "sleep 30"], timeout_s=1)
     assert r.timed_out and r.returncode is None
-    with pytest.raises(SandboxError, match="cannot read"):
+    with pytest.raises(SandboxFileNotFound, match=r"no file nope\.txt"):  # the agent did not write it: distinct
         await sbx.read_file("nope.txt")
+    with pytest.raises(SandboxError, match="cannot read") as e:  # anything else is a plain SandboxError
+        await sbx.read_file(sbx.workdir / "a")
+    assert not isinstance(e.value, SandboxFileNotFound)
     assert any(p.startswith("of-r-exec") for p in cluster.pods())
     await sbx.close()
     await la.aclose()
