@@ -34,6 +34,7 @@ MAX_LEN=${OPENFORGE_VLLM_MAX_MODEL_LEN:-4096}
 MODEL=${OPENFORGE_VLLM_MODEL:-$CACHE/models/smollm2-135m-instruct}
 NAME=${OPENFORGE_VLLM_SERVED_NAME:-smollm2-135m}
 KV_GIB=${OPENFORGE_VLLM_KV_GIB:-1}
+BATCH_TOKENS=${OPENFORGE_VLLM_BATCH_TOKENS:-2048}  # the prefill chunk: longer prompts are chunked
 VERSION=0.32.0
 PY=$VENV/bin/python
 URL=http://127.0.0.1:$PORT
@@ -104,12 +105,13 @@ cmd_start() {
     ensure_model
     mkdir -p "$RUN"
     if ! alive; then
-        # VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (1 GiB holds ~23k SmolLM2 tokens in fp32)
+        # VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (1 GiB holds ~23k SmolLM2 tokens in fp32). setsid: the
+        # server and its engine-core process form one process group, which `stop` ends as a whole.
         VLLM_CPU_KVCACHE_SPACE=$KV_GIB VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
         VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
-            nice -n 5 "$PY" -m vllm.entrypoints.openai.api_server --host 127.0.0.1 --port "$PORT" \
+            setsid nice -n 5 "$PY" -m vllm.entrypoints.openai.api_server --host 127.0.0.1 --port "$PORT" \
             --model "$MODEL" --served-model-name "$NAME" --dtype float32 --max-model-len "$MAX_LEN" \
-            --enforce-eager --logprobs-mode processed_logprobs --disable-log-stats \
+            --max-num-batched-tokens "$BATCH_TOKENS" --enforce-eager --logprobs-mode processed_logprobs --disable-log-stats \
             >"$RUN/server.log" 2>&1 &
         echo $! >"$RUN/server.pid"
     fi
@@ -130,10 +132,11 @@ cmd_stop() {
     local pid i
     if [ -f "$RUN/server.pid" ]; then
         pid=$(cat "$RUN/server.pid")
-        if kill -0 "$pid" 2>/dev/null; then
-            kill "$pid"
-            for i in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-            kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+        if kill -0 -- "-$pid" 2>/dev/null; then
+            kill -TERM -- "-$pid" 2>/dev/null || true
+            for i in $(seq 1 60); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done
+            kill -0 -- "-$pid" 2>/dev/null && kill -KILL -- "-$pid" 2>/dev/null
+            for i in $(seq 1 20); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.5; done
         fi
         rm -f "$RUN/server.pid"
     fi
