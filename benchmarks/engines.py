@@ -46,7 +46,7 @@ def gen_prompts(tok: Any, n: int, run: int) -> list[list[int]]:
     out = []
     for m in msgs:
         ids = tok.apply_chat_template(m, add_generation_prompt=True, tokenize=True)
-        out.append(list(ids["input_ids"] if isinstance(ids, dict) else ids))
+        out.append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))  # transformers 5: a BatchEncoding
     return out
 
 
