@@ -101,7 +101,8 @@ async def _chat(h: Any, body: dict[str, Any]) -> httpx.Response:
 
 async def test_recorded_ids_are_the_tokenizers_prompt_and_the_servers_sample(server, tokenizer):
     seen: list[dict[str, Any]] = []
-    messages = [{"role": "user", "content": "Name three colours."}]
+    # with a system message of its own (SmolLM2's template adds a default one only to a conversation without)
+    messages = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "Name three colours."}]
     async with serve_app(recorder(server, seen)) as url:
         backend = _backend(url, tokenizer)
         async with ProxyServer(backend, sampling={"temperature": 0.7, "max_tokens": 48}) as proxy:
