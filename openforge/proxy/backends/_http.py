@@ -22,6 +22,12 @@ from ..sse import dumps, loads
 
 __all__ = ["JsonClient", "SSEChunks"]
 
+#: Idle keep-alive connections are reused for this long only: below the servers' own keep-alive (vLLM's
+#: uvicorn closes an idle connection after 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE). aiohttp's default, 15 s,
+#: reuses a connection the server is closing at that moment: the call fails "Server disconnected", and
+#: a rollout whose tool ran ~5 s between two calls became an infra error (seen against a real vLLM).
+KEEPALIVE_S = 3.0
+
 
 class JsonClient:
     def __init__(self, *, headers: dict[str, str], timeout_s: float, max_connections: int, label: str):
@@ -39,7 +45,8 @@ class JsonClient:
 
                 self._session = aiohttp.ClientSession(
                     headers=self.headers,
-                    connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=self.max_connections),
+                    connector=aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=self.max_connections,
+                                                   keepalive_timeout=KEEPALIVE_S),
                     timeout=aiohttp.ClientTimeout(total=self.timeout_s, sock_connect=10.0))
             except ImportError:
                 import httpx
@@ -47,7 +54,7 @@ class JsonClient:
                 self._httpx = httpx.AsyncClient(
                     headers=self.headers, timeout=httpx.Timeout(self.timeout_s, connect=10.0),
                     limits=httpx.Limits(max_connections=self.max_connections,
-                                        max_keepalive_connections=self.max_connections))
+                                        max_keepalive_connections=self.max_connections, keepalive_expiry=KEEPALIVE_S))
         return self._session or self._httpx
 
     async def request(self, method: str, url: str, body: Any = None) -> tuple[int, str]:

@@ -16,6 +16,11 @@ logprobs (before temperature) unless the server runs with ``--logprobs-mode proc
 a server flag no request can change. So at ``temperature != 1`` a call is refused unless the server
 is declared to return processed logprobs: ``vllm:URL?logprobs_mode=processed_logprobs`` (or
 ``VLLMBackend(..., logprobs_mode="processed_logprobs")``); at temperature 1 both modes agree.
+
+A sampling ``seed`` is never sent: in vLLM's CPU build a request carrying a ``seed`` whose prefill is
+chunked while other requests run kills the whole engine (every rollout on it then fails as infra), and
+no client can tell in advance whether the server will chunk a prompt. Unseeded sampling loses nothing
+the training needs: the recorded ids and logprobs are the server's own either way.
 """
 
 from __future__ import annotations
@@ -128,8 +133,6 @@ class VLLMBackend(TokenBackend):
         }
         if params.stop_token_ids:
             body["stop_token_ids"] = params.stop_token_ids
-        if params.seed is not None:
-            body["seed"] = params.seed
         if ctx is not None and ctx.on_tokens is not None:
             return await self._stream(body, ctx)
         data = await self._request("POST", "/v1/completions", body)
