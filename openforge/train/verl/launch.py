@@ -209,9 +209,12 @@ def cpu_overrides(cfg: RunConfig) -> list[str]:
 
 
 def model_path(name: str) -> str:
-    """veRL loads an HF directory: the default model's alias becomes its cached conversion."""
+    """veRL loads an HF directory: ``RUN@last`` (etc.) becomes that checkpoint, the default model's alias its
+    cached conversion; any other name (a hub id, a directory) goes to veRL unchanged."""
+    from ...modeldir import resolve_model_name
     from ...proxy.backends.hf_loading import SMOLLM2_ALIASES
 
+    name = resolve_model_name(name)
     if name.lower() in SMOLLM2_ALIASES:
         from ...proxy.backends.hf_loading import cache_dir, load_smollm2
 
