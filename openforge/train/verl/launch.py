@@ -201,6 +201,8 @@ def cpu_overrides(cfg: RunConfig) -> list[str]:
         "actor_rollout_ref.rollout.name=transformers",
         "actor_rollout_ref.rollout.free_cache_engine=false",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "reward.num_workers=1",  # openforge's verifier scores in the agent loop; 8 idle reward actors cost RAM
+        "data.dataloader_num_workers=0",
         f"+ray_kwargs.ray_init.num_gpus={v.n_gpus_per_node * v.nnodes}",
         f"+ray_kwargs.ray_init.num_cpus={v.ray_num_cpus}",
         f"+ray_kwargs.ray_init.object_store_memory={v.ray_object_store_mb << 20}",
