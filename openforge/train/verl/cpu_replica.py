@@ -52,7 +52,7 @@ class TransformersRolloutServer:
         from ...proxy.backends.hf_loading import load_model
         from ...proxy.backends.transformers import TransformersBackend
 
-        torch.set_num_threads(max(1, int(os.environ.get("OPENFORGE_VERL_ROLLOUT_THREADS", "1"))))
+        torch.set_num_threads(max(1, int(os.environ.get("OPENFORGE_VERL_ROLLOUT_THREADS", "2"))))
         model, tok = load_model(model_path)
         self.backend = TransformersBackend(model, tok, max_batch=max_batch)
         self.replica_rank = replica_rank
