@@ -154,6 +154,14 @@ class TransformersRolloutServer:
         pass
 
 
+def _model_dir(model_config: Any) -> str:
+    """The model directory: veRL hands replicas ``actor_rollout_ref.model`` as a DictConfig (``path``) or
+    as an ``HFModelConfig`` (``local_path``, its local copy)."""
+    local = getattr(model_config, "local_path", None) if not hasattr(model_config, "_get_node") else \
+        model_config.get("local_path", None)
+    return str(local or model_config.path)
+
+
 def _tied(model: Any, name: str) -> bool:
     return name == "lm_head.weight" and bool(getattr(model.config, "tie_word_embeddings", False))
 
@@ -166,7 +174,7 @@ class TransformersReplica(RolloutReplica):
         actor = ray.remote(num_cpus=0)(TransformersRolloutServer)
         server = actor.options(name=server_name(self.replica_rank, self.name_suffix),
                                max_concurrency=self.max_concurrency).remote(
-            self.model_config.local_path, self.replica_rank, max(1, min(int(self.config.max_num_seqs), 8)))
+            _model_dir(self.model_config), self.replica_rank, max(1, min(int(self.config.max_num_seqs), 8)))
         await server.probe_logprobs.remote()  # loaded and answering before veRL routes to it
         self.servers = [server]
         self._server_handle = server
