@@ -88,8 +88,11 @@ steps = {}
 for line in (out / "main_ppo.log").read_text(errors="replace").splitlines():
     m = re.search(r"step:(\d+) - (.*)", line)
     if m:
-        steps[int(m.group(1))] = {k: float(v) for k, v in (p.rsplit(":", 1) for p in m.group(2).split(" - "))
-                                  if re.fullmatch(r"-?[\d.e+-]+|nan|inf", v)}
+        for pair in m.group(2).split(" - "):
+            k, _, v = pair.rpartition(":")
+            n = re.fullmatch(r"(?:np\.\w+\()?([-+0-9.eE]+|nan|inf)\)?", v.strip())
+            if k and n:
+                steps.setdefault(int(m.group(1)), {})[k] = float(n.group(1))
 assert sorted(steps)[:2] == [1, 2], f"veRL logged steps {sorted(steps)}"
 for s in (1, 2):
     m = steps[s]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -160,7 +161,11 @@ def _forge(args: list[str], log: Path, env: dict[str, str] | None = None, timeou
 
 
 def _step_metrics(log: str) -> dict[int, dict[str, float]]:
-    """veRL's console logger: ``step:N - key:value - ...`` per step."""
+    """veRL's console logger: ``step:N - key:value - ...`` per step.
+
+    >>> _step_metrics("x step:2 - a/b:np.float64(-0.5) - c:3 - d:[1]")
+    {2: {'a/b': -0.5, 'c': 3.0}}
+    """
     steps: dict[int, dict[str, float]] = {}
     for line in log.splitlines():
         at = line.find("step:")
@@ -169,9 +174,13 @@ def _step_metrics(log: str) -> dict[int, dict[str, float]]:
         head, *pairs = line[at:].split(" - ")
         try:
             n = int(head.split(":", 1)[1])
-            steps[n] = {k: float(v) for k, v in (p.rsplit(":", 1) for p in pairs)}
         except ValueError:
             continue
+        for pair in pairs:
+            key, _, value = pair.rpartition(":")
+            m = re.fullmatch(r"(?:np\.\w+\()?([-+0-9.eE]+|nan|inf)\)?", value.strip())
+            if key and m:  # numpy scalars print as np.float64(0.5) under numpy 2
+                steps.setdefault(n, {})[key] = float(m.group(1))
     return steps
 
 
