@@ -290,6 +290,13 @@ class VerlConfig(_Section):
         "objective; rollout-mean has no veRL equivalent and is refused)")
     loss_scale_factor: int | None = Field(
         None, ge=1, description="seq-mean-token-sum-norm's constant divisor (default: max_response_length)")
+    device: Literal["cuda", "cpu"] = Field(
+        "cuda", description="cpu: veRL's own trainer on CPU (openforge's CPU platform plugin, FSDP2 over gloo, the "
+        "transformers rollout replica); for checks and small models, see docs/verl.md")
+    ray_num_cpus: int = Field(
+        8, ge=1, description="logical CPUs declared to Ray on a device=cpu run (scheduling slots, not cores: "
+        "veRL's TaskRunner, TransferQueue controller and storage, agent-loop and reward workers each hold one)")
+    ray_object_store_mb: int = Field(256, ge=64, description="Ray object store on a device=cpu run (MB)")
     extra_overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
 
 

@@ -1,7 +1,9 @@
 """veRL integration on CPU: our rows through veRL's own GRPO code, the composed Hydra config, the
 dataset, and OpenForgeAgentLoop driven by a server_manager backed by a real transformers model.
 
-Skips with a reason when verl is not installed (pip install 'openforge[verl]')."""
+The pure tests (rows, dataset, agent-loop YAML, refused objectives) run everywhere; the ones that run
+veRL's own code take the ``verl`` fixture and skip with a reason when it is not installed
+(pip install 'openforge[verl]')."""
 
 from __future__ import annotations
 
@@ -40,10 +42,13 @@ def test_segment_rows_split_prompt_and_response():
     assert rows[1]["prompt_ids"] == [9, 9] and rows[1]["response_mask"] == [1]  # final call's segment last
 
 
-verl = pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
+@pytest.fixture
+def verl():
+    """veRL itself, for the tests that run its code or compose its config (the rest are pure)."""
+    return pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
 
 
-def test_rows_through_verl_grpo_match_ours():
+def test_rows_through_verl_grpo_match_ours(verl):
     import torch
     from verl.protocol import DataProto
     from verl.trainer.ppo import core_algos
@@ -89,11 +94,7 @@ def test_rows_through_verl_grpo_match_ours():
         assert torch.allclose(got, torch.full_like(got, want), atol=1e-4), key
 
 
-def test_composed_config_and_dataset(tmp_path):
-    import pyarrow.parquet as pq
-    from hydra import compose, initialize_config_dir
-    from verl.utils.config import omega_conf_to_dataclass
-
+def _gpu_launch(tmp_path):
     from openforge.train.verl.launch import launch
 
     cfg = load_config({"recipe": "claw-grpo"}, overrides=["trainer.backend=verl", "rollout.group_size=8",
@@ -102,6 +103,29 @@ def test_composed_config_and_dataset(tmp_path):
     tasks = [Task(id=f"t{i}", instruction=f"do {i}", environment="claw") for i in range(3)]
     res = launch(cfg, tmp_path / "run", tasks, dry_run=True)
     assert res["rc"] is None and res["command"][1:3] == ["-m", "verl.trainer.main_ppo"]
+    return res
+
+
+def test_dataset_and_agent_loop_yaml(tmp_path):
+    """Pure: the parquet rows veRL reads and the agent-loop registry entry it instantiates."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    res = _gpu_launch(tmp_path)
+    entries = yaml.safe_load(Path(res["agent_loop_config"]).read_text())
+    assert entries[0]["name"] == "openforge"
+    assert entries[0]["_target_"] == "openforge.train.verl.agent_loop.OpenForgeAgentLoop"
+    rows = pq.read_table(res["train_file"]).to_pylist()
+    assert [r["prompt"][0]["content"] for r in rows] == ["do 0", "do 1", "do 2"]
+    assert Task.model_validate_json(rows[1]["extra_info"]["task"]).id == "t1"
+    assert rows[0]["extra_info"]["group_size"] == 8
+
+
+def test_composed_config(tmp_path, verl):
+    from hydra import compose, initialize_config_dir
+    from verl.utils.config import omega_conf_to_dataclass
+
+    res = _gpu_launch(tmp_path)
     overrides = res["command"][3:]
     cdir = Path(verl.__file__).parent / "trainer" / "config"
     with initialize_config_dir(config_dir=str(cdir), version_base=None):
@@ -114,26 +138,32 @@ def test_composed_config_and_dataset(tmp_path):
     assert c.actor_rollout_ref.rollout.val_kwargs.n == 1 and c.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
     rollout = omega_conf_to_dataclass(c.actor_rollout_ref.rollout)  # veRL's own validation
     assert rollout.calculate_log_probs is True
-    import yaml
-
-    entries = yaml.safe_load(Path(res["agent_loop_config"]).read_text())
-    assert entries[0]["name"] == "openforge"
-    assert entries[0]["_target_"] == "openforge.train.verl.agent_loop.OpenForgeAgentLoop"
-    rows = pq.read_table(res["train_file"]).to_pylist()
-    assert [r["prompt"][0]["content"] for r in rows] == ["do 0", "do 1", "do 2"]
-    assert Task.model_validate_json(rows[1]["extra_info"]["task"]).id == "t1"
-    assert rows[0]["extra_info"]["group_size"] == 8
 
 
 def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
 
+    verl = pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
     with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
         return compose(config_name="ppo_trainer", overrides=overrides)
 
 
-def test_loss_agg_passes_through_and_rollout_mean_is_refused(tmp_path):
+def test_rollout_mean_is_refused_before_anything_is_written(tmp_path):
+    """Pure: an objective veRL cannot optimise is refused by the launcher, in the config's terms."""
     from openforge.errors import ConfigError
+    from openforge.train.verl.launch import launch
+
+    tasks = [Task(id="t0", instruction="do", environment="claw")]
+    base = ["trainer.backend=verl", "rollout.group_size=4"]
+    with pytest.raises(ConfigError, match=r"trainer\.cpu\.loss_agg='rollout-mean' has no veRL equivalent"):
+        launch(load_config({"recipe": "claw-grpo"}, overrides=base), tmp_path / "refused", tasks, dry_run=True)
+    assert not (tmp_path / "refused").exists()
+    with pytest.raises(ConfigError, match=r"trainer\.verl\.loss_agg='rollout-mean'"):
+        launch(load_config({"recipe": "claw-grpo"}, overrides=[*base, "trainer.verl.loss_agg=rollout-mean"]),
+               tmp_path / "refused", tasks, dry_run=True)
+
+
+def test_loss_agg_passes_through_to_verl(tmp_path, verl):
     from openforge.train.verl.launch import launch
 
     tasks = [Task(id="t0", instruction="do", environment="claw")]
@@ -149,13 +179,6 @@ def test_loss_agg_passes_through_and_rollout_mean_is_refused(tmp_path):
     assert agg("trainer.verl.loss_agg=seq-mean-token-mean").loss_agg_mode == "seq-mean-token-mean"
     actor = agg("trainer.verl.loss_agg=seq-mean-token-sum-norm", "trainer.verl.max_response_length=2048")
     assert actor.loss_agg_mode == "seq-mean-token-sum-norm" and actor.loss_scale_factor == 2048  # a constant
-    # rollout-mean (the CPU default) has no veRL form: refused before anything is written
-    with pytest.raises(ConfigError, match=r"trainer\.cpu\.loss_agg='rollout-mean' has no veRL equivalent"):
-        launch(load_config({"recipe": "claw-grpo"}, overrides=base), tmp_path / "refused", tasks, dry_run=True)
-    assert not (tmp_path / "refused").exists()
-    with pytest.raises(ConfigError, match=r"trainer\.verl\.loss_agg='rollout-mean'"):
-        launch(load_config({"recipe": "claw-grpo"}, overrides=[*base, "trainer.verl.loss_agg=rollout-mean"]),
-               tmp_path / "refused", tasks, dry_run=True)
     # the refill flag follows the config (and veRL accepts both values)
     res = launch(load_config({"recipe": "claw-grpo"}, overrides=[
         *base, "trainer.verl.loss_agg=token-mean", "trainer.verl.refill_failed_groups=false"]), tmp_path / "n", tasks,
@@ -213,7 +236,7 @@ class _HFServer:
                            extra_fields={"global_steps": 5, "min_global_steps": 4, "max_global_steps": 5})
 
 
-async def test_agent_loop_sessions_and_group_failure(tiny_llama, smollm2_tokenizer):
+async def test_agent_loop_sessions_and_group_failure(tiny_llama, smollm2_tokenizer, verl):
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap
 
@@ -301,7 +324,7 @@ def test_verl_grpo_on_gpu(tmp_path):
 
 
 @pytest.mark.slow
-async def test_agent_loop_real_rollout_through_proxy_and_react(smollm2):
+async def test_agent_loop_real_rollout_through_proxy_and_react(smollm2, verl):
     """The default episode runner: openforge proxy in this process over VerlServerBackend, the react
     harness as a real process in a local sandbox, the claw verifier — driven by a server_manager that
     answers from SmolLM2 like veRL's LLMServerClient would."""

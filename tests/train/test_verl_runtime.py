@@ -25,8 +25,7 @@ from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers.base import Launcher, Sandbox, SandboxSpec
 from openforge.task import Task
 
-verl = pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
-pytest.importorskip("openai")
+NEEDS_VERL = "verl not installed: pip install 'openforge[verl]' (verl==0.9.1)"
 
 TRAIN_SP = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 VAL_SP = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -94,6 +93,7 @@ class FixedServer:
     (request_id, sampling_params) of each call."""
 
     def __init__(self, tokenizer, *, keep: bool = True):
+        pytest.importorskip("verl", reason=NEEDS_VERL)
         self.answer = [*tokenizer.encode("ok", add_special_tokens=False), tokenizer.eos_token_id]
         self.calls: list[tuple[str, dict]] = []
         self.keep, self.n_calls = keep, 0
@@ -117,6 +117,8 @@ def tokenizer():
 @pytest.fixture
 async def loop_factory(tokenizer):
     """make(server, n=..., timeout=...) -> a new OpenForgeAgentLoop (one per session, as veRL does)."""
+    pytest.importorskip("verl", reason=NEEDS_VERL)
+    pytest.importorskip("openai")
     import openai
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from ...config import RunConfig
     from ...task import Task
 
-__all__ = ["agent_loop_entries", "build_dataset", "launch", "loss_agg_mode", "verl_overrides",
-           "write_agent_loop_yaml"]
+__all__ = ["agent_loop_entries", "build_dataset", "cpu_overrides", "launch", "loss_agg_mode", "model_path",
+           "run_env", "verl_overrides", "write_agent_loop_yaml"]
 
 AGENT_NAME = "openforge"
 AGENT_TARGET = "openforge.train.verl.agent_loop.OpenForgeAgentLoop"
@@ -141,7 +141,7 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
         f"data.max_response_length={v.max_response_length}",
         "data.filter_overlong_prompts=false",
         "data.return_raw_chat=true",
-        f"actor_rollout_ref.model.path={cfg.model.name}",
+        f"actor_rollout_ref.model.path={model_path(cfg.model.name)}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={v.ppo_mini_batch_size}",
         "actor_rollout_ref.actor.use_dynamic_bsz=true",
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={v.ppo_max_token_len_per_gpu}",
@@ -181,7 +181,61 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
         ov.append(f"trainer.total_training_steps={cfg.trainer.steps}")
     if v.filter_groups:
         ov += ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.metric=acc"]
+    if v.device == "cpu":
+        ov = [o for o in ov if not o.startswith("actor_rollout_ref.rollout.name=")] + cpu_overrides(cfg)
     return ov + list(v.extra_overrides)
+
+
+def cpu_overrides(cfg: RunConfig) -> list[str]:
+    """What ``trainer.verl.device=cpu`` adds: veRL's CPU platform (see :mod:`openforge.train.verl.cpu`),
+    FSDP2 (FSDP1 hands an integer device id to torch), no flash-attention paths, the transformers
+    rollout replica, logical GPUs for veRL's resource pools and a small Ray."""
+    v = cfg.trainer.verl
+    return [
+        "trainer.device=cpu",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "actor_rollout_ref.actor.use_torch_compile=false",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.rollout.name=transformers",
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "reward.num_workers=1",  # openforge's verifier scores in the agent loop; 8 idle reward actors cost RAM
+        "data.dataloader_num_workers=0",
+        f"+ray_kwargs.ray_init.num_gpus={v.n_gpus_per_node * v.nnodes}",
+        f"+ray_kwargs.ray_init.num_cpus={v.ray_num_cpus}",
+        f"+ray_kwargs.ray_init.object_store_memory={v.ray_object_store_mb << 20}",
+        "+ray_kwargs.ray_init.include_dashboard=false",
+    ]
+
+
+def model_path(name: str) -> str:
+    """veRL loads an HF directory: ``RUN@last`` (etc.) becomes that checkpoint, the default model's alias its
+    cached conversion; any other name (a hub id, a directory) goes to veRL unchanged."""
+    from ...modeldir import resolve_model_name
+    from ...proxy.backends.hf_loading import SMOLLM2_ALIASES
+
+    name = resolve_model_name(name)
+    if name.lower() in SMOLLM2_ALIASES:
+        from ...proxy.backends.hf_loading import cache_dir, load_smollm2
+
+        d = cache_dir() / "smollm2-135m-instruct"
+        if not (d / "model.safetensors").is_file():
+            load_smollm2()  # converts the shipped GGUF once
+        return str(d)
+    return name
+
+
+def run_env(cfg: RunConfig) -> dict[str, str]:
+    """The environment of ``main_ppo`` (Ray workers inherit it): the CPU platform plugin on device=cpu."""
+    import os
+
+    env = dict(os.environ)
+    if cfg.trainer.verl.device == "cpu":
+        env.update({"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "openforge.train.verl.cpu",
+                    "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""})
+    return env
 
 
 def launch(cfg: RunConfig, run_dir: str | Path, tasks: Sequence[Task], *, val_tasks: Sequence[Task] = (),
@@ -196,9 +250,12 @@ def launch(cfg: RunConfig, run_dir: str | Path, tasks: Sequence[Task], *, val_ta
     loops = write_agent_loop_yaml(cfg, data / "agent_loops.yaml")
     ov = verl_overrides(cfg, train_file=train, val_file=val, agent_loop_path=loops, run_dir=run_dir)
     cmd = [python or sys.executable, "-m", "verl.trainer.main_ppo", *ov]
-    (data / "command.sh").write_text("#!/usr/bin/env bash\nset -e\n" + " \\\n  ".join(shlex.quote(c) for c in cmd) + "\n")
+    exports = "".join(f"export {k}={shlex.quote(val)}\n" for k, val in sorted(run_env(cfg).items())
+                      if k.startswith("VERL_") and cfg.trainer.verl.device == "cpu")
+    (data / "command.sh").write_text("#!/usr/bin/env bash\nset -e\n" + exports
+                                     + " \\\n  ".join(shlex.quote(c) for c in cmd) + "\n")
     (data / "overrides.json").write_text(json.dumps(ov, indent=1))
     result: dict[str, Any] = {"command": cmd, "train_file": str(train), "agent_loop_config": str(loops), "rc": None}
     if not dry_run:
-        result["rc"] = subprocess.call(cmd, cwd=run_dir)
+        result["rc"] = subprocess.call(cmd, cwd=run_dir, env=run_env(cfg))
     return result
