@@ -293,6 +293,7 @@ class Forge:
         cfg = self.cfg
         tcfg = cfg.trainer.cpu
         t0 = time.monotonic()
+        self.console.log(f"step {step + 1}/{cfg.trainer.steps}: rolling out")
         sampled = await self._sample_step(step, cursor)
         groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
