@@ -70,13 +70,15 @@ class _Row:
 class TransformersBackend(TokenBackend):
     """Serve ``model`` (a torch causal LM) with exact ids and logprobs.
 
-    Requests that arrive while a batch is generating wait and then run together, up to
+    A request that arrives while a batch is generating joins it between two tokens, up to
     ``max_batch`` rows (left-padded, attention-masked: each row's logits are its unpadded logits up
-    to float rounding). ``max_batch=1`` serves strictly one request at a time."""
+    to float rounding); ``continuous=False``: it waits for the batch to end and runs in the next one.
+    ``max_batch=1`` serves strictly one request at a time."""
 
     exact = True
 
-    def __init__(self, model: Any, tokenizer: Any, *, seed: int | None = None, max_batch: int = 8):
+    def __init__(self, model: Any, tokenizer: Any, *, seed: int | None = None, max_batch: int = 8,
+                 continuous: bool = True):
         self.model = model
         self._tokenizer = tokenizer
         self._lock = asyncio.Lock()
@@ -86,7 +88,9 @@ class TransformersBackend(TokenBackend):
         self._pending: list[_Row] = []  # queued rows (the event loop appends, the worker thread takes)
         self._queue_lock = threading.Lock()
         self._draining = False  # a weight swap waits: the running batch takes no new row
-        self._continuous: bool | None = None  # rows join a running batch (the model's cache can be merged)
+        # rows join a running batch (when the model's cache can be merged; False: a request that arrives
+        # while a batch runs waits for it to end, then runs in the next batch with the others that waited)
+        self._continuous: bool | None = None if continuous else False
         self._worker: asyncio.Task | None = None
         self.name = getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
         self.batches: list[int] = []  # sizes of the batches run (observability, tests)
