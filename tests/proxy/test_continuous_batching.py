@@ -98,3 +98,25 @@ async def test_a_weight_swap_drains_the_batch_first(tiny):
     gate.release.set()
     await asyncio.gather(a, swap, b)
     assert backend.batches == [1, 1]  # b did not join the draining batch: it ran after the swap
+
+
+def test_only_full_attention_caches_are_merged():
+    from types import SimpleNamespace as NS
+
+    from openforge.proxy.backends.hf_batch import mergeable
+
+    assert mergeable(NS(config=NS(layer_types=None)))
+    assert mergeable(NS(config=NS(layer_types=["full_attention"] * 2, sliding_window=None)))
+    assert not mergeable(NS(config=NS(sliding_window=4096)))
+    assert mergeable(NS(config=NS(sliding_window=4096, use_sliding_window=False)))  # Qwen2's default
+    assert not mergeable(NS(config=NS(layer_types=["sliding_attention", "full_attention"])))
+
+
+async def test_a_sliding_window_model_is_served_batch_at_a_time(tiny, monkeypatch):
+    from openforge.proxy.backends import transformers as tb
+
+    monkeypatch.setattr(tb, "mergeable", lambda model: False)
+    model, tok = tiny
+    backend = TransformersBackend(model, tok, max_batch=8)
+    *_, order = await _staggered(backend, LONG_PROMPT, SHORT_PROMPT)
+    assert backend.batches == [1, 1] and order == ["a", "b"]
