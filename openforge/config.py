@@ -310,6 +310,9 @@ class HeldoutConfig(_Section):
     tasks: list[str] | None = Field(None, description="explicit task ids instead of the split")
     max_tasks: int | None = Field(None, ge=1)
     trials: int = Field(3, ge=1, description="rollouts per task and harness at each point")
+    max_tokens: int | None = Field(None, ge=1, description="budget of generated tokens per held-out rollout, over "
+                                   "all its calls (each call gets at most what is left; a call that finds it "
+                                   "spent is refused and the rollout counts as the policy's failure); null: none")
     cache: bool = Field(True, description="reuse a clean 'before' measured earlier with the same model, tasks, "
                         "harnesses and sampling (see openforge.heldout_eval)")
 

@@ -317,6 +317,7 @@ class Forge:
         cfg = self.cfg
         tcfg = cfg.trainer.cpu
         t0 = time.monotonic()
+        self.console.log(f"step {step + 1}/{cfg.trainer.steps}: rolling out")
         sampled = await self._sample_step(step, cursor)
         groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
@@ -332,6 +333,7 @@ class Forge:
             async with self.runtime.paused():  # no generation while the served module changes
                 tm = await run_stoppable(self.trainer.step, samples)
             await self.trainer.publish(self.backend)
+            _release_memory()  # the step's activations: back to the system before the next rollouts
         line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
                                                             "step_time_s": time.monotonic() - t0})
         line.update({"resample_rounds": rounds, "mixed_target": sampled.target,
@@ -350,6 +352,12 @@ class Forge:
     def _finish(self, summary: dict[str, Any]) -> None:
         summary["elapsed_s"] = round(time.monotonic() - self._t0, 1)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+
+
+def _release_memory() -> None:
+    from .train.cpu import release_memory
+
+    release_memory()
 
 
 # ------------------------------------------------------------------------------------ entry points

@@ -46,7 +46,8 @@ async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: s
     trials = trials or cfg.eval.heldout.trials
     names = list(harnesses or cfg.harness.names())
     forge.console.log(f"held-out {point} ({label}): {len(tasks)} tasks × {trials} trials × {len(names)} harness(es)")
-    sampling = {"temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens}
+    sampling = {"temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens,
+                "rollout_max_tokens": cfg.eval.heldout.max_tokens}
     async with forge.runtime.side_proxy(forge.backend, f"heldout-{point}", sampling=sampling, keep=False) as proxy:
         groups = await forge.runtime.groups(
             [t for _ in names for t in tasks], trials, min_group=1, proxy=proxy, keep=False,
@@ -59,6 +60,9 @@ async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: s
     if len(names) > 1:
         out["all"] = point_numbers(trajs, trials)
     _write(path or forge.run_dir / "heldout" / point, cfg, tasks, trajs, out, names, trials)
+    from .train.cpu import release_memory
+
+    release_memory()  # the point's decoding batches (KV caches) are done with
     return out
 
 
@@ -117,7 +121,8 @@ async def _cached_point(forge: Forge, tasks: Sequence[Task], point: str, *, labe
 def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str) -> str:
     """Everything that shapes a ``before`` measurement: the back-end serving it (``backend``: its class)
     and its model (a local directory by its files' names, sizes and times), tasks, environment,
-    launcher, harnesses as they run, sampling, trials, seed."""
+    launcher, harnesses as they run, sampling, the per-rollout token budget (``eval.heldout.max_tokens``),
+    trials, seed."""
     from . import __version__
 
     model = Path(cfg.model.name).expanduser()
@@ -128,6 +133,8 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str) -> str:
         "tasks": [[t.id, t.instruction] for t in tasks], "launcher": cfg.launcher.model_dump(),
         "harness": cfg.harness.as_run(), "trials": cfg.eval.heldout.trials, "seed": cfg.seed,
         "rollout": cfg.rollout.model_dump(include={"temperature", "max_tokens", "timeout_s"}),
+        # the per-rollout budget (absent when unset, so points cached before it existed keep their key)
+        **({"budget": cfg.eval.heldout.max_tokens} if cfg.eval.heldout.max_tokens is not None else {}),
     })
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import ContextOverflow
 from ..types import ServedAPI
 
-__all__ = ["PromptTooLong", "context_overflow", "max_token_bytes", "min_tokens"]
+__all__ = ["PromptTooLong", "budget_spent", "context_overflow", "max_token_bytes", "min_tokens"]
 
 _KEEP_PRE = {"ByteLevel", "Metaspace", "Digits", "Punctuation", "UnicodeScripts"}
 
@@ -53,6 +53,18 @@ def context_overflow(api: ServedAPI, limit: int, n_tokens: int, *, n_bytes: int 
                            f"in {n_tokens} tokens{how}. Please reduce the length of the messages.",
                            n_tokens=n_tokens, limit=limit, param="input" if api == "responses" else "messages",
                            code="context_length_exceeded")
+
+
+def budget_spent(api: ServedAPI, budget: int, used: int) -> ContextOverflow:
+    """The error for a call of a rollout that has generated ``used`` tokens of its ``budget``
+    (``SamplingParams.rollout_max_tokens``): the rollout's output budget is a context of its own, and
+    a harness meets it as it meets a full context."""
+    what = (f"this rollout has generated {used} tokens and its budget is {budget} tokens "
+            "(the proxy's rollout_max_tokens): no more calls")
+    if api == "messages":
+        return ContextOverflow(f"prompt is too long: {what}", n_tokens=used, limit=budget, kind="invalid_request_error")
+    return ContextOverflow(f"This model's token budget is spent: {what}", n_tokens=used, limit=budget,
+                           param="input" if api == "responses" else "messages", code="context_length_exceeded")
 
 
 def max_token_bytes(tokenizer: Any) -> int | None:

@@ -30,7 +30,7 @@ from ..errors import BackendError, BackendTimeout, ContextOverflow, ProxyError
 from ..types import CallStatus, ModelCall
 from .backends.base import Backend, GenContext, Generation, MessageBackend, SamplingParams, TokenBackend
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
-from .context_limit import PromptTooLong, context_overflow
+from .context_limit import PromptTooLong, budget_spent, context_overflow
 from .recorder import Recorder, RolloutState
 from .render import Head, Rendered, Renderer
 from .stops import StopCut, cut_at_stop
@@ -178,6 +178,8 @@ class Engine:
     async def _serve(self, st: RolloutState, req: CanonicalRequest, body: bytes,
                      sink: TokenSink | None = None) -> CanonicalResult:
         params = self.params_for(req)
+        if params.rollout_max_tokens is not None:
+            params = await self._within_budget(st, req, body, params)
         rendered, prefix = None, ""
         if not self.backend.passthrough:  # the caller's mistakes surface as 400s before a call exists
             await self.backend.ready()  # e.g. a vLLM server's max_model_len, asked once
@@ -295,6 +297,21 @@ class Engine:
                          started_at=time.time(), exact=False, status=CallStatus.CONTEXT_OVERFLOW, error=e.message,
                          prompt_ids=rendered.ids if rendered is not None else [])
         await asyncio.shield(self.recorder.record(st, call))
+
+    async def _within_budget(self, st: RolloutState, req: CanonicalRequest, body: bytes,
+                             params: SamplingParams) -> SamplingParams:
+        """``params`` with ``max_tokens`` cut to what is left of the rollout's ``rollout_max_tokens``
+        budget of generated tokens; a call that finds it spent is refused as a context overflow and
+        recorded as one (the outcome rule makes the rollout a ``policy_failure``: the policy spent it)."""
+        budget = params.rollout_max_tokens
+        assert budget is not None
+        used = sum(len(c.output_ids) for c in st.calls)
+        if used < budget:
+            left = budget - used
+            return params if left >= params.max_tokens else params.model_copy(update={"max_tokens": left})
+        e = budget_spent(req.api, budget, used)
+        await self._record_overflow(st, req, body, e, None)
+        raise e
 
     def check_context(self, req: CanonicalRequest, n_tokens: int, *, n_bytes: int | None = None) -> None:
         """The one context-overflow decision: a prompt of ``n_tokens`` (``n_bytes`` given: at least that

@@ -44,7 +44,7 @@ from ..errors import TrainingStopped
 from .grpo import TrainSample, policy_loss
 from .logprobs import PREFIX_MODELS, pack_microbatches, shared_prefix, token_logprobs
 
-__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer"]
+__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer", "release_memory"]
 
 REFERENCE_FILE = "reference.safetensors"
 
@@ -71,6 +71,24 @@ def use_bf16_autocast(setting: bool | str) -> bool:
 
 
 LossKind = Literal["grpo", "sft"]
+
+
+def release_memory() -> None:
+    """Collect garbage and return the C heap's free pages to the system (glibc ``malloc_trim``), so a
+    finished phase's tensors (a training step's activations, a decoding batch's KV cache) stop counting
+    in the process's RSS; a no-op where there is no glibc."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _first_trained(s: TrainSample) -> int:
@@ -226,6 +244,7 @@ class CPUTrainer:
                     progress(epoch * len(batches) + bi + 1, epochs * len(batches))
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
             self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)  # no gradient outlives its step (a model's worth)
             self.step_count += 1
         dt = time.perf_counter() - t0
         tokens = sum(s.num_tokens for s in samples) * epochs

@@ -234,7 +234,7 @@ def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: 
     ``stop`` set raises :class:`~openforge.errors.TrainingStopped` between micro-batches."""
     import random
 
-    from .cpu import CPUTrainer, CPUTrainerConfig
+    from .cpu import CPUTrainer, CPUTrainerConfig, release_memory
 
     base = trainer_config.model_dump() if trainer_config is not None else {}
     base.update(lr=lr, kl_coef=0.0, temperature=1.0, autocast_bf16=autocast_bf16)
@@ -260,6 +260,8 @@ def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: 
                 break
         if max_steps and steps >= max_steps:
             break
+    del trainer  # its AdamW state dies with the warm-start (GRPO keeps an optimizer of its own) ...
+    release_memory()  # ... and the pages it and the steps' activations held go back to the system
     return {"steps": steps, "loss_first": losses[0] if losses else None, "loss_last": losses[-1] if losses else None,
             "trained_tokens": tokens, "time_s": time.perf_counter() - t0}
 

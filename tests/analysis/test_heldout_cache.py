@@ -31,7 +31,8 @@ def test_the_key_holds_everything_that_shapes_the_measurement(tmp_path):
     changed = [key("model.name=other"), key("rollout.max_tokens=100"), key("rollout.temperature=0.7"),
                key("harness.name=pi"), key("harness.per_harness.react.max_turns=6"), key("eval.heldout.trials=5"),
                key("seed=1"), key("env.options={faults: {rate: 0.5}}"), key(tasks=TASKS[:1]),
-               key(backend="ReferenceBackend"), key("launcher.options={isolation: unshare}")]
+               key(backend="ReferenceBackend"), key("launcher.options={isolation: unshare}"),
+               key("eval.heldout.max_tokens=64"), key("eval.heldout.max_tokens=128")]
     assert base not in changed and len(set(changed)) == len(changed)
 
 

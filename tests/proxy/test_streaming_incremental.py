@@ -276,14 +276,13 @@ async def test_real_smollm2_disconnect_stops_the_generation_loop(smollm2):
     model, tok = smollm2
     backend = TransformersBackend(model, tok, seed=0)
     finishes: list[tuple[str, int]] = []
-    rows = backend._generate_rows
+    finish = backend._finish
 
-    def spy(batch):  # what the worker-thread loop returned for each row
-        out = rows(batch)
-        finishes.extend((g.finish_reason, len(g.output_ids)) for g in out)
-        return out
+    def spy(row, g):  # what the worker-thread loop answered each row with
+        finishes.append((g.finish_reason, len(g.output_ids)))
+        return finish(row, g)
 
-    backend._generate_rows = spy
+    backend._finish = spy
     async with ProxyServer(backend, sampling={"temperature": 0.7, "max_tokens": 400}) as proxy:
         h = proxy.create_rollout("t")
         url, hdr = f"{h.openai_base_url}/chat/completions", {"x-api-key": h.api_key}

@@ -86,10 +86,10 @@ def test_microbatching_does_not_change_the_gradient(tiny_llama):
     for budget in (10_000, 30):
         model = copy.deepcopy(tiny_llama)
         tr = CPUTrainer(model, CPUTrainerConfig(lr=1e-3, grad_clip=1e9))
-        tr.optimizer.step = lambda: None  # capture the accumulated gradient only
+        # capture the accumulated gradient only (at the optimizer step: the trainer drops it after)
+        tr.optimizer.step = lambda tr=tr: grads.append(torch.cat([p.grad.flatten() for p in tr.params]))
         tr.config.micro_batch_tokens = budget
         tr.step(samples)
-        grads.append(torch.cat([p.grad.flatten() for p in tr.params]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
 
@@ -195,3 +195,32 @@ def test_the_trainer_runs_the_head_only_where_it_trains(tiny_llama):
     CPUTrainer(tiny_llama, CPUTrainerConfig(lr=1e-3, kl_coef=0.1)).step([s, s])
     # 2 samples × 10 trained positions; run again to rebuild the logits in backward; and the KL reference
     assert sum(rows) == 3 * 2 * 10
+
+
+def _live_state(model) -> list:
+    """Optimizers still alive that hold state for ``model``'s parameters."""
+    import gc
+
+    gc.collect()
+    mine = {id(p) for p in model.parameters()}
+    return [o for o in gc.get_objects() if issubclass(type(o), torch.optim.Optimizer) and o.state
+            and any(id(p) in mine for g in o.param_groups for p in g["params"])]
+
+
+def test_no_gradient_or_warm_start_optimizer_outlives_its_step(tiny_llama):
+    """Memory: a step's gradients are dropped after its optimizer step, and the SFT warm-start's AdamW
+    state (two fp32 copies of the model) does not outlive the warm-start."""
+    from openforge.train.sft import sft_train
+
+    model = copy.deepcopy(tiny_llama)
+    ids = list(range(10, 30))
+    mask = [0] * 8 + [1] * 12
+    s = TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[0.0] * 20, advantage=0.0, token_weights=mask)
+    tr = CPUTrainer(model, CPUTrainerConfig(lr=1e-3))
+    tr.step([s], kind="sft")
+    assert all(p.grad is None for p in model.parameters())
+    assert _live_state(model) == [tr.optimizer]  # GRPO's own optimizer keeps its moments between steps
+    del tr
+    stats = sft_train(model, [s, s], lr=1e-3, epochs=2, batch_size=1)
+    assert stats["steps"] == 4 and _live_state(model) == []
+    assert all(p.grad is None for p in model.parameters())

@@ -104,9 +104,9 @@ def test_a_trainer_step_with_and_without_prefix_sharing_is_the_same(tiny_llama):
         seen: list[int] = []
         model.get_decoder().embed_tokens.register_forward_hook(lambda m, i, o, seen=seen: seen.append(i[0].numel()))
         tr = CPUTrainer(model, CPUTrainerConfig(lr=1e-3, grad_clip=1e9, kl_coef=0.1, share_prefix=share))
-        tr.optimizer.step = lambda: None  # capture the accumulated gradient only
+        # capture the accumulated gradient only (at the optimizer step: the trainer drops it after)
+        tr.optimizer.step = lambda tr=tr: grads.append(torch.cat([p.grad.flatten() for p in tr.params]))
         m = tr.step(samples)
-        grads.append(torch.cat([p.grad.flatten() for p in tr.params]))
         rows.append(sum(seen))
         assert m["behaviour_logprob_gap"] > 0
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)

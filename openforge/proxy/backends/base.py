@@ -40,6 +40,10 @@ class SamplingParams(BaseModel):
     seed: int | None = None
     stop_token_ids: list[int] | None = None
     timeout_s: float = Field(600.0, gt=0)
+    #: A budget of generated tokens for a whole rollout (the proxy's, not a back-end's): each call gets at
+    #: most what is left of it, and a call that finds it spent is refused like a context overflow (the
+    #: rollout is then the policy's failure). ``None``: no budget.
+    rollout_max_tokens: int | None = Field(None, ge=1)
 
 
 @dataclass

@@ -7,9 +7,10 @@ re-exported here for the callers that import them from this module.
 
 Generation is a plain sampling loop with a KV cache, so each sampled token's logprob is exactly
 ``log_softmax(logits / temperature)[token]`` (greedy when ``temperature == 0``, logprob then under
-the unscaled distribution). Requests are batched: those that arrive while a batch runs form the next
-batch (up to ``max_batch``, left-padded and attention-masked), generated in a worker thread; a
-cancelled request stops at its next token. A streaming request (``ctx.on_tokens`` set) gets each
+the unscaled distribution). Requests are batched continuously (:mod:`.hf_batch`): one batch decodes in
+a worker thread, a request that arrives meanwhile joins it between two tokens (up to ``max_batch`` rows,
+left-padded and attention-masked) instead of waiting for the whole batch to end, and each request is
+answered the moment it finishes; a cancelled request stops at its next token. A streaming request (``ctx.on_tokens`` set) gets each
 sampled id pushed to its response as soon as it is sampled (``loop.call_soon_threadsafe`` via
 :meth:`GenContext.emit`).
 
@@ -22,11 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from ...errors import BackendError
 from .base import GenContext, Generation, SamplingParams, TokenBackend
+from .hf_batch import LiveRow, RunningBatch, mergeable
 from .hf_loading import (
     SMOLLM2_ALIASES,
     cache_dir,
@@ -48,11 +49,12 @@ __all__ = [
 
 
 class _Row:
-    __slots__ = ("cancel", "ctx", "fut", "params", "prompt")
+    __slots__ = ("answered", "cancel", "ctx", "fut", "params", "prompt")
 
     def __init__(self, prompt: list[int], params: SamplingParams, fut: asyncio.Future, ctx: GenContext | None = None):
         self.prompt, self.params, self.fut, self.ctx = prompt, params, fut, ctx
         self.cancel = threading.Event()
+        self.answered = False
 
     def admit(self) -> None:
         if self.ctx is not None:
@@ -68,20 +70,27 @@ class _Row:
 class TransformersBackend(TokenBackend):
     """Serve ``model`` (a torch causal LM) with exact ids and logprobs.
 
-    Requests that arrive while a batch is generating wait and then run together, up to
+    A request that arrives while a batch is generating joins it between two tokens, up to
     ``max_batch`` rows (left-padded, attention-masked: each row's logits are its unpadded logits up
-    to float rounding). ``max_batch=1`` serves strictly one request at a time."""
+    to float rounding); ``continuous=False``: it waits for the batch to end and runs in the next one.
+    ``max_batch=1`` serves strictly one request at a time."""
 
     exact = True
 
-    def __init__(self, model: Any, tokenizer: Any, *, seed: int | None = None, max_batch: int = 8):
+    def __init__(self, model: Any, tokenizer: Any, *, seed: int | None = None, max_batch: int = 8,
+                 continuous: bool = True):
         self.model = model
         self._tokenizer = tokenizer
         self._lock = asyncio.Lock()
         self._seed = seed
         self._eos = _eos_ids(model, tokenizer)
         self.max_batch = max(1, int(max_batch))
-        self._pending: list[_Row] = []
+        self._pending: list[_Row] = []  # queued rows (the event loop appends, the worker thread takes)
+        self._queue_lock = threading.Lock()
+        self._draining = False  # a weight swap waits: the running batch takes no new row
+        # rows join a running batch (when the model's cache can be merged; False: a request that arrives
+        # while a batch runs waits for it to end, then runs in the next batch with the others that waited)
+        self._continuous: bool | None = None if continuous else False
         self._worker: asyncio.Task | None = None
         self.name = getattr(getattr(model, "config", None), "_name_or_path", None) or "transformers"
         self.batches: list[int] = []  # sizes of the batches run (observability, tests)
@@ -108,52 +117,95 @@ class TransformersBackend(TokenBackend):
             raise BackendError("empty prompt")
         self._max_new(prompt_ids, params)  # an over-long prompt fails alone, not its batch
         row = _Row(list(prompt_ids), params, asyncio.get_running_loop().create_future(), ctx)
-        self._pending.append(row)
         loop = asyncio.get_running_loop()
-        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
-            self._pending = [r for r in self._pending if r.fut.get_loop() is loop]  # drop a dead loop's rows
-            self._worker = asyncio.ensure_future(self._work())
+        with self._queue_lock:
+            self._pending.append(row)
+            if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+                self._pending = [r for r in self._pending if r.fut.get_loop() is loop]  # drop a dead loop's rows
+                self._worker = asyncio.ensure_future(self._work())
         try:
             return await asyncio.shield(row.fut)
         except asyncio.CancelledError:
             row.cancel.set()  # the row stops at its next token; the batch goes on
-            if row in self._pending:
-                self._pending.remove(row)
+            with self._queue_lock:
+                if row in self._pending:
+                    self._pending.remove(row)
             raise
 
     async def _work(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
-            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
             async with self._lock:
-                self.batches.append(len(batch))
                 try:
-                    results = await loop.run_in_executor(None, self._generate_rows, batch)
-                except BaseException as e:
-                    err = e if isinstance(e, Exception) else BackendError(f"generation aborted: {e!r}")
-                    for r in batch:
-                        if not r.fut.done():
-                            r.fut.set_exception(err)
-                            r.fut.exception()
+                    await loop.run_in_executor(None, self._decode)
+                except BaseException as e:  # the rows it held were answered with the error
                     if not isinstance(e, Exception):
                         raise
-                    continue
-            for r, g in zip(batch, results):
-                if not r.fut.done():
-                    r.fut.set_result(g)
+
+    def _take(self, room: int) -> list[_Row]:
+        """Up to ``room`` queued rows, oldest first (none while a weight swap waits: the batch drains)."""
+        if room <= 0 or self._draining:
+            return []
+        with self._queue_lock:
+            rows, self._pending = self._pending[:room], self._pending[room:]
+        return rows
+
+    def _decode(self) -> None:
+        """Worker thread: run one continuous batch until no row is left in it or queued. Rows join between
+        two tokens (up to ``max_batch``) and are answered as soon as they finish."""
+        if self._continuous is None:
+            self._continuous = mergeable(self.model)
+        batch = RunningBatch(self.model, self._sample, self._eos[0] if self._eos else 0)
+        held: list[_Row] = []
+        try:
+            while True:
+                room = self.max_batch - len(batch) if (self._continuous or not len(batch)) else 0
+                new = self._take(room)
+                if new:
+                    for r in new:  # out of the queue: its generation starts now
+                        r.admit()
+                    held += new
+                    self.batches.append(len(batch) + len(new))
+                    live = [self._live(r) for r in new]
+                    self._answer(batch.admit(live))
+                elif len(batch):
+                    self._answer(batch.step())
+                else:
+                    return
+                held = [r for r in held if not r.fut.done() and not r.answered]
+        except BaseException as e:
+            err = e if isinstance(e, Exception) else BackendError(f"generation aborted: {e!r}")
+            for r in held:
+                if not r.answered:
+                    r.answered = True
+                    _settle(r.fut, error=err)
+            raise
+
+    def _live(self, r: _Row) -> LiveRow:
+        return LiveRow(prompt=r.prompt, params=r.params, gen=self._sampler(r.params),
+                       stops=set(self._eos) | set(r.params.stop_token_ids or ()), max_new=self._max_new(r.prompt, r.params),
+                       cancel=r.cancel, emit=r.emit, key=r)
+
+    def _answer(self, done: list[LiveRow]) -> None:
+        for lr in done:
+            self._finish(lr.key, lr.result())
+
+    def _finish(self, row: _Row, gen: Generation) -> None:
+        """Answer ``row`` (from the worker thread) the moment it finishes."""
+        row.answered = True
+        _settle(row.fut, result=gen)
 
     async def swap_weights(self, state_dict: dict[str, Any]) -> None:
-        """Load ``state_dict`` into ``self.model`` between two generation batches."""
-        async with self._lock:
-            await asyncio.to_thread(self.model.load_state_dict, state_dict)
-
-    def _generate_rows(self, rows: list[_Row]) -> list[Generation]:
-        for r in rows:  # out of the queue: the batch starts now
-            r.admit()
-        if len(rows) == 1:
-            r = rows[0]
-            return [self._generate_sync(r.prompt, r.params, r.cancel, r.emit)]
-        return self._generate_batch(rows)
+        """Load ``state_dict`` into ``self.model`` between two generation batches (the running batch
+        takes no new row meanwhile, so it drains)."""
+        self._draining = True
+        try:
+            async with self._lock:
+                await asyncio.to_thread(self.model.load_state_dict, state_dict)
+        finally:
+            self._draining = False
+        if self._pending and (self._worker is None or self._worker.done()):
+            self._worker = asyncio.ensure_future(self._work())
 
     def _sampler(self, params: SamplingParams) -> Any:
         import torch
@@ -180,78 +232,22 @@ class TransformersBackend(TokenBackend):
             tok = int(torch.multinomial(probs, 1, generator=gen))
         return tok, float(logp[tok])
 
-    def _generate_sync(self, prompt_ids: list[int], params: SamplingParams, cancel: threading.Event,
-                       emit: Callable[[int, float], None] | None = None) -> Generation:
-        import torch
+def _settle(fut: asyncio.Future, *, result: Generation | None = None, error: BaseException | None = None) -> None:
+    """Resolve ``fut`` from any thread, on its own loop (a closed loop: nobody waits any more)."""
 
-        max_new = self._max_new(prompt_ids, params)
-        gen = self._sampler(params)
-        stop_ids = set(self._eos) | set(params.stop_token_ids or ())
-        out: list[int] = []
-        lps: list[float] = []
-        finish = "length"
-        with torch.inference_mode():
-            inp = torch.tensor([prompt_ids], dtype=torch.long)
-            past = None
-            for _ in range(max_new):
-                if cancel.is_set():
-                    finish = "cancelled"
-                    break
-                res = self.model(input_ids=inp, past_key_values=past, use_cache=True)
-                past = res.past_key_values
-                tok, lp = self._sample(res.logits[0, -1].float(), params, gen)
-                out.append(tok)
-                lps.append(lp)
-                if emit is not None:
-                    emit(tok, lp)
-                if tok in stop_ids:
-                    finish = "stop"
-                    break
-                inp = torch.tensor([[tok]], dtype=torch.long)
-        return Generation(output_ids=out, logprobs=lps, finish_reason=finish)
+    def done() -> None:
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+            fut.exception()  # retrieved: a caller that went away leaves no warning
+        else:
+            fut.set_result(result)
 
-    def _generate_batch(self, rows: list[_Row]) -> list[Generation]:
-        import torch
-
-        n = len(rows)
-        max_new = [self._max_new(r.prompt, r.params) for r in rows]
-        gens = [self._sampler(r.params) for r in rows]
-        stops = [set(self._eos) | set(r.params.stop_token_ids or ()) for r in rows]
-        pad = self._eos[0] if self._eos else 0
-        width = max(len(r.prompt) for r in rows)
-        ids = torch.tensor([[pad] * (width - len(r.prompt)) + r.prompt for r in rows], dtype=torch.long)
-        mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], dtype=torch.long)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        outs: list[list[int]] = [[] for _ in rows]
-        lps: list[list[float]] = [[] for _ in rows]
-        finish = ["length"] * n
-        done = [False] * n
-        with torch.inference_mode():
-            res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-            for _ in range(max(max_new)):
-                logits = res.logits[:, -1].float()
-                nxt = []
-                for i, r in enumerate(rows):
-                    if not done[i]:
-                        if r.cancel.is_set():
-                            done[i], finish[i] = True, "cancelled"
-                        else:
-                            tok, lp = self._sample(logits[i], r.params, gens[i])
-                            outs[i].append(tok)
-                            lps[i].append(lp)
-                            r.emit(tok, lp)
-                            if tok in stops[i]:
-                                done[i], finish[i] = True, "stop"
-                            elif len(outs[i]) >= max_new[i]:
-                                done[i] = True
-                    nxt.append(outs[i][-1] if outs[i] and not done[i] else pad)
-                if all(done):
-                    break
-                mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long)], 1)
-                pos = pos[:, -1:] + 1
-                res = self.model(input_ids=torch.tensor(nxt, dtype=torch.long)[:, None], attention_mask=mask,
-                                 position_ids=pos, past_key_values=res.past_key_values, use_cache=True)
-        return [Generation(output_ids=o, logprobs=lp, finish_reason=f) for o, lp, f in zip(outs, lps, finish)]
+    try:
+        fut.get_loop().call_soon_threadsafe(done)
+    except RuntimeError:
+        pass
 
 
 def _truncate(probs: Any, top_p: float, top_k: int) -> Any:
