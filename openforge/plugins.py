@@ -26,7 +26,7 @@ and ``openforge.recipes``::
     my-agent = "my_pkg.agent:MyHarness"
 
 A plugin whose import fails for a missing module is a :class:`PluginUnavailable` naming the pip
-extra that installs it (``pip install 'openforge[browser]'``, found by :mod:`openforge.extras`).
+extra that installs it (``pip install 'openforge-rl[browser]'``, found by :mod:`openforge.extras`).
 Nothing heavy is imported until a name is looked up, so ``import openforge`` stays light.
 """
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PluginNotFound, PluginUnavailable
-from .extras import install_hint
+from .extras import DISTRIBUTION, install_hint
 
 if TYPE_CHECKING:
     from .environment import Environment
@@ -68,7 +68,7 @@ __all__ = [
     "make_launcher",
 ]
 
-_OPENFORGE = "openforge"  # the distribution whose extras install the built-ins' dependencies
+_OPENFORGE = DISTRIBUTION  # the distribution whose extras install the built-ins' dependencies
 
 
 class PluginShadowWarning(UserWarning):

@@ -52,6 +52,11 @@ pytest_phase() {  # pytest's exit code, with 5 (nothing collected) as success
 if [ $# -gt 0 ]; then pytest_phase "$@"; exit $?; fi
 rc=0
 pytest_phase -m "not heavy" || rc=$?
+# The package a user installs (openforge-rl): sdist + wheel built, the wheel's contents checked, the wheel
+# installed (not editable) into a fresh venv and `forge` run from it (scripts/wheel-check.sh; ~1.5 min
+# of CPU, about 4 min on a loaded 2-core machine).
+echo "wheel check (${SECONDS}s into the job):"
+PYTHON=.venv/bin/python bash scripts/wheel-check.sh || rc=$?
 if [ "$SECONDS" -lt "${OPENFORGE_HEAVY_START_S:-3000}" ]; then
   echo "heavy end-to-end tests (${SECONDS}s into the job):"
   pytest_phase -m heavy || rc=$?

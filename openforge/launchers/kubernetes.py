@@ -56,6 +56,7 @@ from typing import Any
 from urllib.parse import quote, urlparse
 
 from ..errors import ConfigError, SandboxError
+from ..extras import pip_install
 from ..types import RolloutStatus
 from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
 from .base import ExecResult, Launcher, Sandbox, SandboxFailure, SandboxSpec, VerifierView
@@ -122,7 +123,7 @@ class KubernetesLauncher(Launcher):
         try:
             from kubernetes import client, config
         except ImportError as e:  # pragma: no cover - the k8s extra is missing
-            raise SandboxError("the kubernetes launcher needs the `kubernetes` package: pip install 'openforge[k8s]'") from e
+            raise SandboxError(f"the kubernetes launcher needs the `kubernetes` package: {pip_install('k8s')}") from e
         if api_client is None:
             if host:
                 cfg = client.Configuration()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..extras import pip_install
 from ..modeldir import (
     CHAT_TEMPLATE_FILE,
     META_FILE,
@@ -166,7 +167,7 @@ def _export_verl(run: Path, cfg: Any, out: Path, *, step: int | None, best: bool
     cmd = verl_merge_command(actor, tmp, python=python)
     try:
         if python is None and importlib.util.find_spec("verl") is None:
-            raise ConfigError("merging a veRL checkpoint needs veRL installed (pip install 'openforge[verl]'); "
+            raise ConfigError(f"merging a veRL checkpoint needs veRL installed ({pip_install('verl')}); "
                               f"the merge this command runs: {' '.join(cmd[:-1])} {out}")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
