@@ -17,9 +17,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins",
      "openforge.console", "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving",
      "openforge.task_cursor"),
-    # readings: pure readings of a trajectory (the fault recorder uses them; analysis builds on them)
     ("openforge.trajectory", "openforge.reasoning", "openforge.finite", "openforge.trajectory_io", "openforge.store",
-     "openforge.analysis.steps", "openforge.analysis.recovery"),
+     "openforge.readings"),
     ("openforge.proxy",),
     ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",
      "openforge.faults", "openforge.config"),
