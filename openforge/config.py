@@ -273,7 +273,6 @@ class VerlConfig(_Section):
     ppo_max_token_len_per_gpu: int = Field(32768, ge=64)
     tensor_model_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
-    tool_parser: str = "hermes"
     agent_workers: int = Field(8, ge=1)
     total_epochs: int = Field(1, ge=1)
     episode_timeout_s: float = Field(1800.0, gt=0)
@@ -406,13 +405,21 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     return out
 
 
+#: Keys that configs once accepted and that did nothing: a config still setting one gets this, not
+#: "unknown key".
+REMOVED_KEYS = {
+    "trainer.verl.tool_parser": "removed (it was never used: the proxy parses each harness's tool calls "
+                                "itself); delete the key",
+}
+
+
 def _format_errors(err: ValidationError) -> list[str]:
     problems = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = REMOVED_KEYS.get(loc, "unknown key")
         problems.append(f"{loc}: {msg}")
     return problems
 

@@ -62,6 +62,7 @@ __all__ = [
     "harness_class",
     "launcher_class",
     "list_environments",
+    "load_ref",
     "make_backend",
     "make_environment",
     "make_harness",
@@ -75,7 +76,9 @@ class PluginShadowWarning(UserWarning):
     """An entry point (or a task folder) was skipped because its name is already taken."""
 
 
-def _load_ref(ref: str) -> Any:
+def load_ref(ref: str) -> Any:
+    """The object a ``module:attr.path`` reference names (the module imported; ``module`` alone is the
+    module)."""
     module, _, attr = ref.partition(":")
     obj: Any = importlib.import_module(module.strip())
     for part in filter(None, attr.strip().split(".")):
@@ -211,7 +214,7 @@ class Registry:
 
     def _import(self, name: str, ref: str, dist: str | None) -> Any:
         try:
-            return _load_ref(ref)
+            return load_ref(ref)
         except ModuleNotFoundError as e:
             raise self.unavailable(name, e, dist, ref) from e
         except (ImportError, AttributeError) as e:
