@@ -114,7 +114,7 @@ class OpenForgeAgentLoop(AgentLoopBase):
                 if self.runner_ref:
                     factory = load_ref(self.runner_ref)
                 else:
-                    from ...session import episode_runner as factory
+                    from ...worker_runtime import episode_runner as factory
                 self.runtime["runner"] = await factory(backend=self.backend, max_tokens=self.max_tokens,
                                                        **self.settings)
             return self.runtime["runner"]
