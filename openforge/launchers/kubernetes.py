@@ -499,7 +499,7 @@ class KubernetesSandbox(Sandbox):
 
     async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:
         """Publish a host Unix-socket service to the pod (see the module docstring)."""
-        from ._fwd import _pipe
+        from ._fwd import bridge, to_unix
 
         la, sock = self.launcher, str(uds_path)
         proxy_host = urlparse(self.proxy_url).hostname or "127.0.0.1"
@@ -509,14 +509,7 @@ class KubernetesSandbox(Sandbox):
             raise SandboxError(str(e)) from None
         bind = la.service_host or (proxy_host if is_ip else "0.0.0.0")
 
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                ur, uw = await asyncio.open_unix_connection(sock)
-            except OSError:
-                w.close()
-                return
-            await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
-
+        handle = bridge(to_unix(sock))
         first, last = la.service_ports
         for p in ([port] if port else range(first, last + 1)):
             if p in la._service_ports_used:
