@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomicdir import publish_dir, staging_dir
 from ..errors import ConfigError
 from ..extras import pip_install
 from ..modeldir import (
@@ -68,9 +69,7 @@ def _fresh_out(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} exists and is not empty: choose a new directory (nothing was written)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.export-tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = staging_dir(out, ".export-tmp")
     return tmp
 
 
@@ -96,9 +95,7 @@ def _finish(tmp: Path, out: Path, run: Path) -> None:
     assert meta is not None
     (tmp / "README.md").write_text(model_card(meta, run=run, out_name=str(out)))
     check_model_dir(tmp, what="exported model")
-    if out.exists():
-        out.rmdir()  # empty (checked by _fresh_out)
-    tmp.rename(out)
+    publish_dir(tmp, out)  # an empty out (checked by _fresh_out) is replaced
 
 
 def export_model(run_dir: str | Path, out: str | Path, *, step: int | None = None, best: bool = False,
