@@ -173,6 +173,7 @@ class Session:
                            settings: ProxySettings, *, keep: bool = True) -> ProxyServer:
         """The one construction site of :class:`ProxyServer` outside tests (``keep``: log to the
         session's store)."""
+        from .proxy.bounds import ProxyTimeouts
         from .proxy.server import ProxyServer
 
         assert self._sockdir is not None
@@ -181,7 +182,7 @@ class Session:
                             admin_token=settings.admin_token, public_url=settings.public_url,
                             sampling=dict(settings.sampling) if isinstance(settings.sampling, Mapping)
                             else settings.sampling,
-                            header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s)
+                            timeouts=ProxyTimeouts(header_s=settings.header_timeout_s, body_s=settings.body_timeout_s))
         await proxy.start()  # closes its own listeners when it fails
         stack.push_async_callback(proxy.stop)
         return proxy
