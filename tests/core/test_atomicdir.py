@@ -73,3 +73,14 @@ def test_files_merge_in_with_the_weights_last(tmp_path, monkeypatch):
         (tmp / "model.safetensors").write_bytes(b"half")
         raise RuntimeError("crash")
     assert (target / "model.safetensors").read_bytes() == b"w" and _names(tmp_path) == ["model"]
+
+
+def test_the_sft_warm_start_cache_is_written_through_it(tmp_path):
+    """The cache a later run trusts once it holds the weights: info first, the weights last, no litter."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("safetensors")
+    from openforge.teacher import _save_cache
+
+    model = torch.nn.Linear(2, 2)
+    _save_cache(tmp_path / "cache", model, {"key": "k"})
+    assert _names(tmp_path / "cache") == ["info.json", "model.safetensors"] and _names(tmp_path) == ["cache"]
