@@ -65,6 +65,8 @@ from .k8s_api import (
 )
 from .k8s_checks import check_launcher_options, ip_literal
 from .k8s_manifests import (
+    PodLayout,
+    PodResources,
     _k8s_name,
     build_network_policy,
     build_pod_manifest,
@@ -280,8 +282,8 @@ class KubernetesLauncher(Launcher):
             manifest = build_pod_manifest(
                 name=pod, namespace=self.namespace, image=task.image or self.image, rollout_id=spec.rollout_id,
                 run_id=self.run_id, task_id=task.id, secret_name=pod, proxy_url=proxy_url, env=spec.env,
-                cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline, workdir=workdir,
-                home=home, service_account=self.service_account)
+                resources=PodResources(cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline),
+                layout=PodLayout(workdir=workdir, home=home), service_account=self.service_account)
         except ConfigError as e:  # the server would answer 422: not worth a pod, nor a retry
             raise SandboxFailure(f"pod {pod} for task {task.id}: {e}", RolloutStatus.ENV_ERROR) from None
         self._waiters[pod] = asyncio.Event()
