@@ -36,8 +36,11 @@ def test_the_distribution_name_is_one_that_installs_openforge():
 
 
 def test_no_install_hint_names_the_wrong_distribution():
-    """Every `pip install` the code prints names openforge-rl (the bare name installs somebody else's code)."""
-    bad = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "openforge").rglob("*.py")
+    """Every `pip install` the code prints or the docs show names openforge-rl (the bare name installs
+    somebody else's code). README.md and CHANGELOG.md are the lead's."""
+    files = [p for top in ("openforge", "docs", "recipes", "examples", "scripts") for p in (ROOT / top).rglob("*")
+             if p.suffix in (".py", ".md", ".sh", ".yaml")]
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in files
            for i, line in enumerate(p.read_text().splitlines(), 1)
            if "pip install openforge " in line + " " or "pip install 'openforge[" in line
            or "pip install openforge;" in line]
