@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
-python -m pip install -q --upgrade pip
+python -m pip install -q --upgrade pip "setuptools>=77"  # setuptools: the wheel check builds with it (PEP 639 license)
 # torch: the CPU build (pinned); an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
 # verl: the veRL integration tests run its GRPO advantage function and agent loop on CPU (~5 min install).

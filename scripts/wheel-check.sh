@@ -5,7 +5,7 @@
 # folder, and `forge recipe claw-grpo --dry-run`. A CI phase of scripts/test.sh; runs alone too:
 #   bash scripts/wheel-check.sh            (PYTHON=... picks the interpreter that builds and makes the venv)
 # torch comes pinned (2.13.0) from pip's configured sources, as the README installs it; pip's cache makes
-# a rerun quick. Needs setuptools>=68 in $PYTHON (the .venv of scripts/test.sh has it).
+# a rerun quick. setuptools>=77 is installed into $PYTHON's environment if it lacks it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -15,6 +15,9 @@ trap 'rm -rf "$WORK"' EXIT
 step() { echo "wheel-check: $* (${SECONDS}s)"; }
 
 step "building the sdist and the wheel"
+# the PEP 517 hooks run in $PY: setuptools as pyproject's [build-system] asks (a fresh 3.11 venv has 65, too old for the SPDX license string)
+"$PY" -c 'import setuptools, sys; sys.exit(int(setuptools.__version__.split(".")[0]) < 77)' 2>/dev/null \
+  || "$PY" -m pip install -q "setuptools>=77" 2>&1 | grep -v "is ignored: it is neither" || true
 mapfile -t BUILT < <("$PY" scripts/wheel_check.py build "$WORK/dist")
 SDIST=${BUILT[0]}; WHEEL=${BUILT[1]}
 case "$(basename "$WHEEL")" in openforge_rl-*.whl) ;; *) echo "error: unexpected wheel name $WHEEL" >&2; exit 1;; esac
