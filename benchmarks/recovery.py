@@ -30,8 +30,8 @@ from typing import Any
 
 async def evaluate(forge: Any, tasks: list, trials: int, seed: int) -> dict[str, Any]:
     """Every task ``trials`` times with a fault in every episode (same faults for every policy)."""
-    from openforge.analysis.recovery import fault_outcomes, is_faulty
     from openforge.faults.env import with_faults, without_faults
+    from openforge.readings.recovery import fault_outcomes, is_faulty
 
     env = with_faults(without_faults(forge.env), {"fraction": 1.0, "per_episode": 1, "seed": seed})
     groups = await forge.runtime.groups(tasks, trials, min_group=1, environment=env, seed=seed, keep=False)

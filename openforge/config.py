@@ -2,9 +2,10 @@
 
 Owns: :class:`RunConfig` and its sections (:class:`ModelConfig`, :class:`EnvConfig`,
 :class:`HarnessConfig`, :class:`LauncherConfig`, :class:`RolloutConfig`, :class:`SFTConfig`,
-:class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`VerlConfig`, :class:`EvalConfig`), :func:`parse_overrides`, :func:`apply_overrides`,
+:class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`VerlConfig`, :class:`EvalConfig`),
 :func:`load_config` (YAML file or dict + preset + overrides → validated config) and
-:func:`dump_config`.
+:func:`dump_config`. ``key=value`` overrides are parsed and merged by :mod:`openforge.overrides`
+(:func:`parse_overrides`, :func:`apply_overrides`, re-exported here).
 
 Every problem is reported at once: unknown keys, bad types, bad values and malformed overrides are
 gathered into one :class:`~openforge.errors.ConfigError`, each named by its dotted key
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serial
 from pydantic_core import PydanticCustomError
 
 from .errors import ConfigError
+from .overrides import apply_overrides, parse_overrides
 
 __all__ = [
     "CPUTrainerConfig",
@@ -276,7 +278,6 @@ class VerlConfig(_Section):
     ppo_max_token_len_per_gpu: int = Field(32768, ge=64)
     tensor_model_parallel_size: int = Field(1, ge=1)
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
-    tool_parser: str = "hermes"
     agent_workers: int = Field(8, ge=1)
     total_epochs: int = Field(1, ge=1)
     episode_timeout_s: float = Field(1800.0, gt=0)
@@ -378,45 +379,12 @@ class RunConfig(_Section):
         return self
 
 
-# ------------------------------------------------------------------------------------ overrides
-
-
-def parse_overrides(items: list[str] | tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
-    """``["a.b=1", "c=[x, y]"]`` → (nested dict, problems). Values are parsed as YAML scalars/lists."""
-    out: dict[str, Any] = {}
-    problems: list[str] = []
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key or any(not p for p in key.split(".")):
-            problems.append(f"{item!r}: overrides look like key.path=value")
-            continue
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
-            value = raw
-        node = out
-        parts = key.split(".")
-        for p in parts[:-1]:
-            nxt = node.setdefault(p, {})
-            if not isinstance(nxt, dict):
-                problems.append(f"{item!r}: {p} was already set to a value")
-                break
-            node = nxt
-        else:
-            node[parts[-1]] = value
-    return out, problems
-
-
-def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``overrides`` into a copy of ``base`` (dicts merge, everything else replaces)."""
-    out = copy.deepcopy(base)
-    for k, v in overrides.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = apply_overrides(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
+#: Keys that configs once accepted and that did nothing: a config still setting one gets this, not
+#: "unknown key".
+REMOVED_KEYS = {
+    "trainer.verl.tool_parser": "removed (it was never used: the proxy parses each harness's tool calls "
+                                "itself); delete the key",
+}
 
 
 def _format_errors(err: ValidationError) -> list[str]:
@@ -425,7 +393,7 @@ def _format_errors(err: ValidationError) -> list[str]:
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = REMOVED_KEYS.get(loc, "unknown key")
         problems.append(f"{loc}: {msg}")
     return problems
 

@@ -93,7 +93,7 @@ class PluginNotFound(ConfigError, LookupError):
 class PluginUnavailable(ConfigError, ImportError):
     """A plugin that cannot be imported. ``missing`` is the module that is not installed (``None``
     if the import failed otherwise); ``install`` the command that installs it, when known
-    (``pip install 'openforge[browser]'``)."""
+    (``pip install 'openforge-rl[browser]'``)."""
 
     def __init__(self, problems: list[str] | str, *, missing: str | None = None, install: str | None = None):
         super().__init__(problems)

@@ -1,6 +1,7 @@
 """Which pip extra provides a missing module: the install hint of a plugin that cannot be imported.
 
-Owns: :func:`extra_for` and :func:`install_hint`. The extras are read from the distribution's own
+Owns: :data:`DISTRIBUTION` (the name openforge installs as), :func:`extra_for`, :func:`install_hint` and
+:func:`pip_install`. The extras are read from the distribution's own
 metadata (``Requires-Dist: browser-use>=0.13; extra == "browser"``, generated from pyproject's
 ``[project.optional-dependencies]``) and, for an openforge imported from a source checkout (editable
 or not installed), first from that checkout's ``pyproject.toml``. Nothing here is hard-coded per plugin: a new
@@ -13,7 +14,11 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["extra_for", "install_hint"]
+__all__ = ["DISTRIBUTION", "extra_for", "install_hint", "pip_install"]
+
+#: The distribution openforge is published and installed as (``pip install openforge-rl``); the import
+#: package stays ``openforge`` and the command ``forge``. On the public index ``openforge`` is another project.
+DISTRIBUTION = "openforge-rl"
 
 # import names that differ from the name of the distribution that ships them
 _DIST_OF_MODULE = {"PIL": "pillow", "yaml": "pyyaml", "zmq": "pyzmq", "google.protobuf": "protobuf",
@@ -29,7 +34,7 @@ def _norm(name: str) -> str:
 
 def _pyproject_extras(dist: str) -> list[tuple[str, str]]:
     """``(requirement, extra)`` pairs of the source checkout ``openforge`` is imported from."""
-    if _norm(dist) != "openforge":
+    if _norm(dist) != DISTRIBUTION:
         return []
     path = Path(__file__).resolve().parents[1] / "pyproject.toml"
     try:
@@ -40,7 +45,7 @@ def _pyproject_extras(dist: str) -> list[tuple[str, str]]:
         data = tomllib.loads(path.read_text())
     except (OSError, ValueError):
         return []
-    if _norm(str(data.get("project", {}).get("name", ""))) != "openforge":
+    if _norm(str(data.get("project", {}).get("name", ""))) != DISTRIBUTION:
         return []
     extras = data["project"].get("optional-dependencies", {})
     return [(req, extra) for extra, reqs in extras.items() for req in reqs]
@@ -79,3 +84,8 @@ def install_hint(dist: str | None, module: str) -> str | None:
         return None
     extra = extra_for(dist, module)
     return f"pip install '{dist}[{extra}]'" if extra else None
+
+
+def pip_install(extra: str | None = None) -> str:
+    """The command that installs openforge, or one of its extras: ``pip install 'openforge-rl[k8s]'``."""
+    return f"pip install '{DISTRIBUTION}[{extra}]'" if extra else f"pip install {DISTRIBUTION}"

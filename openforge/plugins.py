@@ -26,7 +26,7 @@ and ``openforge.recipes``::
     my-agent = "my_pkg.agent:MyHarness"
 
 A plugin whose import fails for a missing module is a :class:`PluginUnavailable` naming the pip
-extra that installs it (``pip install 'openforge[browser]'``, found by :mod:`openforge.extras`).
+extra that installs it (``pip install 'openforge-rl[browser]'``, found by :mod:`openforge.extras`).
 Nothing heavy is imported until a name is looked up, so ``import openforge`` stays light.
 """
 
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PluginNotFound, PluginUnavailable
-from .extras import install_hint
+from .extras import DISTRIBUTION, install_hint
 
 if TYPE_CHECKING:
     from .environment import Environment
@@ -62,20 +62,23 @@ __all__ = [
     "harness_class",
     "launcher_class",
     "list_environments",
+    "load_ref",
     "make_backend",
     "make_environment",
     "make_harness",
     "make_launcher",
 ]
 
-_OPENFORGE = "openforge"  # the distribution whose extras install the built-ins' dependencies
+_OPENFORGE = DISTRIBUTION  # the distribution whose extras install the built-ins' dependencies
 
 
 class PluginShadowWarning(UserWarning):
     """An entry point (or a task folder) was skipped because its name is already taken."""
 
 
-def _load_ref(ref: str) -> Any:
+def load_ref(ref: str) -> Any:
+    """The object a ``module:attr.path`` reference names (the module imported; ``module`` alone is the
+    module)."""
     module, _, attr = ref.partition(":")
     obj: Any = importlib.import_module(module.strip())
     for part in filter(None, attr.strip().split(".")):
@@ -211,7 +214,7 @@ class Registry:
 
     def _import(self, name: str, ref: str, dist: str | None) -> Any:
         try:
-            return _load_ref(ref)
+            return load_ref(ref)
         except ModuleNotFoundError as e:
             raise self.unavailable(name, e, dist, ref) from e
         except (ImportError, AttributeError) as e:

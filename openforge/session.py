@@ -2,10 +2,10 @@
 
 Owns: :class:`Session` (an async context manager owning a run's back-end, proxy, store, launcher,
 environment and harness factory, with the group runner, pause/resume and a teardown that cannot
-leak on a partial start), :class:`ProxySettings`, :func:`backend_for` (a back-end spec, or
-``reference``: the tasks' reference solutions replayed as a scripted policy), :func:`reference_script`,
-:func:`select_tasks` (split → subset → ids → max, the one task-selection rule) and
-:func:`episode_runner` (the per-process rollout runtime of veRL's agent loop).
+leak on a partial start), :class:`ProxySettings` and :class:`RolloutSettings`. The parts it assembles are
+built by name in :mod:`openforge.parts` (``backend_for``, ``load_environment``, ...), the tasks are
+chosen by :mod:`openforge.task_selection`, and a veRL worker runs its rollouts through
+:mod:`openforge.worker_runtime`; the names of the first two are re-exported here.
 
 This is the only module that constructs a :class:`~openforge.proxy.server.ProxyServer` outside
 tests (``tests/core/test_layers.py`` checks it). Callers: the CPU trainer loop
@@ -37,22 +37,32 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .harness_mix import PerGroupHarness
+from .parts import (  # re-exported: callers import the run's parts from the session module
+    backend_for,
+    each_harness,
+    group_harnesses,
+    harness_factory,
+    load_environment,
+    load_launcher,
+    reference_script,
+)
 from .rollout import GroupRequest, GroupResults, RolloutRequest, run_groups, run_rollout
 from .seams import RolloutProxy
 from .task import Task
+from .task_selection import select_tasks
 from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .config import HarnessConfig, RunConfig
+    from .config import RunConfig
     from .environment import Environment
     from .harness import Harness
-    from .harness_mix import GroupHarnesses
     from .launchers.base import Launcher
     from .proxy.backends.base import Backend, SamplingParams
     from .proxy.server import ProxyServer
     from .store import TrajectoryStore
 
-__all__ = ["ProxySettings", "Session", "backend_for", "episode_runner", "reference_script", "select_tasks"]
+__all__ = ["ProxySettings", "RolloutSettings", "Session", "backend_for", "each_harness", "group_harnesses",
+           "harness_factory", "load_environment", "load_launcher", "reference_script", "select_tasks"]
 
 
 # ------------------------------------------------------------------------------------ settings
@@ -163,6 +173,7 @@ class Session:
                            settings: ProxySettings, *, keep: bool = True) -> ProxyServer:
         """The one construction site of :class:`ProxyServer` outside tests (``keep``: log to the
         session's store)."""
+        from .proxy.bounds import ProxyTimeouts
         from .proxy.server import ProxyServer
 
         assert self._sockdir is not None
@@ -171,7 +182,7 @@ class Session:
                             admin_token=settings.admin_token, public_url=settings.public_url,
                             sampling=dict(settings.sampling) if isinstance(settings.sampling, Mapping)
                             else settings.sampling,
-                            header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s)
+                            timeouts=ProxyTimeouts(header_s=settings.header_timeout_s, body_s=settings.body_timeout_s))
         await proxy.start()  # closes its own listeners when it fails
         stack.push_async_callback(proxy.stop)
         return proxy
@@ -284,153 +295,3 @@ class Session:
                    rollouts=RolloutSettings(concurrency=cfg.rollout.concurrency, budget_s=cfg.rollout.timeout_s,
                                             progress=progress), close_backend=close_backend,
                    hidden=[cache_root(cfg.cache_dir)])
-
-
-# ------------------------------------------------------------------------------------ parts by name
-
-
-def load_environment(name: str | Path | Environment, options: Mapping[str, Any] | None = None) -> Environment:
-    """An environment instance: a registered name or a folder of task directories (or one given)."""
-    from .environment import Environment
-    from .plugins import make_environment
-
-    return name if isinstance(name, Environment) else make_environment(name, **dict(options or {}))
-
-
-def load_launcher(name: str, options: Mapping[str, Any] | None = None) -> Launcher:
-    from .plugins import make_launcher
-
-    return make_launcher(name, **dict(options or {}))
-
-
-def harness_factory(name: str, options: Mapping[str, Any] | None = None) -> Callable[[], Harness]:
-    """A factory of fresh harnesses; a bad option is refused now, before any model loads."""
-    from .plugins import harness_class
-
-    cls = harness_class(name)
-    opts = dict(options or {})
-    try:
-        cls(**opts)
-    except TypeError as e:
-        raise ConfigError(f"harness {name!r}: {e}") from None
-    return lambda: cls(**opts)
-
-
-def group_harnesses(cfg: HarnessConfig, names: Sequence[str]) -> GroupHarnesses:
-    """Group ``i`` runs harness ``names[i]`` of ``cfg`` (each with its own options)."""
-    from .harness_mix import GroupHarnesses
-
-    return GroupHarnesses({n: harness_factory(n, cfg.options_for(n)) for n in set(names)}, names)
-
-
-def each_harness(cfg: HarnessConfig, tasks: Sequence[Task]) -> tuple[list[Task], GroupHarnesses]:
-    """Every task once per harness of ``cfg`` (a teacher replayed through each harness of a run)."""
-    names = cfg.names()
-    return [t for _ in names for t in tasks], group_harnesses(cfg, [n for n in names for _ in tasks])
-
-
-# ------------------------------------------------------------------------------------ tasks
-
-
-def _in_subset(task: Task, subset: str) -> bool:
-    """A task is in a subset named by its tags, a boolean flag, its ``subset``/``difficulty`` or its category."""
-    md = task.metadata
-    tags = md.get("subsets") or md.get("tags") or []
-    return (subset in tags or md.get(subset) is True or md.get("subset") == subset or md.get("difficulty") == subset
-            or task.category == subset)
-
-
-def select_tasks(env: Environment, *, split: str | None, subset: str | None = None,
-                 task_ids: Sequence[str] = (), max_tasks: int | None = None) -> list[Task]:
-    """The tasks of a run or an evaluation: ``split`` (None: every task) → ``subset`` → explicit
-    ``task_ids`` (in that order) → the first ``max_tasks``. Raises :class:`ConfigError` naming what
-    selected nothing."""
-    tasks = list(env.tasks(split) if split else env.tasks())
-    if subset:
-        tasks = [t for t in tasks if _in_subset(t, subset)]
-        if not tasks:
-            raise ConfigError(f"env.subset={subset!r}: no {split} task of {env.name!r} is in it")
-    if task_ids:
-        by_id = {t.id: t for t in env.tasks()}
-        missing = [i for i in task_ids if i not in by_id]
-        if missing:
-            raise ConfigError([f"env.task_ids: {env.name!r} has no task {i!r}" for i in missing])
-        tasks = [by_id[i] for i in task_ids]
-    if max_tasks:
-        tasks = tasks[:max_tasks]
-    if not tasks:
-        raise ConfigError(f"no tasks: {env.name!r} split {split!r} is empty (splits: {env.splits()})")
-    return tasks
-
-
-# ------------------------------------------------------------------------------------ back-ends
-
-
-def reference_script(env: Environment, tasks: Sequence[Task], *, final: str = "Done.") -> dict[str, Any]:
-    """A scripted-backend script replaying each task's reference shell commands, then ``final``."""
-    per_task: dict[str, list[dict[str, Any]]] = {}
-    for t in tasks:
-        sol = env.reference_solution(t)
-        if sol:
-            per_task[t.id] = [{"shell": cmd} for cmd in sol] + [{"text": final}]
-    if not per_task:
-        raise ConfigError(f"teacher 'reference': no task of {env.name!r} has a reference solution")
-    return {"turns": [], "final": final, "tasks": per_task}
-
-
-def backend_for(spec: str, *, environment: Environment | None = None, tasks: Sequence[Task] = (),
-                 tokenizer: Any = None, model: str | None = None) -> Backend:
-    """``reference`` → the tasks' reference solutions replayed as a scripted policy; anything else →
-    a back-end spec (``scripted:FILE``, ``transformers:MODEL``, ``vllm:URL``, ``openai:URL``)."""
-    if spec == "reference":
-        from .proxy.backends.scripted import ScriptedBackend
-
-        if environment is None:
-            raise ConfigError("back-end 'reference' needs the environment whose reference solutions it replays")
-        if isinstance(tokenizer, str):
-            from .proxy.backends.transformers import load_tokenizer
-
-            tokenizer = load_tokenizer(tokenizer)
-        return ScriptedBackend(reference_script(environment, tasks), tokenizer=tokenizer)
-    from .plugins import make_backend
-
-    return make_backend(spec, tokenizer=tokenizer, model=model)
-
-
-# ------------------------------------------------------------------------------------ veRL runtime
-
-
-async def episode_runner(*, backend: Backend, max_tokens: int, harness: str, harness_options: dict[str, Any],
-                         launcher: str, launcher_options: dict[str, Any], environment: str,
-                         environment_options: dict[str, Any]) -> Callable[[Task, str], Any]:
-    """Start a session over ``backend`` in this process and return ``run(task, rollout_id) -> Trajectory``
-    (one real rollout: sandbox, harness, verifier; the proxy's rollout is named ``rollout_id``). Used
-    by the veRL agent loop, once per worker process; it lives as long as the worker."""
-    session = Session.from_names(
-        backend, environment=environment, environment_options=environment_options, harness=harness,
-        harness_options=harness_options, launcher=launcher, launcher_options=launcher_options,
-        proxy=ProxySettings(host=os.environ.get("OPENFORGE_PROXY_HOST", "127.0.0.1"),
-                            admin_token=os.environ.get("OPENFORGE_ADMIN_TOKEN"),
-                            public_url=os.environ.get("OPENFORGE_PROXY_PUBLIC_URL"),
-                            sampling={"max_tokens": max_tokens}),
-        rollouts=RolloutSettings(progress=False))
-    await session.start()
-    return _WorkerEpisodes(session)
-
-
-class _WorkerEpisodes:
-    """``await episodes(task, rollout_id) -> Trajectory``: one rollout under veRL's session id; the
-    proxy forgets it once the trajectory is returned (handed to veRL: the worker keeps nothing)."""
-
-    def __init__(self, session: Session):
-        self.session = session
-
-    @property
-    def proxy(self) -> ProxyServer:
-        return self.session.proxy
-
-    async def __call__(self, task: Task, rollout_id: str) -> Trajectory:
-        try:
-            return await self.session.rollout(task, rollout_id=rollout_id, metadata={"verl_session": rollout_id})
-        finally:
-            self.session.proxy.release_rollout(rollout_id)

@@ -20,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .atomicdir import atomic_files
 from .config import RunConfig, dump_config
 from .errors import ConfigError
 from .paths import cache_key, cache_root
@@ -162,9 +163,7 @@ async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *,
 def _save_cache(cache: Path, model: Any, info: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
-    cache.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
-    tmp = cache / "model.safetensors.tmp"
-    save_file(state, str(tmp))
-    (cache / "info.json").write_text(json.dumps(info, indent=2))
-    tmp.replace(cache / "model.safetensors")
+    with atomic_files(cache) as tmp:  # the weights land last: a cache with them is complete
+        save_file(state, str(tmp / "model.safetensors"))
+        (tmp / "info.json").write_text(json.dumps(info, indent=2))

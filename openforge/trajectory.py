@@ -164,7 +164,6 @@ def build_segments(
     calls: Iterable[ModelCall],
     *,
     reward: float = 0.0,
-    gamma: float = 1.0,
     detokenize: Detokenize | None = None,
 ) -> tuple[list[Segment], dict[int, str]]:
     """Turn one rollout's calls into training segments.
@@ -177,8 +176,7 @@ def build_segments(
     behaviour logprob: the importance ratio of such a token is undefined, so the rollout cannot
     be trained at all.
 
-    ``reward`` is the rollout's terminal reward; a segment's reward is
-    ``reward * gamma ** (calls after the segment's last trained call)``. ``detokenize`` (optional)
+    ``reward`` is the rollout's terminal reward, every segment's reward. ``detokenize`` (optional)
     lets the classifier tell template drift (same text, other tokens) from a rewritten history.
     """
     ordered = sorted(calls, key=lambda c: c.index)
@@ -238,11 +236,8 @@ def build_segments(
         target.spans.append((start, len(target.ids), call.index))
         target.calls.append(call.index)
 
-    position = {c.index: i for i, c in enumerate(ordered)}
     segments = []
     for lin in lineages:
-        after = len(ordered) - 1 - position[lin.calls[-1]]
-        seg_reward = reward * (gamma**after) if gamma != 1.0 else reward
         segments.append(
             Segment(
                 input_ids=lin.ids,
@@ -250,7 +245,7 @@ def build_segments(
                 logprobs=lin.logprobs,
                 call_indices=lin.calls,
                 break_reason=lin.reason,
-                reward=seg_reward,
+                reward=reward,
             )
         )
     return segments, skipped
@@ -361,14 +356,14 @@ class Trajectory(BaseModel):
         A trainer also needs ``capture == "tokens"`` (:attr:`TrajectoryGroup.trainable`)."""
         return self.status.trainable
 
-    def build(self, *, gamma: float = 1.0, detokenize: Detokenize | None = None) -> Trajectory:
+    def build(self, *, detokenize: Detokenize | None = None) -> Trajectory:
         """Return a copy with segments rebuilt from the calls and validated.
 
         A call with non-finite logprobs makes the copy an untrainable ``infra_error`` (a back-end
         fault, not the policy's) with no segments and the reason in ``error``; the calls are kept.
         """
         try:
-            segments, skipped = build_segments(self.calls, reward=self.reward, gamma=gamma, detokenize=detokenize)
+            segments, skipped = build_segments(self.calls, reward=self.reward, detokenize=detokenize)
         except NonFiniteLogprobError as e:
             return self.model_copy(update={"segments": [], "status": RolloutStatus.INFRA_ERROR, "reward": 0.0,
                                            "error": f"untrainable: {e}" + (f" (then: {self.error})" if self.error else "")})

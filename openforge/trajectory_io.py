@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import StoreError
+from .extras import pip_install
 from .finite import nonfinite_in_trajectory
 from .trajectory import Trajectory
 
@@ -87,7 +88,7 @@ def _import_pyarrow() -> Any:
         import pyarrow
         import pyarrow.parquet
     except ImportError:
-        raise StoreError("Parquet needs pyarrow: pip install 'openforge[parquet]'") from None
+        raise StoreError(f"Parquet needs pyarrow: {pip_install('parquet')}") from None
     return pyarrow
 
 

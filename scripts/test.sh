@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
-python -m pip install -q --upgrade pip
+python -m pip install -q --upgrade pip "setuptools>=77"  # setuptools: the wheel check builds with it (PEP 639 license)
 # torch: the CPU build (pinned); an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
 # verl: the veRL integration tests run its GRPO advantage function and agent loop on CPU (~5 min install).
@@ -52,6 +52,11 @@ pytest_phase() {  # pytest's exit code, with 5 (nothing collected) as success
 if [ $# -gt 0 ]; then pytest_phase "$@"; exit $?; fi
 rc=0
 pytest_phase -m "not heavy and not vllm" || rc=$?
+# The package a user installs (openforge-rl): sdist + wheel built, the wheel's contents checked, the wheel
+# installed (not editable) into a fresh venv and `forge` run from it (scripts/wheel-check.sh; ~1.5 min
+# of CPU, about 4 min on a loaded 2-core machine).
+echo "wheel check (${SECONDS}s into the job):"
+PYTHON=.venv/bin/python bash scripts/wheel-check.sh || rc=$?
 if [ "$SECONDS" -lt "${OPENFORGE_HEAVY_START_S:-3000}" ]; then
   echo "heavy end-to-end tests (${SECONDS}s into the job):"
   pytest_phase -m heavy || rc=$?

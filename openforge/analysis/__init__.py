@@ -9,10 +9,10 @@ analysis: :mod:`openforge.evaluation`.
 
 from __future__ import annotations
 
+from ..readings.steps import ToolStep, extract_steps
 from .metrics import BehaviourSummary, RolloutBehaviour, rollout_behaviour, summarize_behaviour
 from .passk import EvalSummary, pass_at_k, pass_hat_k, summarize_eval
 from .rundir import RunData, load_run
-from .steps import ToolStep, extract_steps
 
 __all__ = [
     "BehaviourSummary",

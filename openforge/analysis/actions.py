@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .steps import ToolStep, base_tool_name
+from ..readings.steps import ToolStep, base_tool_name
 
 __all__ = ["Action", "is_write_tool", "resource_noun", "step_actions", "url_like"]
 

@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..readings.recovery import recovers_after, repeats_next, summarize_faults
+from ..readings.steps import ToolStep, base_tool_name, extract_steps
 from ..task import Task
 from ..trajectory import Trajectory
 from ..types import ModelCall, RolloutStatus
 from .actions import Action, step_actions, url_like
-from .recovery import recovers_after, repeats_next, summarize_faults
-from .steps import ToolStep, base_tool_name, extract_steps
 
 __all__ = [
     "BehaviourSummary",

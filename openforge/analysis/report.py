@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..readings.steps import is_error_result
 from ..trajectory import Trajectory
 from .compare import COMPARE_ROWS, FAULT_ROWS, fmt_value, run_summary
 from .metrics import summarize_behaviour
 from .rundir import RunData, trajectory_step
-from .steps import is_error_result
 from .svg import Series, line_chart, stacked_bar, stacked_columns
 from .view import new_request_entries, response_entries, token_runs
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from ..errors import ConfigError, EnvironmentError_
-from ..launchers._fwd import _pipe
+from ..launchers._fwd import bridge, to_tcp
 from ..launchers._reaper import remove_tree
 from ..launchers.base import Sandbox, SandboxFailure
 from ..task import Task
@@ -223,23 +223,13 @@ async def expose_tcp(sandbox: Sandbox, name: str, port: int, sock_dir: Path,
     ``sock_dir`` bridged to the port, handed to :meth:`Sandbox.expose`. Returns (in-sandbox URL, bridge).
     ``on_connect`` is called for every connection from the sandbox."""
 
-    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        if on_connect is not None:
-            on_connect()
-        try:
-            ur, uw = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            w.close()
-            return
-        await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
-
     path = sock_dir / f"{name}.sock"
-    bridge = await asyncio.start_unix_server(handle, str(path))
+    server = await asyncio.start_unix_server(bridge(to_tcp("127.0.0.1", port), on_connect), str(path))
     os.chmod(path, 0o600)  # the driver's alone; Sandbox.expose grants the agent's uid (and only it) access
     try:
-        return await sandbox.expose(path), bridge
+        return await sandbox.expose(path), server
     except BaseException:
-        bridge.close()
+        server.close()
         raise
 
 

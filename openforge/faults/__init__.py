@@ -4,7 +4,7 @@ Faults are declared per run (``env.options.faults``) or per task (``[[faults]]``
 seeded per task group (:mod:`.spec`), injected around any environment (:mod:`.env`: an HTTP
 forwarder in front of its services, :mod:`.forwarder`; files and command shims, :mod:`.inject`) and
 recorded on the trajectory with whether the agent met and recovered from each (:mod:`.record`;
-metrics in :mod:`openforge.analysis.recovery`).
+metrics in :mod:`openforge.readings.recovery`).
 """
 
 from .env import FaultyEnvironment, with_faults

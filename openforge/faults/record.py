@@ -1,13 +1,13 @@
 """Recording on the trajectory whether each injected fault was met and recovered from.
 
 Owns: :func:`record_faults` — adds ``metadata["faults"]["outcomes"]`` (one
-:class:`~openforge.analysis.recovery.FaultOutcome` per armed fault, in the order of ``injected``)
+:class:`~openforge.readings.recovery.FaultOutcome` per armed fault, in the order of ``injected``)
 and ``metadata["faults"]["met"]`` / ``["recovered"]`` (counts) to a finished trajectory.
 """
 
 from __future__ import annotations
 
-from ..analysis.recovery import fault_outcomes
+from ..readings.recovery import fault_outcomes
 from ..trajectory import Trajectory
 
 __all__ = ["record_faults"]

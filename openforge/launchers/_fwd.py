@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Awaitable, Callable
 
 
 def _lo_up() -> None:
@@ -75,10 +76,19 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             pass
 
 
-def _handler(sock_path: str):
+def bridge(connect: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
+           on_connect: Callable[[], None] | None = None):
+    """The accept-and-pipe bridge: a connection handler for ``asyncio.start_server`` /
+    ``start_unix_server`` that opens a fresh upstream with ``connect()`` for every accepted connection
+    and pipes both ways until either side closes. An upstream that cannot be reached closes the
+    accepted connection. ``on_connect`` is called for every accepted connection. Every forwarder of
+    openforge is one of these (this init's ``--map``, the launchers' ``expose``, environment services)."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if on_connect is not None:
+            on_connect()
         try:
-            ur, uw = await asyncio.open_unix_connection(sock_path)
+            ur, uw = await connect()
         except OSError:
             writer.close()
             return
@@ -87,12 +97,22 @@ def _handler(sock_path: str):
     return handle
 
 
+def to_unix(path: str) -> Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
+    """``connect`` for :func:`bridge`: the Unix socket ``path``."""
+    return lambda: asyncio.open_unix_connection(path)
+
+
+def to_tcp(host: str, port: int) -> Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
+    """``connect`` for :func:`bridge`: ``host:port`` over TCP."""
+    return lambda: asyncio.open_connection(host, port)
+
+
 def _serve(maps: list[tuple[str, int, str]], ready: threading.Event, errors: list[str]) -> None:
     async def main() -> None:
         servers = []
         for host, port, path in maps:
             try:
-                servers.append(await asyncio.start_server(_handler(path), host, port))
+                servers.append(await asyncio.start_server(bridge(to_unix(path)), host, port))
             except OSError as e:
                 errors.append(f"cannot listen on {host}:{port}: {e}")
         ready.set()

@@ -25,7 +25,7 @@ from ..types import RolloutStatus
 from .base import ExecResult, Sandbox, SandboxFailure, VerifierView
 
 if TYPE_CHECKING:
-    from .kubernetes import KubernetesSandbox
+    from .k8s_sandbox import KubernetesSandbox
 
 __all__ = ["PodVerifierSandbox", "extract_capped", "pod_verifier_view", "read_capped"]
 

@@ -13,6 +13,7 @@ only the proxy (and DNS when the proxy is addressed by name) and their ingress o
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from .k8s_checks import (
     host_cidr,
 )
 
-__all__ = ["AGENT_PORT", "LABELS", "build_network_policy", "build_pod_manifest", "build_secret", "classify_pod",
+__all__ = ["AGENT_PORT", "LABELS", "PodLayout", "PodResources", "build_network_policy", "build_pod_manifest", "build_secret", "classify_pod",
            "egress_ports"]
 
 AGENT_PORT = 8790
@@ -44,6 +45,32 @@ def _k8s_name(s: str) -> str:
     return out[:63].rstrip("-") or "x"
 
 
+@dataclass(frozen=True)
+class PodResources:
+    """What a rollout's pod may use: ``cpu`` cores and ``memory_mb`` (requests = limits), and
+    ``deadline_s`` (``activeDeadlineSeconds``: a pod whose driver died is stopped by then)."""
+
+    cpu: float = 2.0
+    memory_mb: int = 2048
+    deadline_s: int = 3600
+
+
+@dataclass(frozen=True)
+class PodLayout:
+    """Where the agent works inside the pod (``workdir``, ``home``: emptyDir volumes), as which uid, and
+    the in-pod agent's port."""
+
+    workdir: str = "/work"
+    home: str = "/home/agent"
+    run_as_user: int = 1000
+    agent_port: int = AGENT_PORT
+
+
+#: the flat keywords build_pod_manifest took before the value objects → (object, field)
+_POD_FLAT = {"cpu": "resources", "memory_mb": "resources", "deadline_s": "resources", "workdir": "layout",
+             "home": "layout", "run_as_user": "layout", "agent_port": "layout"}
+
+
 def build_pod_manifest(
     *,
     name: str,
@@ -55,20 +82,24 @@ def build_pod_manifest(
     secret_name: str,
     proxy_url: str,
     env: dict[str, str] | None = None,
-    cpu: float = 2.0,
-    memory_mb: int = 2048,
-    deadline_s: int = 3600,
-    workdir: str = "/work",
-    home: str = "/home/agent",
-    run_as_user: int = 1000,
-    agent_port: int = AGENT_PORT,
+    resources: PodResources | None = None,
+    layout: PodLayout | None = None,
     service_account: str | None = None,
     node_selector: dict[str, str] | None = None,
     extra_labels: dict[str, str] | None = None,
+    **flat: Any,
 ) -> dict[str, Any]:
     """The rollout's pod. The per-rollout secret (API key + agent token) comes from ``secret_name``.
     Raises ConfigError for what the API server would refuse (422): a bad env name, label or name,
-    ``workdir`` == ``home``. Quantities are written as the server stores them (``1``, not ``1000m``)."""
+    ``workdir`` == ``home``. Quantities are written as the server stores them (``1``, not ``1000m``).
+    The old flat keywords (``cpu=``, ``workdir=``, ...) still work and override ``resources`` / ``layout``."""
+    unknown = sorted(set(flat) - set(_POD_FLAT))
+    if unknown:
+        raise TypeError(f"build_pod_manifest() got an unexpected keyword argument {unknown[0]!r}")
+    resources = replace(resources or PodResources(), **{k: v for k, v in flat.items() if _POD_FLAT[k] == "resources"})
+    layout = replace(layout or PodLayout(), **{k: v for k, v in flat.items() if _POD_FLAT[k] == "layout"})
+    cpu, memory_mb, deadline_s = resources.cpu, resources.memory_mb, resources.deadline_s
+    workdir, home, run_as_user, agent_port = layout.workdir, layout.home, layout.run_as_user, layout.agent_port
     labels = {**LABELS, "openforge.dev/run": _k8s_name(run_id), "openforge.dev/rollout": _k8s_name(rollout_id),
               "openforge.dev/task": _k8s_name(task_id), **check_labels(extra_labels or {}, "extra_labels")}
     check_labels(node_selector or {}, "node_selector")

@@ -1,6 +1,7 @@
 """The Kubernetes launcher: one pod per rollout, driven through the official ``kubernetes`` client.
 
-Owns: :class:`KubernetesLauncher` and :class:`KubernetesSandbox`. Manifests come from the pure
+Owns: :class:`KubernetesLauncher` (the pod itself, :class:`KubernetesSandbox`, is in ``k8s_sandbox``;
+re-exported here). Manifests come from the pure
 builders in ``k8s_manifests``; this module owns the client flow:
 
 * creation is rate-limited (``creates_per_s``); each rollout gets a Secret (proxy API key + agent
@@ -42,23 +43,19 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import json
 import logging
 import secrets
-import shutil
 import socket
-import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlparse
+from urllib.parse import urlparse
 
-from ..errors import ConfigError, SandboxError, SandboxFileNotFound
+from ..errors import ConfigError, SandboxError
+from ..extras import pip_install
 from ..types import RolloutStatus
-from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
-from .base import ExecResult, Launcher, Sandbox, SandboxFailure, SandboxSpec, VerifierView
+from .base import Launcher, SandboxFailure, SandboxSpec
 from .k8s_api import (
     apply_network_policy,
     check_resources,
@@ -68,13 +65,14 @@ from .k8s_api import (
 )
 from .k8s_checks import check_launcher_options, ip_literal
 from .k8s_manifests import (
-    AGENT_PORT,
+    PodLayout,
+    PodResources,
     _k8s_name,
     build_network_policy,
     build_pod_manifest,
     build_secret,
-    classify_pod,
 )
+from .k8s_sandbox import KubernetesSandbox, _sandbox_error
 
 __all__ = ["KubernetesLauncher", "KubernetesSandbox"]
 log = logging.getLogger(__name__)
@@ -89,10 +87,6 @@ def _port_range(spec: Any) -> tuple[int, int]:
     if not 0 < first <= last < 65536:
         raise SandboxError(f"service_ports {first}-{last} is not a port range")
     return first, last
-
-
-def _sandbox_error(msg: str, status: RolloutStatus) -> SandboxFailure:
-    return SandboxFailure(msg, status)  # its status is read by run_rollout
 
 
 class KubernetesLauncher(Launcher):
@@ -122,7 +116,7 @@ class KubernetesLauncher(Launcher):
         try:
             from kubernetes import client, config
         except ImportError as e:  # pragma: no cover - the k8s extra is missing
-            raise SandboxError("the kubernetes launcher needs the `kubernetes` package: pip install 'openforge[k8s]'") from e
+            raise SandboxError(f"the kubernetes launcher needs the `kubernetes` package: {pip_install('k8s')}") from e
         if api_client is None:
             if host:
                 cfg = client.Configuration()
@@ -288,8 +282,8 @@ class KubernetesLauncher(Launcher):
             manifest = build_pod_manifest(
                 name=pod, namespace=self.namespace, image=task.image or self.image, rollout_id=spec.rollout_id,
                 run_id=self.run_id, task_id=task.id, secret_name=pod, proxy_url=proxy_url, env=spec.env,
-                cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline, workdir=workdir,
-                home=home, service_account=self.service_account)
+                resources=PodResources(cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline),
+                layout=PodLayout(workdir=workdir, home=home), service_account=self.service_account)
         except ConfigError as e:  # the server would answer 422: not worth a pod, nor a retry
             raise SandboxFailure(f"pod {pod} for task {task.id}: {e}", RolloutStatus.ENV_ERROR) from None
         self._waiters[pod] = asyncio.Event()
@@ -335,215 +329,3 @@ class KubernetesLauncher(Launcher):
             with contextlib.suppress(Exception):
                 self.remove_orphans()
         self._stop.set()
-
-
-class KubernetesSandbox(Sandbox):
-    """A rollout pod. ``workdir`` / ``home`` are paths *inside the pod*; ``pull_workdir`` gives a
-    local copy for file-based verifiers."""
-
-    isolation = "pod"
-
-    def __init__(self, launcher: KubernetesLauncher, spec: SandboxSpec, pod: str, token: str, workdir: Path,
-                 home: Path, proxy_url: str):
-        self.launcher, self.spec, self.pod, self.token = launcher, spec, pod, token
-        self.workdir, self.home, self.proxy_url = workdir, home, proxy_url.rstrip("/")
-        self.lost_status: RolloutStatus | None = None
-        self.lost_reason: str | None = None
-        self._local: Path | None = None
-        self._closed = False
-        self._published: list[tuple[int, asyncio.AbstractServer]] = []
-
-    async def _wait_ready(self, timeout_s: float) -> None:
-        la = self.launcher
-        deadline = time.monotonic() + timeout_s
-        while True:
-            ev = la._waiters[self.pod]
-            pod = la._pods.get(self.pod)
-            if pod is not None:
-                state, status, reason = classify_pod(pod)
-                if state == "ready":
-                    return
-                if status is not None:
-                    raise _sandbox_error(f"pod {self.pod}: {reason}", status)
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise _sandbox_error(f"pod {self.pod} was not ready within {timeout_s:.0f}s "
-                                     f"({classify_pod(pod or {})[2] or 'Pending'})", RolloutStatus.INFRA_ERROR)
-            ev.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(ev.wait(), left)
-
-    def _check_lost(self) -> bool:
-        pod = self.launcher._pods.get(self.pod)
-        if pod is not None and self.lost_status is None:
-            state, status, reason = classify_pod(pod)
-            if state in ("failed", "done"):
-                self.lost_status, self.lost_reason = status or RolloutStatus.INFRA_ERROR, reason
-        return self.lost_status is not None
-
-    async def _await_loss(self, within_s: float) -> bool:
-        """Wait up to ``within_s`` for the watch to report the pod failed; True if it did."""
-        deadline = time.monotonic() + within_s
-        ev = self.launcher._waiters.get(self.pod)
-        while not self._check_lost() and ev is not None and (left := deadline - time.monotonic()) > 0:
-            ev.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(ev.wait(), left)
-        return self.lost_status is not None
-
-    def _call(self, method: str, path: str, *, query: dict[str, str] | None = None, body: Any = None,
-              timeout: float = 60.0, max_bytes: int | None = None, what: str = "a reply") -> tuple[int, bytes]:
-        la = self.launcher
-        q = ("?" + "&".join(f"{k}={quote(str(v), safe='')}" for k, v in query.items())) if query else ""
-        headers = {"X-Openforge-Token": self.token}
-        if body is not None:  # the client serialises JSON bodies only
-            headers["Content-Type"] = "application/json"
-        m, url, hdrs, ser_body, _ = la.api.param_serialize(
-            method, "/api/v1/namespaces/{namespace}/pods/{name}/proxy/{path}",
-            path_params={"namespace": la.namespace, "name": f"{self.pod}:{AGENT_PORT}", "path": path},
-            header_params=headers, body=body, auth_settings=["BearerToken"])
-        resp = la.api.call_api(m, url + q, header_params=hdrs, body=ser_body, _request_timeout=timeout)
-        if max_bytes is not None:  # streamed, never more than max_bytes in memory
-            return resp.status, read_capped(resp.response, max_bytes, what)
-        resp.read()
-        return resp.status, resp.data
-
-    async def _agent(self, method: str, path: str, **kw: Any) -> tuple[int, bytes]:
-        if self._closed:
-            raise SandboxError("the sandbox is closed")
-        call = asyncio.ensure_future(asyncio.to_thread(self._call, method, path, **kw))
-        ev = self.launcher._waiters.get(self.pod)
-        while not call.done():
-            if self._check_lost():
-                call.cancel()
-                raise _sandbox_error(f"pod {self.pod} lost: {self.lost_reason}", self.lost_status or RolloutStatus.INFRA_ERROR)
-            if ev is None:
-                await call
-                break
-            ev.clear()
-            waiter = asyncio.ensure_future(ev.wait())
-            await asyncio.wait({call, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-        try:
-            return call.result()
-        except SandboxFailure:  # a reply over its size limit: it says what it means
-            raise
-        except Exception as e:
-            if await self._await_loss(5.0):
-                raise _sandbox_error(f"pod {self.pod} lost: {self.lost_reason}", self.lost_status or RolloutStatus.INFRA_ERROR) from e
-            raise SandboxError(f"pod {self.pod}: agent call {path} failed: {e}") from e
-
-    async def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                   timeout_s: float | None = None, stdin: bytes | None = None) -> ExecResult:
-        import base64
-
-        budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
-        req = {"argv": list(argv), "env": {"HOME": str(self.home), **self.spec.env, **(env or {})},
-               "cwd": str(cwd or self.workdir), "timeout_s": budget, "grace_s": 2.0,
-               "stdin_b64": base64.b64encode(stdin).decode() if stdin is not None else None}
-        t0 = time.monotonic()
-        try:
-            code, data = await self._agent("POST", "exec", body=req, timeout=budget + 30)
-        except SandboxError as e:
-            if self.lost_status is None:
-                raise
-            return ExecResult(None, "", str(e), time.monotonic() - t0, timed_out=self.lost_status == RolloutStatus.TIMEOUT)
-        if code != 200:
-            # The API server answers 5xx when the pod dies under the call; the watch says why.
-            if await self._await_loss(5.0):
-                return ExecResult(None, "", f"pod {self.pod} lost: {self.lost_reason}", time.monotonic() - t0,
-                                  timed_out=self.lost_status == RolloutStatus.TIMEOUT)
-            raise SandboxError(f"pod {self.pod}: exec refused ({code}): {data[:300]!r}")
-        r = json.loads(data)
-        return ExecResult(r["returncode"], r["stdout"], r["stderr"], r["duration_s"], timed_out=r["timed_out"])
-
-    def _abs(self, path: str | Path) -> str:
-        p = Path(path)
-        return str(p if p.is_absolute() else self.workdir / p)
-
-    async def read_file(self, path: str | Path) -> bytes:
-        code, data = await self._agent("GET", "file", query={"path": self._abs(path)})
-        if code == 404 and b'"missing": true' in data:
-            raise SandboxFileNotFound(f"no file {path} in pod {self.pod} (the agent did not write it)", str(path))
-        if code != 200:
-            raise SandboxError(f"cannot read {path} in pod {self.pod}: {data[:200]!r}")
-        return data
-
-    async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
-        import base64
-
-        code, resp = await self._agent("PUT", "file", query={"path": self._abs(path), "mode": str(mode)},
-                                       body={"data_b64": base64.b64encode(bytes(data)).decode()})
-        if code != 200:
-            raise SandboxError(f"cannot write {path} in pod {self.pod}: {resp[:200]!r}")
-
-    async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
-        """The verifier runs in this pod, not on the driver (``_k8s_verify``)."""
-        return await pod_verifier_view(self, ro_paths)
-
-    async def pull_workdir(self) -> Path:
-        """A local copy of the pod's workdir, at most ``max_workdir_mb`` (packed and unpacked); more is
-        a :class:`SandboxFailure` with ``env_error``."""
-        limit = self.launcher.max_workdir_mb << 20
-        what = f"the workdir of pod {self.pod}"
-        code, data = await self._agent("GET", "tar", query={"path": str(self.workdir)}, timeout=300,
-                                       max_bytes=limit, what=f"{what} (as sent)")
-        if code != 200:
-            raise SandboxError(f"cannot copy the workdir out of pod {self.pod}: {data[:200]!r}")
-        if self._local is None:
-            self._local = Path(tempfile.mkdtemp(prefix=f"openforge-{self.pod}-"))
-        dest = self._local / "work"
-        shutil.rmtree(dest, ignore_errors=True)
-        dest.mkdir()
-        await asyncio.to_thread(extract_capped, data, dest, limit, f"{what} (unpacked)")
-        return dest
-
-    async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:
-        """Publish a host Unix-socket service to the pod (see the module docstring)."""
-        from ._fwd import _pipe
-
-        la, sock = self.launcher, str(uds_path)
-        proxy_host = urlparse(self.proxy_url).hostname or "127.0.0.1"
-        try:
-            is_ip = ip_literal(proxy_host, "the host of the proxy URL") is not None
-        except ConfigError as e:
-            raise SandboxError(str(e)) from None
-        bind = la.service_host or (proxy_host if is_ip else "0.0.0.0")
-
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                ur, uw = await asyncio.open_unix_connection(sock)
-            except OSError:
-                w.close()
-                return
-            await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
-
-        first, last = la.service_ports
-        for p in ([port] if port else range(first, last + 1)):
-            if p in la._service_ports_used:
-                continue
-            try:
-                server = await asyncio.start_server(handle, bind, p)
-            except OSError:
-                continue
-            la._service_ports_used.add(p)
-            self._published.append((p, server))
-            return f"http://{la.service_url_host or proxy_host}:{p}"
-        raise SandboxError(f"no free port in service_ports {first}-{last} on {bind} to publish a service for pod {self.pod}")
-
-    async def logs(self) -> str:
-        return await asyncio.to_thread(self.launcher.core.read_namespaced_pod_log, self.pod, self.launcher.namespace)
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for p, server in self._published:
-            server.close()
-            self.launcher._service_ports_used.discard(p)
-        self._published.clear()
-        await asyncio.to_thread(self.launcher._delete, self.pod)
-        self.launcher._waiters.pop(self.pod, None)
-        self.launcher._pods.pop(self.pod, None)
-        if self._local is not None:
-            shutil.rmtree(self._local, ignore_errors=True)

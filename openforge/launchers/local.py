@@ -41,7 +41,7 @@ from pathlib import Path
 
 from ..errors import SandboxError, SandboxFileNotFound
 from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
-from ._fwd import _pipe
+from ._fwd import bridge, to_tcp, to_unix
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._output import DEFAULT_HEAD, BoundedOutput, drain
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
@@ -239,15 +239,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"sandbox dir {self.root} is too deep for a Unix socket; use a shorter base_dir "
                                "or give the proxy a uds path")
 
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                ur, uw = await asyncio.open_connection(host, port)
-            except OSError:
-                w.close()
-                return
-            await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
-
-        self._host_fwd.append(await asyncio.start_unix_server(handle, str(path)))
+        self._host_fwd.append(await asyncio.start_unix_server(bridge(to_tcp(host, port)), str(path)))
         return str(path)
 
     @property
@@ -260,15 +252,7 @@ class LocalSandbox(Sandbox):
         uds_path = str(uds_path)
         if self.isolation == "none" or self.spec.network:
             # No namespace: a forwarder on the host's loopback, on a free port.
-            async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-                try:
-                    ur, uw = await asyncio.open_unix_connection(uds_path)
-                except OSError:
-                    w.close()
-                    return
-                await asyncio.gather(_pipe(r, uw), _pipe(ur, w))
-
-            server = await asyncio.start_server(handle, "127.0.0.1", port or 0)
+            server = await asyncio.start_server(bridge(to_unix(uds_path)), "127.0.0.1", port or 0)
             self._host_fwd.append(server)
             return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
         port = port or FIRST_PORT + len(self._maps)

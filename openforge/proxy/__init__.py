@@ -48,7 +48,9 @@ __all__ = [
     "GenContext",
     "Generation",
     "MessageBackend",
+    "ProxyLimits",
     "ProxyServer",
+    "ProxyTimeouts",
     "Renderer",
     "RolloutHandle",
     "SamplingParams",
@@ -63,7 +65,7 @@ __all__ = [
 _WHERE = {
     "Backend": "backends.base", "GenContext": "backends.base", "Generation": "backends.base",
     "SamplingParams": "backends.base", "TokenBackend": "backends.base", "MessageBackend": "backends.base",
-    "ProxyServer": "server", "Renderer": "render",
+    "ProxyServer": "server", "ProxyLimits": "bounds", "ProxyTimeouts": "bounds", "Renderer": "render",
     "RolloutHandle": "recorder", "ScriptedBackend": "backends.scripted",
     "TransformersBackend": "backends.transformers", "load_smollm2": "backends.hf_loading",
     "load_tokenizer": "backends.hf_loading", "parse_backend_spec": "backends",
@@ -75,6 +77,7 @@ if TYPE_CHECKING:
     from .backends.hf_loading import load_smollm2, load_tokenizer
     from .backends.scripted import ScriptedBackend
     from .backends.transformers import TransformersBackend
+    from .bounds import ProxyLimits, ProxyTimeouts
     from .recorder import RolloutHandle
     from .render import Renderer
     from .server import ProxyServer

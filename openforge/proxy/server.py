@@ -30,6 +30,7 @@ from ..trajectory import Trajectory
 from ..types import RolloutStatus
 from .app import build_app
 from .backends.base import Backend, SamplingParams
+from .bounds import ProxyLimits, ProxyTimeouts, resolve_bounds
 from .conn_guard import guarded_http_protocol
 from .engine import Engine
 from .intake import Limits
@@ -69,9 +70,9 @@ class ProxyServer:
     fresh private temp path), serves rollouts' model routes only (see :class:`AgentOnly`);
     ``host=None`` serves the sockets only.
 
-    Hostile-client bounds: a body of at most ``max_body_bytes`` (also after decompression), JSON nested
-    at most ``max_json_depth`` levels, request line + headers of at most ``max_header_bytes`` received
-    within ``header_timeout_s``, the body within ``body_timeout_s`` (else 413 / 400 / 431 / 408).
+    Hostile-client bounds: ``limits`` (:class:`~openforge.proxy.bounds.ProxyLimits`: body size, JSON
+    depth, header size) and ``timeouts`` (:class:`~openforge.proxy.bounds.ProxyTimeouts`: headers, body,
+    finishing a rollout); the old flat keywords (``max_body_bytes=``, ``body_timeout_s=``, ...) still work.
     ``token_workers``: processes that render and tokenize large prompts (default
     ``$OPENFORGE_TOKEN_WORKERS`` or 2; 0: in a thread of this process, as before the pool)."""
 
@@ -79,10 +80,12 @@ class ProxyServer:
                  uds: str | os.PathLike[str] | None = None, agent_uds: str | os.PathLike[str] | None = None,
                  admin_token: str | None = None,
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
-                 public_url: str | None = None,
-                 max_body_bytes: int = 64 * 1024 * 1024, max_json_depth: int = 64,
-                 header_timeout_s: float = 10.0, body_timeout_s: float = 60.0, max_header_bytes: int = 64 * 1024,
-                 finish_wait_s: float = 10.0, token_workers: int | None = None):
+                 public_url: str | None = None, limits: ProxyLimits | None = None,
+                 timeouts: ProxyTimeouts | None = None, token_workers: int | None = None, **flat: Any):
+        limits, timeouts = resolve_bounds(limits, timeouts, flat)
+        max_body_bytes, max_json_depth, max_header_bytes = (limits.max_body_bytes, limits.max_json_depth,
+                                                            limits.max_header_bytes)
+        header_timeout_s, body_timeout_s, finish_wait_s = timeouts.header_s, timeouts.body_s, timeouts.finish_wait_s
         if host is None and uds is None:
             raise ConfigError("ProxyServer needs a host (TCP) or a uds path")
         if host is not None and host not in _LOOPBACK and not admin_token:

@@ -136,10 +136,9 @@ class TokenPool:
     takes an idle worker or waits for one. A call whose worker dies raises :class:`WorkerCrashed` and
     the worker is replaced by the next call that needs one."""
 
-    def __init__(self, renderer: Renderer, size: int = 2, *, start_timeout_s: float = 300.0):
+    def __init__(self, renderer: Renderer, size: int = 2):
         self.renderer = renderer
         self.size = max(1, int(size))
-        self.start_timeout_s = start_timeout_s
         self.started = 0  # workers spawned so far (observability, tests)
         self._blob: bytes | None = None
         self._broken: str | None = None  # why the renderer cannot be shipped to a worker

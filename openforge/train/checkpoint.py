@@ -53,6 +53,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..atomicdir import fsync_path as _fsync
+from ..atomicdir import publish_dir, staging_dir
+from ..atomicdir import remove_dir as _remove_dir
 from ..errors import ForgeError
 from ..modeldir import (
     BASE_MODEL_IDS,
@@ -124,30 +127,6 @@ def harness_names(harness: Any) -> list[str]:
 
 def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
-def _fsync(path: Path) -> None:
-    """Flush ``path`` (a file, or a directory's entries) to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for f in root.rglob("*"):
-        if f.is_file():
-            _fsync(f)
-    _fsync(root)
-
-
-def _remove_dir(path: Path) -> None:
-    """Rename ``path`` out of the way, then delete it: a crash never leaves it half-deleted under its name."""
-    trash = path.with_name(f".{path.name}.trash")
-    shutil.rmtree(trash, ignore_errors=True)
-    os.replace(path, trash)
-    shutil.rmtree(trash)
 
 
 def _step_of(name: str) -> int:
@@ -318,8 +297,8 @@ class Checkpoints:
         """Phase 1: ``step-N`` written under a temporary name, fsynced, renamed (not yet committed)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         name = f"step-{step}"
-        tmp = self.dir / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
+        final = self.dir / name
+        tmp = staging_dir(final)
         if not (self.dir / INDEX_FILE).is_file():  # so a step-N the manifest does not name is uncommitted
             self._write_index(self.retained(self._resume_checkpoint()))
         self.trainer.save(tmp, extra={"grpo_step": step})
@@ -328,12 +307,7 @@ class Checkpoints:
         meta[RESUME_STATE_KEY] = [f for f in RESUME_ONLY if (tmp / f).is_file()]
         meta_file.write_text(json.dumps(meta, indent=2))
         write_model_files(tmp, tokenizer=self.tokenizer, template=self.template, meta=self.meta(step))
-        _fsync_tree(tmp)
-        final = self.dir / name
-        if final.exists():  # left uncommitted by an earlier attempt at this step
-            _remove_dir(final)
-        os.replace(tmp, final)
-        _fsync(self.dir)
+        publish_dir(tmp, final, replace=True)  # a step-N left uncommitted by an earlier attempt is replaced
         self.current, self._saved_count = name, self.trainer.step_count
         return final
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..atomicdir import publish_dir, staging_dir
 from ..errors import ConfigError
+from ..extras import pip_install
 from ..modeldir import (
     CHAT_TEMPLATE_FILE,
     META_FILE,
@@ -67,9 +69,7 @@ def _fresh_out(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"--out {out} exists and is not empty: choose a new directory (nothing was written)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.export-tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = staging_dir(out, ".export-tmp")
     return tmp
 
 
@@ -95,9 +95,7 @@ def _finish(tmp: Path, out: Path, run: Path) -> None:
     assert meta is not None
     (tmp / "README.md").write_text(model_card(meta, run=run, out_name=str(out)))
     check_model_dir(tmp, what="exported model")
-    if out.exists():
-        out.rmdir()  # empty (checked by _fresh_out)
-    tmp.rename(out)
+    publish_dir(tmp, out)  # an empty out (checked by _fresh_out) is replaced
 
 
 def export_model(run_dir: str | Path, out: str | Path, *, step: int | None = None, best: bool = False,
@@ -166,7 +164,7 @@ def _export_verl(run: Path, cfg: Any, out: Path, *, step: int | None, best: bool
     cmd = verl_merge_command(actor, tmp, python=python)
     try:
         if python is None and importlib.util.find_spec("verl") is None:
-            raise ConfigError("merging a veRL checkpoint needs veRL installed (pip install 'openforge[verl]'); "
+            raise ConfigError(f"merging a veRL checkpoint needs veRL installed ({pip_install('verl')}); "
                               f"the merge this command runs: {' '.join(cmd[:-1])} {out}")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from openforge.analysis.steps import extract_steps, is_error_result, shell_command
+from openforge.readings.steps import extract_steps, is_error_result, shell_command
 from openforge.types import CallStatus, ModelCall
 
 from .factory import BUILDERS, traj

@@ -6,7 +6,7 @@ import is still a dependency); an ``if TYPE_CHECKING:`` block never runs and onl
 does not. ``openforge.plugins`` is the registry: it sits at the bottom so that anything may look a
 plugin up by name, and it reaches the kinds it returns (harness, environment, launcher, back-end
 classes) only at lookup time, so its own imports are exempt from the upward rule (not from the cycle
-rule). See ``docs/architecture.md`` for the layers.
+rule). The layers are declared in :mod:`openforge.devtools.layers`; ``docs/architecture.md`` shows them.
 """
 
 from __future__ import annotations
@@ -16,30 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import openforge
+from openforge.devtools.layers import LAYERS, REGISTRY, layer_of
 
 PKG = Path(openforge.__file__).resolve().parent
-
-#: Lowest first. A module may import its own layer or lower ones, never a higher one. The longest
-#: matching prefix decides a module's layer; the root package (the public façade) is not layered.
-#: Modules whose own imports may point upward (see the module docstring): the late-binding registry.
-REGISTRY = {"openforge.plugins"}
-LAYERS: list[tuple[str, ...]] = [
-    ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.console",
-     "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving", "openforge.task_cursor"),
-    # analysis.steps / analysis.recovery are pure readings of a trajectory (the fault recorder uses them)
-    ("openforge.trajectory", "openforge.reasoning", "openforge.finite", "openforge.trajectory_io", "openforge.store",
-     "openforge.analysis.steps", "openforge.analysis.recovery"),
-    ("openforge.proxy",),
-    ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",
-     "openforge.faults", "openforge.config"),
-    ("openforge.harness_mix", "openforge.seams", "openforge.rollout", "openforge.session", "openforge.project_paths",
-     "openforge.run_health"),
-    ("openforge.train", "openforge.analysis"),
-    ("openforge.teacher", "openforge.evaluation", "openforge.heldout_eval", "openforge.forge", "openforge.recipes",
-     "openforge.step_sampling", "openforge.preflight"),
-    ("openforge.cli",),
-]
-
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
@@ -100,15 +79,6 @@ def import_graph() -> dict[str, dict[str, int]]:
         for dep, line in imports_of(m, p, modules):
             graph[m].setdefault(dep, line)
     return graph
-
-
-def layer_of(mod: str) -> int | None:
-    best: tuple[int, int] | None = None  # (prefix length, layer)
-    for i, prefixes in enumerate(LAYERS):
-        for pre in prefixes:
-            if (mod == pre or mod.startswith(pre + ".")) and (best is None or len(pre) > best[0]):
-                best = (len(pre), i)
-    return best[1] if best else None
 
 
 def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -204,3 +174,10 @@ def test_the_checker_sees_cycles_and_upward_imports(tmp_path):
     assert list(imports_of("openforge.train.m", mod, modules)) == [("openforge.forge", 2)]
     mod.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..forge import Forge\n")
     assert list(imports_of("openforge.train.m", mod, modules)) == []  # never runs
+
+
+def test_every_declared_module_exists():
+    """A module renamed or removed leaves no stale entry in the declaration (nor so in the map)."""
+    modules = all_modules()
+    stale = [pre for layer in LAYERS for pre in layer if pre not in modules]
+    assert not stale, f"LAYERS names modules that do not exist: {stale}"

@@ -130,11 +130,14 @@ def test_untrainable_calls_are_context_only():
     validate_segments([c0, c1, c2, c3, c4], segs)
 
 
-def test_gamma_discounts_by_calls_after():
+def test_every_segment_carries_the_terminal_reward():
+    """No per-segment discount (the unused ``gamma`` is gone): an earlier segment trains with the
+    rollout's own reward, and ``build_segments`` refuses the old keyword."""
     calls = [call(0, [1, 2, 3], [4]), call(1, [9, 9, 3], [5]), call(2, [9, 9, 3, 5, 6], [7])]
-    segs, _ = build_segments(calls, reward=1.0, gamma=0.5)
-    # segment 0 ends at call 0 (2 calls after it), segment 1 ends at the last call.
-    assert [s.reward for s in segs] == [0.25, 1.0]
+    segs, _ = build_segments(calls, reward=0.75)
+    assert [s.reward for s in segs] == [0.75, 0.75]
+    with pytest.raises(TypeError):
+        build_segments(calls, reward=1.0, gamma=0.5)
 
 
 def test_validator_catches_corruption():
@@ -246,10 +249,10 @@ def conversations(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(conversations(), st.floats(0, 1), st.sampled_from([1.0, 0.9]))
-def test_property_segments_are_exact_and_classified(conv, reward, gamma):
+@given(conversations(), st.floats(0, 1))
+def test_property_segments_are_exact_and_classified(conv, reward):
     calls, expected, trained = conv
-    segs, skipped = build_segments(calls, reward=reward, gamma=gamma)
+    segs, skipped = build_segments(calls, reward=reward)
     validate_segments(calls, segs)
     assert Counter(reasons(segs)) == expected
     assert sum(len(s.call_indices) for s in segs) == trained
@@ -257,7 +260,7 @@ def test_property_segments_are_exact_and_classified(conv, reward, gamma):
     assert in_segments.isdisjoint(skipped)
     assert in_segments | set(skipped) == {c.index for c in calls}
     for s in segs:
-        assert s.reward <= reward + 1e-12
+        assert s.reward == reward
     # Every trained token is generated exactly once, in call order.
     gen = [t for s in segs for t, m in zip(s.input_ids, s.loss_mask) if m]
     want = [t for s in segs for i in s.call_indices for t in calls[i].output_ids]

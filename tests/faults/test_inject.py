@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from openforge.analysis.recovery import summarize_faults
-from openforge.analysis.steps import extract_steps
 from openforge.plugins import make_environment
+from openforge.readings.recovery import summarize_faults
+from openforge.readings.steps import extract_steps
 from openforge.rollout import run_rollout
 from openforge.types import RolloutStatus as S
 

@@ -90,7 +90,7 @@ def describe_failure(run: E2E) -> str:
 
 def tool_calls(traj: Trajectory) -> list[tuple[str, Any]]:
     """(name, parsed arguments) of every tool call the policy made, in order. Reads the proxy's
-    recorded response (its canonical ``tool_calls`` list, or the wire shapes via analysis.steps)."""
+    recorded response (its canonical ``tool_calls`` list, or the wire shapes via readings.steps)."""
     import json
 
     out: list[tuple[str, Any]] = []
@@ -105,7 +105,7 @@ def tool_calls(traj: Trajectory) -> list[tuple[str, Any]]:
                     pass
                 out.append((tc.get("name"), args))
             continue
-        from openforge.analysis.steps import extract_steps
+        from openforge.readings.steps import extract_steps
 
         out.extend((s.name, s.arguments) for s in extract_steps([c]))
     return out

@@ -164,8 +164,8 @@ def test_missing_dependency_names_the_pip_extra(tmp_path, monkeypatch):
     with pytest.raises(PluginUnavailable) as ei:
         reg.get("bu")
     e = ei.value
-    assert e.missing == "browser_use" and e.install == "pip install 'openforge[browser]'"
-    assert "harness 'bu' needs the module `browser_use`" in str(e) and "pip install 'openforge[browser]'" in str(e)
+    assert e.missing == "browser_use" and e.install == "pip install 'openforge-rl[browser]'"
+    assert "harness 'bu' needs the module `browser_use`" in str(e) and "pip install 'openforge-rl[browser]'" in str(e)
     assert isinstance(e, ImportError) and isinstance(e, ConfigError)
     with pytest.raises(PluginUnavailable, match=r"browser_use_not_installed_here.*install the package that provides"):
         reg.get("gone")  # a module no extra provides: said so, no invented command
@@ -177,24 +177,24 @@ def test_missing_dependency_at_construction_names_the_extra(monkeypatch):
     reg = Registry("backend", "openforge.test-nothing", {"needs-torch": lambda arg, **kw: __import__("torch")})
     with pytest.raises(PluginUnavailable) as ei:
         reg.create("needs-torch", "x")
-    assert ei.value.install == "pip install 'openforge[cpu]'" and ei.value.missing == "torch"
+    assert ei.value.install == "pip install 'openforge-rl[cpu]'" and ei.value.missing == "torch"
 
 
 def test_extras_are_derived_from_pyproject():
     import tomllib
 
-    from openforge.extras import extra_for
+    from openforge.extras import DISTRIBUTION, extra_for
 
     extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert extra_for("openforge", "kubernetes") == "k8s" and extra_for("openforge", "PIL") == "desktop"
-    assert extra_for("openforge", "anthropic") == "desktop"  # a user-facing extra before `dev`
-    assert extra_for("openforge", "no_such_mod") is None
+    assert extra_for(DISTRIBUTION, "kubernetes") == "k8s" and extra_for(DISTRIBUTION, "PIL") == "desktop"
+    assert extra_for(DISTRIBUTION, "anthropic") == "desktop"  # a user-facing extra before `dev`
+    assert extra_for(DISTRIBUTION, "no_such_mod") is None
     for extra, reqs in extras.items():
         if extra == "dev":
             continue
         for req in reqs:
             name = req.split(">")[0].split("=")[0].split("<")[0].strip()
-            assert extra_for("openforge", name.replace("-", "_")) is not None, (extra, name)
+            assert extra_for(DISTRIBUTION, name.replace("-", "_")) is not None, (extra, name)
 
 
 def test_backend_specs_go_through_the_registry(monkeypatch, tmp_path):

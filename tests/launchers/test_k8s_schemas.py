@@ -12,6 +12,8 @@ import pytest
 from testdeps import missing
 
 from openforge.launchers.k8s_manifests import (
+    PodLayout,
+    PodResources,
     _k8s_name,
     build_network_policy,
     build_pod_manifest,
@@ -54,6 +56,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         env={"A": "1", "task.var": "x", "_UNDER": "y", "with-dash": "z"}, service_account="runner",
         node_selector={"kubernetes.io/arch": "amd64"}, extra_labels={"team": "rl", "example.com/tier": "ci"}),
     "pod-custom-paths": _pod(workdir="/home/agent/proj", home="/home/agent", run_as_user=65534, agent_port=9000),
+    "pod-value-objects": _pod(resources=PodResources(cpu=0.25, memory_mb=300, deadline_s=30),
+                              layout=PodLayout(workdir="/srv/w", home="/srv/h", run_as_user=4242, agent_port=9100)),
     "secret": build_secret(name="of-r1", namespace="default", run_id="run", api_key="sk-x", agent_token="t"),
     "policy-ipv4": _policy(proxy_cidr="10.0.0.5"),
     "policy-ipv4-prefix": _policy(proxy_cidr="10.0.0.0/24"),
@@ -98,5 +102,11 @@ def test_the_variants_cover_every_builder_option():
 
     source = Path(__file__).read_text()
     for fn in (build_pod_manifest, build_network_policy, build_secret):
-        for p in inspect.signature(fn).parameters:
+        for p, param in inspect.signature(fn).parameters.items():
+            if param.kind is inspect.Parameter.VAR_KEYWORD:  # the old flat keywords: each has its variant above
+                continue
             assert f"{p}=" in source, f"{fn.__name__}({p}=...) has no variant in VARIANTS"
+    from openforge.launchers.k8s_manifests import _POD_FLAT
+
+    for p in _POD_FLAT:
+        assert f"{p}=" in source, f"build_pod_manifest({p}=...) has no variant in VARIANTS"

@@ -30,6 +30,18 @@ def test_yaml_preset_and_overrides(tmp_path):
     assert load_config(out) == cfg  # the dumped config reproduces the run
 
 
+def test_a_removed_key_says_it_was_removed():
+    """``trainer.verl.tool_parser`` did nothing and is gone: a config that still sets it is told so
+    (not a bare "unknown key"), and the shipped recipes no longer set it."""
+    with pytest.raises(ConfigError) as ei:
+        load_config({"trainer": {"backend": "verl", "verl": {"tool_parser": "hermes"}}})
+    (problem,) = [p for p in ei.value.problems if p.startswith("trainer.verl.tool_parser")]
+    assert "removed" in problem and "delete the key" in problem
+    from openforge.recipes import load_recipe_config
+
+    load_recipe_config("claw-grpo", preset="verl")
+
+
 def test_every_error_at_once():
     with pytest.raises(ConfigError) as ei:
         load_config({"rollout": {"group_size": 1, "bogus": 2}}, preset="nope",

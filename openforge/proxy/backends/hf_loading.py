@@ -14,11 +14,11 @@ Serving the loaded model is :mod:`.transformers`' job.
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
+from ...atomicdir import atomic_files
 from ...errors import ConfigError
 
 __all__ = [
@@ -73,7 +73,7 @@ def load_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
             return _fix_chatml(AutoTokenizer.from_pretrained(d, local_files_only=True))
         gguf = smollm2_gguf_path()
         tok = _fix_chatml(AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name))
-        _atomic_save(d, lambda tmp: tok.save_pretrained(tmp), keep=d)
+        _atomic_save(d, lambda tmp: tok.save_pretrained(tmp))
         return tok
 
 
@@ -109,7 +109,7 @@ def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
             plain = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
             plain.load_state_dict(model.state_dict())
             plain.tie_weights()
-            _atomic_save(d, lambda tmp: plain.save_pretrained(tmp), keep=d)
+            _atomic_save(d, lambda tmp: plain.save_pretrained(tmp))
             del model, plain
         model = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, local_files_only=True)
     model.eval()
@@ -142,15 +142,10 @@ def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
     return model, tok
 
 
-def _atomic_save(target: Path, save: Any, keep: Path) -> None:
-    """Save into a temp dir next to ``target`` and merge its files in with atomic renames."""
-    import tempfile
-
-    target.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".tmp-") as tmp:
-        save(tmp)
-        for f in sorted(Path(tmp).iterdir(), key=lambda f: f.suffix == ".safetensors"):
-            os.replace(f, keep / f.name)
+def _atomic_save(target: Path, save: Any) -> None:
+    """Save into a temp dir next to ``target`` and merge its files in with atomic renames (weights last)."""
+    with atomic_files(target) as tmp:
+        save(str(tmp))
 
 
 def _dtype(dtype: Any) -> Any:

@@ -26,7 +26,6 @@ the rollout, the back-end its sampling and weight versions, the barrier its grou
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -34,6 +33,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
+from ...plugins import load_ref
 from ...task import Task
 from ...trajectory import Trajectory
 from .backend import VerlServerBackend
@@ -78,14 +78,6 @@ _GROUPS: dict[str, GroupBarrier] = {}
 _RUNTIMES: dict[int, Any] = {}
 
 
-def _load(ref: str) -> Any:
-    module, _, attr = ref.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in filter(None, attr.split(".")):
-        obj = getattr(obj, part)
-    return obj
-
-
 class OpenForgeAgentLoop(AgentLoopBase):
     """veRL agent loop running an unmodified harness against an in-process openforge proxy."""
 
@@ -120,9 +112,9 @@ class OpenForgeAgentLoop(AgentLoopBase):
         async with self.runtime["lock"]:
             if self.runtime["runner"] is None:
                 if self.runner_ref:
-                    factory = _load(self.runner_ref)
+                    factory = load_ref(self.runner_ref)
                 else:
-                    from ...session import episode_runner as factory
+                    from ...worker_runtime import episode_runner as factory
                 self.runtime["runner"] = await factory(backend=self.backend, max_tokens=self.max_tokens,
                                                        **self.settings)
             return self.runtime["runner"]

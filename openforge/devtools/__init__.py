@@ -1,0 +1,1 @@
+"""Tools for working on openforge itself: the layer declaration and the architecture map made from it."""
