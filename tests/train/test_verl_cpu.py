@@ -200,6 +200,7 @@ def _actor_state(step_dir: Path) -> dict:
 
 
 @pytest.mark.heavy
+@pytest.mark.timeout(2700)  # an SFT warm-start, then Ray, two veRL steps and an export on 2 cores
 def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
     import torch
@@ -218,26 +219,31 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     text = log.read_text(errors="replace")
     assert rc == 0, _failure(log)
     wall = time.monotonic() - t0
-    # rewards reached veRL and veRL computed GRPO advantages from them
+    # rewards reached veRL and veRL computed GRPO advantages from them; a step whose groups all tied has
+    # nothing to learn from (advantages 0), so at least one of the two must have had a mixed group
     m = _step_metrics(text)
     assert sorted(m)[:2] == [1, 2], sorted(m)
     for s in (1, 2):
         assert "critic/score/mean" in m[s] and "critic/advantages/max" in m[s], sorted(m[s])
-        assert m[s]["critic/advantages/max"] > 0 > m[s]["critic/advantages/min"], (s, m[s])
-    # the actor's weights changed in each step (no weight decay: only a policy gradient moves them)
+    learned = [s for s in (1, 2) if m[s]["critic/advantages/max"] > 0 > m[s]["critic/advantages/min"]]
+    assert learned, f"no mixed group in either step (score means {[m[s]['critic/score/mean'] for s in (1, 2)]})"
+    # the actor's weights changed in a step that had a signal (no weight decay: only a policy gradient moves them)
     ck = run / "checkpoints"
     w1, w2 = _actor_state(ck / "global_step_1"), _actor_state(ck / "global_step_2")
-    assert any(not torch.equal(w1[k], w2[k]) for k in w1), "step 2 left the actor's weights unchanged"
-    # the rollout engine served the new weights after each sync: its digest and the fixed prompt's logprobs moved
+    if 2 in learned:
+        assert any(not torch.equal(w1[k], w2[k]) for k in w1), "step 2 left the actor's weights unchanged"
+    # the rollout engine served the new weights after each sync that followed a learning step: its weight
+    # digest and the fixed prompt's logprobs moved (and the last served weights are not the first)
     lines = [json.loads(x) for x in (probe / "probe.jsonl").read_text().splitlines()]
-    synced = [x for x in lines if x["global_steps"] is not None]
-    assert len(synced) >= 2, lines
     first = lines[0]
-    after1 = next(x for x in synced if x["global_steps"] == 1)
-    after2 = next(x for x in synced if x["global_steps"] == 2)
-    for a, b in ((first, after1), (after1, after2)):
-        assert a["weights"] != b["weights"]
-        assert max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"])) > 1e-6, (a, b)
+    served = {x["global_steps"]: x for x in lines if x["global_steps"] is not None}
+    assert {1, 2} <= set(served), lines
+    before = {1: served.get(0, first), 2: served[1]}
+    for s in learned:
+        a, b = before[s], served[s]
+        assert a["weights"] != b["weights"], (s, a, b)
+        assert max(abs(x - y) for x, y in zip(a["logprobs"], b["logprobs"])) > 1e-6, (s, a, b)
+    assert served[2]["weights"] != first["weights"]
     # the checkpoint merges into a model directory that loads and holds step 2's weights
     out = tmp_path / "exported"
     elog = tmp_path / "export.log"

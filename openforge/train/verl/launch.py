@@ -234,7 +234,9 @@ def run_env(cfg: RunConfig) -> dict[str, str]:
     env = dict(os.environ)
     if cfg.trainer.verl.device == "cpu":
         env.update({"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "openforge.train.verl.cpu",
-                    "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""})
+                    "TOKENIZERS_PARALLELISM": "false"})
+        # Ray refuses to declare logical GPUs when CUDA_VISIBLE_DEVICES is set to none
+        env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
 
