@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 
-__all__ = ["either", "make", "parse_options"]
+__all__ = ["check_run_backend", "either", "make", "parse_options"]
 
 
 def parse_options(items: Iterable[str], flag: str, *, typed: bool = True) -> dict[str, Any]:
@@ -52,3 +53,16 @@ def either(value: Any, alias: Any, flag: str, alias_flag: str, *, required: bool
     if required and out is None:
         raise ConfigError(f"missing option {flag}")
     return out
+
+
+def check_run_backend(spec: str) -> None:
+    """``-b RUN@last`` (or a model directory) whose directory does not exist: say so, in those terms
+    (before, the spec fell through to "expected KIND:ARG")."""
+    if ":" in spec or spec == "reference":
+        return
+    run, at, sel = spec.rpartition("@")
+    if at and not Path(run).expanduser().is_dir():
+        raise ConfigError(f"--backend {spec}: the run directory {run} does not exist (RUN@{sel} names a checkpoint "
+                          "of a training run's directory)")
+    if not at and ("/" in spec or spec.startswith(".")) and not Path(spec).expanduser().exists():
+        raise ConfigError(f"--backend {spec}: no such model or run directory")

@@ -120,19 +120,6 @@ def _report_detokenizer(config: Any, given: str | None) -> Any:
     return detok
 
 
-def _check_run_backend(spec: str) -> None:
-    """``-b RUN@last`` (or a model directory) whose directory does not exist: say so, in those terms
-    (before, the spec fell through to "expected KIND:ARG")."""
-    if ":" in spec or spec == "reference":
-        return
-    run, at, sel = spec.rpartition("@")
-    if at and not Path(run).expanduser().is_dir():
-        raise ConfigError(f"--backend {spec}: the run directory {run} does not exist (RUN@{sel} names a checkpoint "
-                          "of a training run's directory)")
-    if not at and ("/" in spec or spec.startswith(".")) and not Path(spec).expanduser().exists():
-        raise ConfigError(f"--backend {spec}: no such model or run directory")
-
-
 def _fresh_store(out: Path) -> Path:
     """``OUT/rollouts.db``, where every attempt is recorded as it finishes (what Ctrl-C keeps); one left
     by an earlier eval into the same folder is removed first."""
@@ -220,9 +207,10 @@ def register(app: typer.Typer) -> None:
                        "--harness/-H", "-h", required=True)
         budget_s = either(budget_s, budget_old, "--budget-s", "--budget")
         from ..analysis.eval_many import normalize_backend
+        from ._opts import check_run_backend
 
         for spec in backend:
-            _check_run_backend(spec)
+            check_run_backend(spec)
         if len(backend) > 1 and len(given) > 1:
             raise typer.BadParameter("several --backend values are compared through one harness at a time; "
                                      f"got harnesses {', '.join(given)} — run forge eval once per harness",

@@ -46,6 +46,11 @@ def rollout(
     if backend is None:
         typer.echo("forge rollout: give --backend (or --reference)", err=True)
         raise typer.Exit(2)
+    from ..analysis.eval_many import normalize_backend
+    from ._opts import check_run_backend
+
+    check_run_backend(backend)  # RUN@last (a training run's checkpoint), as forge eval takes it
+    backend = normalize_backend(backend)
     opts = parse_options(launcher_opt, "--launcher-opt", typed=False)
     hopts = parse_options(harness_opt, "--harness-opt")
     out.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,14 @@ def test_backend_run_at_last_of_a_missing_run_dir_says_so(tmp_path: Path) -> Non
     assert "the run directory runs/nope does not exist" in msg and "KIND:ARG" not in msg  # before: KIND:ARG
 
 
+def test_rollout_backend_run_at_last_of_a_missing_run_dir_says_so(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["rollout", "-H", "react", "--env", "claw", "-t", "files-create-hello", "-b",
+                              "runs/nope@last", "--out", str(tmp_path / "o")])
+    assert isinstance(res.exception, ConfigError), repr(res.exception)
+    msg = str(res.exception)
+    assert "the run directory runs/nope does not exist" in msg and "KIND:ARG" not in msg  # before: KIND:ARG
+
+
 def test_export_sft_from_an_eval_directory(tmp_path: Path) -> None:
     pytest.importorskip("openai")
     tasks = _taskdir(tmp_path)
