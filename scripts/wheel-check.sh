@@ -61,6 +61,20 @@ step "forge rollout: an example task folder (examples/tasks), reference back-end
 "$FORGE" rollout -e "$ROOT/examples/tasks" -t log-report -b reference --out "$WORK/ro-example" >"$WORK/ro.log" 2>&1 \
   || { tail -20 "$WORK/ro.log" >&2; exit 1; }
 succeeded "$WORK/ro-example/trajectory.json" || { tail -20 "$WORK/ro.log" >&2; exit 1; }
+step "the SDK examples from the installed wheel: a custom harness with its own agent file, a custom environment"
+SDK=(-H custom_harness.harness:MyAgent -e custom_environment:ArithmeticEnvironment)
+PYTHONPATH="$ROOT/examples" "$FORGE" rollout "${SDK[@]}" --task sum-17-25 --backend reference --out "$WORK/ro-sdk" \
+  >"$WORK/ro.log" 2>&1 || { tail -20 "$WORK/ro.log" >&2; exit 1; }
+succeeded "$WORK/ro-sdk/trajectory.json" || { tail -20 "$WORK/ro.log" >&2; exit 1; }
+PYTHONPATH="$ROOT/examples" "$FORGE" eval "${SDK[@]}" --backend reference -k 1 --out "$WORK/eval-sdk" \
+  >"$WORK/eval.log" 2>&1 || { tail -20 "$WORK/eval.log" >&2; exit 1; }
+if [ "${OPENFORGE_WHEEL_TRAIN:-1}" = 1 ]; then  # one `test`-preset GRPO step (real model) from the wheel
+  step "forge recipe claw-grpo --preset test with the SDK examples (one GRPO step), from the installed wheel"
+  PYTHONPATH="$ROOT/examples" "$FORGE" recipe claw-grpo --preset test "env.name=custom_environment:ArithmeticEnvironment" \
+    "harness.name=custom_harness.harness:MyAgent" "run_dir=$WORK/train-sdk" >"$WORK/train.log" 2>&1 \
+    || { tail -30 "$WORK/train.log" >&2; exit 1; }
+  test -s "$WORK/train-sdk/summary.json" || { echo "error: no summary.json from the training step" >&2; exit 1; }
+fi
 step "forge recipe claw-grpo --dry-run"
 "$FORGE" recipe claw-grpo --dry-run >"$WORK/dry.log" 2>&1 || { tail -20 "$WORK/dry.log" >&2; exit 1; }
 step "ok"
