@@ -140,9 +140,10 @@ async def test_rollout_server_serves_the_weights_it_is_sent(tmp_path, monkeypatc
 
 # ------------------------------------------------------------------ the real main_ppo, STEPS GRPO steps
 
-#: GRPO steps of the main_ppo run: on the claw easy tasks a warm-started 135M model's groups often all tie
-#: (every rollout of a task succeeds, or none does), so a step may carry no signal; three make one likely
-STEPS = 3
+#: GRPO steps of the main_ppo run: one epoch of the 11 easy tasks in batches of 4 (veRL drops the last
+#: partial batch, so trainer.steps=3 still runs 2). On these tasks a warm-started 135M model's groups often
+#: all tie (every rollout of a task succeeds, or none does), so a step may carry no signal
+STEPS = 2
 #: the ``verl`` preset with device/size settings only (docs/verl.md, "veRL on CPU")
 CPU_RUN = [
     "trainer.verl.device=cpu", "trainer.verl.n_gpus_per_node=1", "trainer.verl.agent_workers=1",
