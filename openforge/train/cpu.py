@@ -32,10 +32,11 @@ policy; the caller pauses the proxy around :meth:`CPUTrainer.step` (pause → st
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -112,7 +113,8 @@ class CPUTrainer:
         self._apply_trainable()
         self.params = [p for p in model.parameters() if id(p) in self._trainable]
         self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, betas=self.config.betas,
-                                           weight_decay=self.config.weight_decay)
+                                           weight_decay=self.config.weight_decay,
+                                           foreach=self.config.optimizer_foreach)
         self.step_count = 0
         self.ref_model: Any = None  # the KL reference, frozen; set at the first GRPO step
 
@@ -139,8 +141,34 @@ class CPUTrainer:
 
     # ---------------------------------------------------------------- batching
     def _shares_prefix(self) -> bool:
-        return self.config.share_prefix and getattr(getattr(self.model, "config", None), "model_type", None) \
-            in PREFIX_MODELS
+        return self.config.share_prefix and not self.config.gradient_checkpointing \
+            and getattr(getattr(self.model, "config", None), "model_type", None) in PREFIX_MODELS
+
+    @contextlib.contextmanager
+    def _checkpointing(self) -> Iterator[None]:
+        """Per-layer activation checkpointing for the length of a step (``gradient_checkpointing``).
+
+        HF's decoder layers checkpoint when their *own* ``training`` flag is set; only that flag is
+        raised (not ``.train()`` on the tree), so dropout and every other submodule stay in eval mode
+        and the logprobs stay exactly those the back-end records. The flag is lowered again after the
+        step: the back-end generates with this very module."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
+        layers = [m for m in self.model.modules() if isinstance(m, GradientCheckpointingLayer)] \
+            if self.config.gradient_checkpointing else []
+        if not layers:
+            yield
+            return
+        if not getattr(self.model, "is_gradient_checkpointing", False):
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        flags = [m.training for m in layers]
+        try:
+            for m in layers:
+                m.training = True
+            yield
+        finally:
+            for m, f in zip(layers, flags):
+                m.training = f
 
     def _tensors(self, batch: Sequence[TrainSample], share: bool = False) -> dict[str, Any]:
         import torch
@@ -191,8 +219,6 @@ class CPUTrainer:
         ``stop`` set (Ctrl-C, :func:`~openforge.train.stop.run_stoppable`) raises
         :class:`~openforge.errors.TrainingStopped` before the next micro-batch; the gradient gathered so
         far in that epoch is dropped, so the weights hold only whole optimizer steps."""
-        import contextlib
-
         import torch
 
         if not samples:
@@ -214,38 +240,39 @@ class CPUTrainer:
         agg: dict[str, float] = {}
         gap_sum, gap_n, loss_sum = 0.0, 0, 0.0
         grad_norm = 0.0
-        for epoch in range(epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            for bi, (idx, t, ref) in enumerate(zip(batches, tensors, refs)):
-                if stop is not None and stop.is_set():
-                    self.optimizer.zero_grad(set_to_none=True)
-                    raise TrainingStopped(f"{kind} step {self.step_count + 1}: stopped on request")
-                amp = (torch.autocast("cpu", dtype=torch.bfloat16) if cfg.autocast_bf16
-                       else contextlib.nullcontext())
-                with amp:
-                    logp = token_logprobs(self.model, t["ids"], t["attn"], temperature=cfg.temperature,
-                                          chunk=cfg.logprob_chunk, positions=t["w"] > 0, prefix=t["prefix"])
-                mask = t["w"] > 0
-                if kind == "grpo":
-                    loss, m = policy_loss(logp, t["old"], t["adv"], t["w"], clip_low=cfg.clip_low,
-                                          clip_high=cfg.clip_high, clip_ratio_c=cfg.clip_ratio_c,
-                                          log_ratio_clamp=cfg.log_ratio_clamp, ref_logprobs=ref,
-                                          kl_coef=cfg.kl_coef)
-                    if epoch == 0:
-                        gap_sum += float(((logp.detach() - t["old"]).abs() * mask).sum())
-                        gap_n += int(mask.sum())
-                    for k, v in m.items():
-                        agg[k] = agg.get(k, 0.0) + v * len(idx)
-                else:
-                    loss = -(t["w"] * logp).sum()
-                loss.backward()
-                loss_sum += float(loss.detach())
-                if progress:
-                    progress(epoch * len(batches) + bi + 1, epochs * len(batches))
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)  # no gradient outlives its step (a model's worth)
-            self.step_count += 1
+        with self._checkpointing():
+            for epoch in range(epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                for bi, (idx, t, ref) in enumerate(zip(batches, tensors, refs)):
+                    if stop is not None and stop.is_set():
+                        self.optimizer.zero_grad(set_to_none=True)
+                        raise TrainingStopped(f"{kind} step {self.step_count + 1}: stopped on request")
+                    amp = (torch.autocast("cpu", dtype=torch.bfloat16) if cfg.autocast_bf16
+                           else contextlib.nullcontext())
+                    with amp:
+                        logp = token_logprobs(self.model, t["ids"], t["attn"], temperature=cfg.temperature,
+                                              chunk=cfg.logprob_chunk, positions=t["w"] > 0, prefix=t["prefix"])
+                    mask = t["w"] > 0
+                    if kind == "grpo":
+                        loss, m = policy_loss(logp, t["old"], t["adv"], t["w"], clip_low=cfg.clip_low,
+                                              clip_high=cfg.clip_high, clip_ratio_c=cfg.clip_ratio_c,
+                                              log_ratio_clamp=cfg.log_ratio_clamp, ref_logprobs=ref,
+                                              kl_coef=cfg.kl_coef)
+                        if epoch == 0:
+                            gap_sum += float(((logp.detach() - t["old"]).abs() * mask).sum())
+                            gap_n += int(mask.sum())
+                        for k, v in m.items():
+                            agg[k] = agg.get(k, 0.0) + v * len(idx)
+                    else:
+                        loss = -(t["w"] * logp).sum()
+                    loss.backward()
+                    loss_sum += float(loss.detach())
+                    if progress:
+                        progress(epoch * len(batches) + bi + 1, epochs * len(batches))
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)  # no gradient outlives its step (a model's worth)
+                self.step_count += 1
         dt = time.perf_counter() - t0
         tokens = sum(s.num_tokens for s in samples) * epochs
         out = {

@@ -224,3 +224,40 @@ def test_no_gradient_or_warm_start_optimizer_outlives_its_step(tiny_llama):
     stats = sft_train(model, [s, s], lr=1e-3, epochs=2, batch_size=1)
     assert stats["steps"] == 4 and _live_state(model) == []
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_llama):
+    """``gradient_checkpointing``: every decoder layer runs forward twice (once more during backward), the
+    accumulated gradient is the one without it, and only the layers' own flag is raised: an attention
+    dropout that train mode would switch on stays off (the logprobs stay the back-end's), and after the
+    step no module is left in train mode (the back-end generates with the same module)."""
+    g = torch.Generator().manual_seed(3)
+    samples = []
+    for n, adv in [(14, 1.0), (22, -0.8), (18, 0.5)]:
+        ids = torch.randint(2, 96, (n,), generator=g).tolist()
+        mask = [0] * (n // 2) + [1] * (n - n // 2)
+        samples.append(TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-4.0 * m for m in mask],
+                                   advantage=adv, token_weights=[m / 30 for m in mask]))
+    grads, calls = [], []
+    for ckpt in (False, True):
+        model = copy.deepcopy(tiny_llama)
+        for layer in model.model.layers:
+            layer.self_attn.attention_dropout = 0.5  # only ever applied in train mode
+        n = [0]
+        for layer in model.model.layers:
+            # a pre-hook: the recomputation stops early, once the last saved tensor is rebuilt
+            layer.register_forward_pre_hook(lambda *_, n=n: n.__setitem__(0, n[0] + 1))
+        tr = CPUTrainer(model, CPUTrainerConfig(lr=1e-3, grad_clip=1e9, gradient_checkpointing=ckpt))
+        tr.optimizer.step = lambda tr=tr: grads.append(torch.cat([p.grad.flatten() for p in tr.params]))
+        tr.step(samples)
+        calls.append(n[0])
+        assert not any(m.training for m in model.modules())
+    layers = len(tiny_llama.model.layers)
+    assert calls[1] == 2 * calls[0] and calls[0] % layers == 0
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_adamw_runs_without_foreach_temporaries_unless_asked(tiny_llama):
+    for foreach in (False, True):
+        tr = CPUTrainer(tiny_llama, CPUTrainerConfig(optimizer_foreach=foreach))
+        assert tr.optimizer.param_groups[0]["foreach"] is foreach

@@ -135,18 +135,20 @@ def files_create(rng: random.Random, p: Pools) -> Draft:
 
 
 def files_append(rng: random.Random, p: Pools) -> Draft:
+    """Two new lines, in a given order, at the end of a list (the single-line version was always solved)."""
     name = f"{rng.choice(p.stems)}.txt"
     first = rng.sample(p.items, rng.randint(2, 3))
-    new = rng.choice([i for i in p.items if i not in first])
+    new1, new2 = rng.sample([i for i in p.items if i not in first], 2)
     decoy, dtext = _decoy(rng, p)
     old = "".join(f"{i}\n" for i in first)
     instruction = rng.choice((
-        "Append a new last line `{w}` to {f}, keeping the existing lines.",
-        "Add the line `{w}` at the end of {f}; do not change the lines already there.",
-        "{f} is a list. Add `{w}` as its last line."))
-    return Draft(("files-append", name, *first, new),
-                 _spec("files-append", instruction.format(w=new, f=name), [f"echo {new} >> {name}"],
-                       {"last_line": sh(f"tail -n 1 {name}", new), "content": file_is(name, old + new),
+        "Append two new lines to {f}: first `{a}`, then `{b}`. Keep the existing lines.",
+        "Add the lines `{a}` and `{b}` (in that order) at the end of {f}; do not change the lines already there.",
+        "{f} is a list. Add `{a}` and after it `{b}` as its last two lines."))
+    return Draft(("files-append", name, *first, new1, new2),
+                 _spec("files-append", instruction.format(a=new1, b=new2, f=name),
+                       [f"printf '%s\\n' {new1} {new2} >> {name}"],
+                       {"last_line": sh(f"tail -n 1 {name}", new2), "content": file_is(name, old + new1 + "\n" + new2),
                         "kept": file_is(decoy, dtext)},
                        files=_shuffled(rng, {name: old, decoy: dtext})),
                  ("last_line", "content"))
@@ -166,31 +168,40 @@ def files_rename(rng: random.Random, p: Pools) -> Draft:
 
 
 def shell_chmod(rng: random.Random, p: Pools) -> Draft:
+    """Make a script executable, run it and keep what it prints (chmod alone was always solved)."""
     name, word = f"{rng.choice(p.stems)}.sh", rng.choice(p.items)
+    out = rng.choice(("output.txt", "out.txt", "printed.txt"))
     body = f"#!/bin/sh\necho {word}\n"
     decoy, dtext = _decoy(rng, p)
-    instruction = rng.choice(("Make the script {f} executable.", "Give {f} execute permission.",
-                              "{f} cannot be run yet: make it executable."))
-    return Draft(("shell-chmod", name, word),
-                 _spec("shell-chmod", instruction.format(f=name), [f"chmod +x {name}"],
-                       {"executable": sh(f"test -x {name}"), "kept": file_is(name, body)},
+    instruction = rng.choice(("Make the script {f} executable, then run it and save what it prints to {o}.",
+                              "Give {f} execute permission, run it as ./{f} and write its output to {o}.",
+                              "{f} cannot be run yet: make it executable, run it, and put its output in {o}."))
+    return Draft(("shell-chmod", name, word, out),
+                 _spec("shell-chmod", instruction.format(f=name, o=out), [f"chmod +x {name} && ./{name} > {out}"],
+                       {"executable": sh(f"test -x {name}"), "output": file_is(out, word),
+                        "kept": file_is(name, body)},
                        files=_shuffled(rng, {name: body, decoy: dtext})),
-                 ("executable",))
+                 ("executable", "output"))
 
 
 def git_tag(rng: random.Random, p: Pools) -> Draft:
-    tag, msg = rng.choice(p.versions), rng.choice(p.lines)
-    instruction = rng.choice(("In repo/, tag the current commit as {t}.", "Create the git tag {t} on HEAD of repo/.",
-                              "Mark the latest commit of the repository repo/ with the tag {t}."))
-    head = "$(cd repo && git rev-parse HEAD)"
-    return Draft(("git-tag", tag, msg),
-                 _spec("git-tag", instruction.format(t=tag), [f"cd repo && git tag {tag}"],
+    """Tag the commit with a given message in a 2–3 commit history (tagging HEAD was always solved)."""
+    tag = rng.choice(p.versions)
+    msgs = rng.sample(p.lines, rng.randint(2, 3))
+    back = rng.randrange(len(msgs))  # commits after the target: 0 is HEAD
+    target = msgs[len(msgs) - 1 - back]
+    instruction = rng.choice(("In repo/, tag the commit whose message is `{m}` as {t}.",
+                              "Create the git tag {t} in repo/ on the commit with the message `{m}`.",
+                              "The repository repo/ has a commit `{m}`: mark that commit with the tag {t}."))
+    commits = " && ".join(f"echo {shlex.quote(m)} > v && git add v && git commit -qm {shlex.quote(m)}" for m in msgs)
+    want = f"$(cd repo && git rev-parse HEAD~{back})"
+    return Draft(("git-tag", tag, *msgs, str(back)),
+                 _spec("git-tag", instruction.format(t=tag, m=target), ["cd repo && git log --format='%h %s'", f"cd repo && git tag {tag} HEAD~{back}"],
                        {"tagged": sh(f"cd repo && git rev-parse -q --verify refs/tags/{tag}"),
-                        "at_head": sh(f"test \"$(cd repo && git rev-parse {tag}^{{commit}})\" = \"{head}\""),
-                        "kept": sh("cd repo && git rev-list --count HEAD", "1")},
-                       setup=[GIT, f"mkdir repo && cd repo && git init -q && echo {shlex.quote(msg)} > v && git add v "
-                                   f"&& git commit -qm {shlex.quote(msg)}"]),
-                 ("tagged", "at_head"))
+                        "at_commit": sh(f"test \"$(cd repo && git rev-parse {tag}^{{commit}})\" = \"{want}\""),
+                        "kept": sh("cd repo && git rev-list --count HEAD", str(len(msgs)))},
+                       setup=[GIT, f"mkdir repo && cd repo && git init -q && {commits}"]),
+                 ("tagged", "at_commit"))
 
 
 def sqlite_count(rng: random.Random, p: Pools) -> Draft:
@@ -215,22 +226,26 @@ def sqlite_count(rng: random.Random, p: Pools) -> Draft:
 
 
 def json_extract(rng: random.Random, p: Pools) -> Draft:
+    """Two values of one section, joined as host:port (one value was always solved); the other section
+    has a host and a port too."""
     sections = rng.sample(p.sections, 2)
     values = {"host": rng.choice(p.hosts), "port": rng.randint(1024, 9999), "region": rng.choice(p.regions),
               "user": rng.choice(p.people)}
     cfg = {"name": rng.choice(p.stems), sections[0]: values,
            sections[1]: {"host": rng.choice(p.hosts), "port": rng.randint(1024, 9999)}}
-    field = rng.choice(("host", "port", "region", "user"))
-    out = f"{field}.txt"
-    path = f"{sections[0]}.{field}"
-    instruction = rng.choice(("Write the value of {k} from config.json to {o}.",
-                              "Read {k} in config.json and write it (just the value) to {o}.",
-                              "config.json has a setting {k}. Put its value in {o}."))
-    solution = f"python3 -c \"import json;print(json.load(open('config.json'))['{sections[0]}']['{field}'])\" > {out}"
+    if rng.random() < 0.5:
+        cfg = {"name": cfg["name"], sections[1]: cfg[sections[1]], sections[0]: values}
+    out = rng.choice(("address.txt", "endpoint.txt", "target.txt"))
+    want = f"{values['host']}:{values['port']}"
+    instruction = rng.choice(("Write the {s} host and port from config.json to {o}, as host:port on one line.",
+                              "Read {s}.host and {s}.port in config.json and write them to {o} as host:port.",
+                              "config.json has a {s} section. Put its address, written host:port, in {o}."))
+    solution = (f"python3 -c \"import json;c=json.load(open('config.json'))['{sections[0]}'];"
+                f"print(c['host'], c['port'], sep=':')\" > {out}")
     text = json.dumps(cfg) + "\n"
-    return Draft(("json-extract", text, field),
-                 _spec("json-extract", instruction.format(k=path, o=out), [solution],
-                       {"written": sh(f"test -s {out}"), "value": file_is(out, str(values[field])),
+    return Draft(("json-extract", text, sections[0], out),
+                 _spec("json-extract", instruction.format(s=sections[0], o=out), ["cat config.json", solution],
+                       {"written": sh(f"grep -q : {out}"), "value": file_is(out, want),
                         "kept": file_is("config.json", text)},
                        files={"config.json": text}),
                  ("written", "value"))

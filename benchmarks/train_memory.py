@@ -1,0 +1,120 @@
+"""The CPU trainer's memory levers against its previous settings, same model, same samples, same run.
+
+Each variant runs in a fresh process (peak RSS is a per-process high-water mark): SmolLM2-135M (fp32)
+is loaded as the main job loads it, then one SFT step (``--sft`` samples) and one GRPO step (``--grpo``
+samples) run on synthetic segments of a react rollout's length (``--min-len``..``--max-len`` tokens, the
+last ``--trained`` of them trained). Variants:
+
+- ``baseline``: the settings the main job ran with before (AdamW foreach, no checkpointing);
+- ``no-foreach``: AdamW's per-parameter update (no multi-tensor temporaries);
+- ``checkpointing``: per-layer activation checkpointing (the decoder runs forward twice);
+- ``both``: the two together (the new default of the cpu preset).
+
+Prints per variant the process's peak RSS, the RSS right after loading (model + libraries) and the two
+steps' wall time, then each variant's ratios against the baseline. The machine may be shared: read the
+ratios, not the seconds.
+
+    python benchmarks/train_memory.py
+    python benchmarks/train_memory.py --micro-batch-tokens 2048 --grpo 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VARIANTS = {
+    "baseline": {"optimizer_foreach": True, "gradient_checkpointing": False},
+    "no-foreach": {"optimizer_foreach": False, "gradient_checkpointing": False},
+    "checkpointing": {"optimizer_foreach": True, "gradient_checkpointing": True},
+    "both": {"optimizer_foreach": False, "gradient_checkpointing": True},
+}
+
+
+def _rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _current_rss_gib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 2**20
+    return 0.0
+
+
+def child(args: argparse.Namespace) -> None:
+    """One variant, in this process; prints one JSON line."""
+    import random
+
+    sys.path.insert(0, str(REPO))
+    from openforge.proxy.backends.hf_loading import load_model
+    from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
+    from openforge.train.grpo import TrainSample
+
+    model, tok = load_model("smollm2-135m")
+    model.eval()
+    loaded = _current_rss_gib()
+    rng = random.Random(0)
+    system = tok.encode("You are a helpful agent with a shell tool. " * 30)  # a harness's shared prompt
+
+    def sample(adv: float, weight: float) -> TrainSample:
+        n = rng.randint(args.min_len, args.max_len)
+        ids = (system + [rng.randrange(100, 40000) for _ in range(n)])[:n]
+        mask = [0] * (n - args.trained) + [1] * args.trained
+        return TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-3.0 * m for m in mask], advantage=adv,
+                           token_weights=[m * weight for m in mask])
+
+    cfg = CPUTrainerConfig(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens, logprob_chunk=256,
+                           **VARIANTS[args.variant])
+    trainer = CPUTrainer(model, cfg, pad_id=tok.pad_token_id or 0)
+    sft = [sample(0.0, 1 / (args.sft * args.trained)) for _ in range(args.sft)]
+    grpo = [sample(rng.choice((-1.0, 1.0)), 1 / (args.grpo * args.trained)) for _ in range(args.grpo)]
+    t0 = time.perf_counter()
+    trainer.step(sft, kind="sft")
+    t1 = time.perf_counter()
+    trainer.step(grpo, kind="grpo")
+    t2 = time.perf_counter()
+    print(json.dumps({"variant": args.variant, "peak_rss_gib": _rss_gib(), "loaded_rss_gib": loaded,
+                      "sft_s": t1 - t0, "grpo_s": t2 - t1}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    ap.add_argument("--sft", type=int, default=8, help="segments in the SFT step (the cpu preset's batch)")
+    ap.add_argument("--grpo", type=int, default=16, help="segments in the GRPO step (4 groups of 4)")
+    ap.add_argument("--min-len", type=int, default=400)
+    ap.add_argument("--max-len", type=int, default=900)
+    ap.add_argument("--trained", type=int, default=80, help="trained tokens at the end of each segment")
+    ap.add_argument("--micro-batch-tokens", type=int, default=1024)
+    ap.add_argument("--json", type=Path, help="also write the rows here")
+    args = ap.parse_args()
+    if args.variant:
+        child(args)
+        return
+    passed = [a for a in sys.argv[1:] if not a.startswith("--json")]
+    rows = {}
+    for name in VARIANTS:
+        out = subprocess.run([sys.executable, __file__, "--variant", name, *passed], capture_output=True, text=True,
+                             check=True).stdout
+        rows[name] = json.loads(out.strip().splitlines()[-1])
+        r = rows[name]
+        print(f"{name:14s} peak RSS {r['peak_rss_gib']:.2f} GiB (after load {r['loaded_rss_gib']:.2f}) · "
+              f"SFT step {r['sft_s']:.1f} s · GRPO step {r['grpo_s']:.1f} s", flush=True)
+    base = rows["baseline"]
+    for name, r in rows.items():
+        if name != "baseline":
+            print(f"{name:14s} vs baseline: peak RSS ×{r['peak_rss_gib'] / base['peak_rss_gib']:.2f}, "
+                  f"SFT time ×{r['sft_s'] / base['sft_s']:.2f}, GRPO time ×{r['grpo_s'] / base['grpo_s']:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
