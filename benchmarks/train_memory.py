@@ -5,10 +5,9 @@ is loaded as the main job loads it, then one SFT step (``--sft`` samples) and on
 samples) run on synthetic segments of a react rollout's length (``--min-len``..``--max-len`` tokens, the
 last ``--trained`` of them trained). Variants:
 
-- ``baseline``: the settings the main job ran with before (AdamW foreach, no checkpointing);
-- ``no-foreach``: AdamW's per-parameter update (no multi-tensor temporaries);
+- ``baseline``: the settings the main job ran with before (``--micro-batch-tokens``, no checkpointing);
 - ``checkpointing``: per-layer activation checkpointing (the decoder runs forward twice);
-- ``both``: the two together (the new default of the cpu preset).
+- ``mb512``: no checkpointing, micro-batches of 512 tokens (a segment longer than that is a batch alone).
 
 Prints per variant the process's peak RSS, the RSS right after loading (model + libraries) and the two
 steps' wall time, then each variant's ratios against the baseline. The machine may be shared: read the
@@ -30,10 +29,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
-    "baseline": {"optimizer_foreach": True, "gradient_checkpointing": False},
-    "no-foreach": {"optimizer_foreach": False, "gradient_checkpointing": False},
-    "checkpointing": {"optimizer_foreach": True, "gradient_checkpointing": True},
-    "both": {"optimizer_foreach": False, "gradient_checkpointing": True},
+    "baseline": {"gradient_checkpointing": False},
+    "checkpointing": {"gradient_checkpointing": True},
+    "mb512": {"gradient_checkpointing": False, "micro_batch_tokens": 512},
 }
 
 
@@ -70,8 +68,8 @@ def child(args: argparse.Namespace) -> None:
         return TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-3.0 * m for m in mask], advantage=adv,
                            token_weights=[m * weight for m in mask])
 
-    cfg = CPUTrainerConfig(lr=1e-5, micro_batch_tokens=args.micro_batch_tokens, logprob_chunk=256,
-                           **VARIANTS[args.variant])
+    cfg = CPUTrainerConfig(lr=1e-5, logprob_chunk=256,
+                           **{"micro_batch_tokens": args.micro_batch_tokens, **VARIANTS[args.variant]})
     trainer = CPUTrainer(model, cfg, pad_id=tok.pad_token_id or 0)
     sft = [sample(0.0, 1 / (args.sft * args.trained)) for _ in range(args.sft)]
     grpo = [sample(rng.choice((-1.0, 1.0)), 1 / (args.grpo * args.trained)) for _ in range(args.grpo)]

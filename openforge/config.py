@@ -261,9 +261,6 @@ class CPUTrainerConfig(BaseModel):
         False, description="recompute each decoder layer's activations during backward instead of keeping them "
         "(a step's activation memory drops to about one layer's; the decoder runs forward twice; share_prefix "
         "is then off: a checkpointed layer cannot fill a key/value cache)")
-    optimizer_foreach: bool = Field(
-        False, description="AdamW's multi-tensor (foreach) update: slightly faster, but its temporaries hold "
-        "about a model's worth of memory more at every optimizer step")
     trainable_layers: int | None = Field(
         None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
         "backward then stops below them, ~2x cheaper steps on CPU")

@@ -113,8 +113,7 @@ class CPUTrainer:
         self._apply_trainable()
         self.params = [p for p in model.parameters() if id(p) in self._trainable]
         self.optimizer = torch.optim.AdamW(self.params, lr=self.config.lr, betas=self.config.betas,
-                                           weight_decay=self.config.weight_decay,
-                                           foreach=self.config.optimizer_foreach)
+                                           weight_decay=self.config.weight_decay)
         self.step_count = 0
         self.ref_model: Any = None  # the KL reference, frozen; set at the first GRPO step
 

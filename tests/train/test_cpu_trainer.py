@@ -256,8 +256,3 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_ll
     assert calls[1] == 2 * calls[0] and calls[0] % layers == 0
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
-
-def test_adamw_runs_without_foreach_temporaries_unless_asked(tiny_llama):
-    for foreach in (False, True):
-        tr = CPUTrainer(tiny_llama, CPUTrainerConfig(optimizer_foreach=foreach))
-        assert tr.optimizer.param_groups[0]["foreach"] is foreach
