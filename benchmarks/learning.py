@@ -221,6 +221,8 @@ def seed_numbers(run_dir: Path) -> dict[str, Any]:
     if all(held.values()):
         out.update(shares(held))  # sft, grpo, total: per harness, paired
     out["heldout_curve"] = {0: _rate(held["warmstart"]), **{k: _rate(v) for k, v in curve.items()}}
+    out["families"] = by_family({"untrained": held["before"], "warm-start": held["warmstart"],
+                                 **{f"step {k}": v for k, v in curve.items()}})
     try:
         lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     except OSError:
@@ -231,6 +233,25 @@ def seed_numbers(run_dir: Path) -> dict[str, Any]:
                     for x in lines if "reward_mean" in x]
     out["_held"] = held
     return out
+
+
+def by_family(points: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, list[int]]]:
+    """Held-out successes and trials per family (``gen-<family>-<digest>`` task ids) at each point.
+
+    >>> by_family({"a": {"per_harness": {"react": {"outcomes": {"gen-git-tag-1a": [1, 0], "gen-git-tag-2b": [1, 1]}}}}})
+    {'git-tag': {'a': [3, 4]}}
+    """
+    out: dict[str, dict[str, list[int]]] = {}
+    for name, p in points.items():
+        if not p:
+            continue
+        n = p["per_harness"].get("react") or next(iter(p["per_harness"].values()))
+        for task, wins in (n.get("outcomes") or {}).items():
+            fam = task.removeprefix("gen-").rsplit("-", 1)[0]
+            cell = out.setdefault(fam, {}).setdefault(name, [0, 0])
+            cell[0] += sum(wins)
+            cell[1] += len(wins)
+    return dict(sorted(out.items()))
 
 
 def _rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -267,6 +288,13 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
         md += [f"| {x['step']} | {x['reward_mean']:.3f} | {x['pass_rate']:.2f} | {x['mixed_rate']} | "
                f"{int(x['trained_tokens'])} |" for x in n["steps"]]
         md += ["", "held-out by step: " + ", ".join(f"{k}: {_fmt(v)}" for k, v in n["heldout_curve"].items()), ""]
+        cols = list(dict.fromkeys(c for f in n["families"].values() for c in f))
+        if cols:
+            md += ["held-out successes per family:", "", "| family | " + " | ".join(cols) + " |",
+                   "|---" * (len(cols) + 1) + "|"]
+            md += [f"| {fam} | " + " | ".join(f"{f[c][0]}/{f[c][1]}" if c in f else "—" for c in cols) + " |"
+                   for fam, f in n["families"].items()]
+            md.append("")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "learning.json").write_text(json.dumps(seeds, indent=1, default=str))
     (args.out / "learning.md").write_text("\n".join(md) + "\n")
