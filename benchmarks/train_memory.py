@@ -96,12 +96,13 @@ def main() -> None:
     if args.variant:
         child(args)
         return
-    passed = [a for a in sys.argv[1:] if not a.startswith("--json")]
+    passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("variant", "json")]
     rows = {}
     for name in VARIANTS:
-        out = subprocess.run([sys.executable, __file__, "--variant", name, *passed], capture_output=True, text=True,
-                             check=True).stdout
-        rows[name] = json.loads(out.strip().splitlines()[-1])
+        run = subprocess.run([sys.executable, __file__, "--variant", name, *passed], capture_output=True, text=True)
+        if run.returncode:
+            raise SystemExit(f"variant {name} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
+        rows[name] = json.loads(run.stdout.strip().splitlines()[-1])
         r = rows[name]
         print(f"{name:14s} peak RSS {r['peak_rss_gib']:.2f} GiB (after load {r['loaded_rss_gib']:.2f}) · "
               f"SFT step {r['sft_s']:.1f} s · GRPO step {r['grpo_s']:.1f} s", flush=True)
