@@ -111,7 +111,7 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperatu
         rows = _chunked_logprobs(head, hidden[sel][None], targets[:, start:][sel][None], temperature,
                                  chunk * hidden.shape[0], checkpoint)[0]
         return rows.new_zeros(targets.shape).masked_scatter(positions, rows)
-    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[:, :-1]
+    hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state[:, :-1]
     if positions is not None:  # the selected positions as one row: [1, N, H]
         rows = _chunked_logprobs(head, hidden[positions][None], targets[positions][None], temperature,
                                  chunk * hidden.shape[0], checkpoint)[0]
