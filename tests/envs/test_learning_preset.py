@@ -31,12 +31,14 @@ def test_the_learn_preset_loads_and_trains_on_the_train_stream_only():
     r = CliRunner().invoke(app, ["recipe", "claw-grpo", "--preset", "learn", "--dry-run"])
     assert r.exit_code == 0, r.output
     dumped = yaml.safe_load(r.output.split("\n# ")[0])
-    assert dumped["env"]["options"]["generated"] == {"train": 72, "heldout": 20, "seed": 0}
+    assert dumped["env"]["options"]["generated"] == {
+        "train": 60, "heldout": 20, "seed": 0,
+        "families": ["git-tag", "json-extract", "shell-chmod", "issues-close", "notes-create"]}
     cfg = load_config(recipe_config("claw-grpo"), preset="learn", overrides=["env.options.generated.seed=1"])
     env = load_environment(cfg.env.name, cfg.env.options)
     train = load_tasks(cfg, env)
     held = check_heldout(cfg, env, train)  # refuses a held-out task the run trains on
-    assert len(train) == 72 and len(held) == 20 and all(t.id.startswith("gen-") for t in [*train, *held])
+    assert len(train) == 60 and len(held) == 20 and all(t.id.startswith("gen-") for t in [*train, *held])
     assert not {t.id for t in train} & {t.id for t in held}
     assert cfg.trainer.steps >= 20 and cfg.eval.heldout.trials * len(held) >= 60
 
