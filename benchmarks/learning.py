@@ -245,8 +245,7 @@ def by_family(points: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, l
     for name, p in points.items():
         if not p:
             continue
-        n = p["per_harness"].get("react") or next(iter(p["per_harness"].values()))
-        for task, wins in (n.get("outcomes") or {}).items():
+        for task, wins in (_react(p).get("outcomes") or {}).items():
             fam = task.removeprefix("gen-").rsplit("-", 1)[0]
             cell = out.setdefault(fam, {}).setdefault(name, [0, 0])
             cell[0] += sum(wins)
@@ -254,10 +253,15 @@ def by_family(points: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, l
     return dict(sorted(out.items()))
 
 
+def _react(p: dict[str, Any]) -> dict[str, Any]:
+    """A held-out point's numbers through react (else its first harness)."""
+    return p["per_harness"].get("react") or next(iter(p["per_harness"].values()))
+
+
 def _rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
     if not p:
         return None
-    n = p["per_harness"].get("react") or next(iter(p["per_harness"].values()))
+    n = _react(p)
     return {k: n.get(k) for k in ("successes", "trials", "pass_rate", "ci95", "infra_failures")}
 
 

@@ -255,4 +255,3 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_ll
     layers = len(tiny_llama.model.layers)
     assert calls[1] == 2 * calls[0] and calls[0] % layers == 0
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
-
