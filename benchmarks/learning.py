@@ -23,7 +23,8 @@ measured again).
 warm-start with its paired 95 % interval next to SFT's), the learning curve (train reward, pass rate,
 mixed-group rate, trained tokens per step; held-out pass rate at the checkpoints) as
 ``docs/img/learning.png`` (``--png``), and the numbers in ``OUT/learning.json`` / ``OUT/learning.md``.
-``run`` ends with it.
+``run`` ends with it. ``--with OUT0/learning.json`` adds an earlier report's seeds (e.g. a seed run
+elsewhere, whose run directory is gone) to the table and the curve.
 
     flock /tmp/openforge-heavy.lock python benchmarks/learning.py calibrate --out runs/learning
     flock /tmp/openforge-heavy.lock python benchmarks/learning.py run --out runs/learning   # hours
@@ -62,6 +63,9 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
             p.add_argument("--seeds", default="0,1", help="comma-separated seeds (runs and generated streams)")
             p.add_argument("--checkpoints", default="5,10,20",
                            help="GRPO steps at which the held-out set is measured; the last is the run's length")
+            p.add_argument("--with", dest="earlier", type=Path, action="append", default=[], metavar="JSON",
+                           help="an earlier report's learning.json: its seeds with no run directory in --out join "
+                                "the report (their numbers as reported)")
     args = ap.parse_args(argv)
     if args.cmd != "calibrate":
         args.seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
@@ -266,45 +270,61 @@ def _rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def report(args: argparse.Namespace) -> dict[str, Any]:
-    from openforge.analysis.heldout import heldout_table
-    from openforge.console import new_console
-
-    seeds = {s: seed_numbers(args.out / f"seed{s}") for s in args.seeds}
-    console = new_console(stderr=False)
+    seeds = {s: seed_numbers(args.out / f"seed{s}") for s in args.seeds if (args.out / f"seed{s}").is_dir()}
+    for path in args.earlier:
+        for s, n in json.loads(path.read_text()).items():
+            seeds.setdefault(int(s), n)
+    seeds = dict(sorted(seeds.items()))
     md = ["# Learning benchmark (claw-grpo preset `learn`, react)", ""]
     for s, n in seeds.items():
-        held = n.pop("_held")
-        console.print(f"[bold]seed {s}[/]")
-        if all(held.values()):
-            tasks = sorted({t for n in held["after"]["per_harness"].values() for t in n.get("outcomes", {})})
-            table = heldout_table({"before": held["before"], "warmstart": held["warmstart"], "after": held["after"],
-                                   "tasks": tasks,
-                                   "trials": next(iter(held["after"]["per_harness"].values())).get("k")})
-            if table is not None:
-                console.print(table)
-        md += [f"## seed {s}", "", "| point | held-out success |", "|---|---|"]
-        md += [f"| {k} | {_fmt(v)} |" for k, v in n["points"].items()]
-        for who in ("sft", "grpo"):
-            d = (n.get(who) or {}).get("react") or next(iter((n.get(who) or {}).values()), None)
-            if d:
-                md.append(f"\n{who.upper()}'s own effect: {_diff(d)}")
-        md += ["", "| step | train reward | train pass | mixed groups | trained tokens |", "|---|---|---|---|---|"]
-        md += [f"| {x['step']} | {x['reward_mean']:.3f} | {x['pass_rate']:.2f} | {x['mixed_rate']} | "
-               f"{int(x['trained_tokens'])} |" for x in n["steps"]]
-        md += ["", "held-out by step: " + ", ".join(f"{k}: {_fmt(v)}" for k, v in n["heldout_curve"].items()), ""]
-        cols = list(dict.fromkeys(c for f in n["families"].values() for c in f))
-        if cols:
-            md += ["held-out successes per family:", "", "| family | " + " | ".join(cols) + " |",
-                   "|---" * (len(cols) + 1) + "|"]
-            md += [f"| {fam} | " + " | ".join(f"{f[c][0]}/{f[c][1]}" if c in f else "—" for c in cols) + " |"
-                   for fam, f in n["families"].items()]
-            md.append("")
+        _print_table(s, n.pop("_held", None))
+        md += seed_md(s, n)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "learning.json").write_text(json.dumps(seeds, indent=1, default=str))
     (args.out / "learning.md").write_text("\n".join(md) + "\n")
     plot(seeds, args.png)
     print("\n".join(md))
     return seeds
+
+
+def _print_table(seed: int, held: dict[str, Any] | None) -> None:
+    """The console's three-point table of a seed measured in this ``--out`` (an earlier report's seeds
+    carry only their numbers)."""
+    from openforge.analysis.heldout import heldout_table
+    from openforge.console import new_console
+
+    if not held or not all(held.values()):
+        return
+    console = new_console(stderr=False)
+    console.print(f"[bold]seed {seed}[/]")
+    tasks = sorted({t for n in held["after"]["per_harness"].values() for t in n.get("outcomes", {})})
+    table = heldout_table({"before": held["before"], "warmstart": held["warmstart"], "after": held["after"],
+                           "tasks": tasks, "trials": next(iter(held["after"]["per_harness"].values())).get("k")})
+    if table is not None:
+        console.print(table)
+
+
+def seed_md(seed: int, n: dict[str, Any]) -> list[str]:
+    """One seed's section of ``learning.md``: the three points, SFT's and GRPO's own effects, the steps,
+    the held-out curve and the per-family successes."""
+    md = [f"## seed {seed}", "", "| point | held-out success |", "|---|---|"]
+    md += [f"| {k} | {_fmt(v)} |" for k, v in n["points"].items()]
+    for who in ("sft", "grpo"):
+        d = (n.get(who) or {}).get("react") or next(iter((n.get(who) or {}).values()), None)
+        if d:
+            md.append(f"\n{who.upper()}'s own effect: {_diff(d)}")
+    md += ["", "| step | train reward | train pass | mixed groups | trained tokens |", "|---|---|---|---|---|"]
+    md += [f"| {x['step']} | {x['reward_mean']:.3f} | {x['pass_rate']:.2f} | {x['mixed_rate']} | "
+           f"{int(x['trained_tokens'])} |" for x in n["steps"]]
+    md += ["", "held-out by step: " + ", ".join(f"{k}: {_fmt(v)}" for k, v in n["heldout_curve"].items()), ""]
+    cols = list(dict.fromkeys(c for f in n["families"].values() for c in f))
+    if cols:
+        md += ["held-out successes per family:", "", "| family | " + " | ".join(cols) + " |",
+               "|---" * (len(cols) + 1) + "|"]
+        md += [f"| {fam} | " + " | ".join(f"{f[c][0]}/{f[c][1]}" if c in f else "—" for c in cols) + " |"
+               for fam, f in n["families"].items()]
+        md.append("")
+    return md
 
 
 def _fmt(v: dict[str, Any] | None) -> str:
