@@ -259,8 +259,7 @@ class CPUTrainerConfig(BaseModel):
     autocast_bf16: bool = Field(False, description="bf16 autocast (faster; breaks fp32 ratio consistency)")
     gradient_checkpointing: bool = Field(
         False, description="recompute each decoder layer's activations during backward instead of keeping them "
-        "(a step's activation memory drops to about one layer's; the decoder runs forward twice; share_prefix "
-        "is then off: a checkpointed layer cannot fill a key/value cache)")
+        "(a step's activation memory drops to about one layer's; the decoder runs forward twice)")
     trainable_layers: int | None = Field(
         None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
         "backward then stops below them, ~2x cheaper steps on CPU")

@@ -140,8 +140,8 @@ class CPUTrainer:
 
     # ---------------------------------------------------------------- batching
     def _shares_prefix(self) -> bool:
-        return self.config.share_prefix and not self.config.gradient_checkpointing \
-            and getattr(getattr(self.model, "config", None), "model_type", None) in PREFIX_MODELS
+        model_type = getattr(getattr(self.model, "config", None), "model_type", None)
+        return self.config.share_prefix and model_type in PREFIX_MODELS
 
     @contextlib.contextmanager
     def _checkpointing(self) -> Iterator[None]:

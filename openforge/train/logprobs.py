@@ -14,12 +14,15 @@ Three savings, each exact up to float rounding (tests compare them with the plai
   generated ones), not a harness's long prompt.
 - **Shared prompt prefix.** Rollouts through one harness start with the same system prompt and tool
   list (~1.5k tokens for pi with SmolLM2's tokenizer), and rollouts of one task with the same
-  instruction. ``prefix`` runs those first tokens through the decoder once for the whole micro-batch
-  (its key/value cache, repeated per row, carries the gradient back); only the rest runs per row. The
-  packer counts a micro-batch as ``prefix + rows × (longest − prefix)`` tokens, so more segments fit
-  the same activation budget. A prefix never reaches a trained token (its logprob needs the hidden
-  state before it), and only decoders known to treat a cached prefix exactly like an uncached one
-  (:data:`PREFIX_MODELS`) use it.
+  instruction. ``prefix`` runs those first tokens through the decoder once for the whole micro-batch:
+  the micro-batch becomes one packed sequence, the prefix followed by each row's own tokens, with an
+  attention mask that lets every row see the prefix and its own earlier tokens only, and each token at
+  its position in its row (so the gradient through the prefix is exact, and per-layer activation
+  checkpointing applies: there is no key/value cache to refill). The packer counts a micro-batch as
+  ``prefix + Σ (length − prefix)`` tokens, so more segments fit the same activation budget. A prefix
+  never reaches a trained token (its logprob needs the hidden state before it), and only decoders known
+  to take a custom 4D mask and explicit positions like this (plain causal attention with rotary
+  positions, no sliding window: :data:`PREFIX_MODELS`) use it.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ __all__ = ["MIN_SHARED_PREFIX", "PREFIX_MODELS", "pack_microbatches", "shared_pr
 
 #: A shorter common prefix is not worth a second decoder call.
 MIN_SHARED_PREFIX = 32
-#: ``config.model_type`` of decoders whose cached-prefix forward equals the full one (plain causal
-#: attention over a ``DynamicCache``; no sliding window or hybrid cache).
+#: ``config.model_type`` of decoders whose packed forward (4D mask, explicit positions) equals the plain
+#: one (causal attention, rotary positions; no sliding window or hybrid layers).
 PREFIX_MODELS = frozenset({"llama", "qwen2", "qwen3"})
 
 
@@ -58,8 +61,8 @@ def pack_microbatches(lengths: Sequence[int], max_tokens: int, *, seqs: Sequence
     Longest first, so padding stays small; a sequence longer than the budget gets its own batch.
     Without ``seqs`` a batch counts ``len(batch) * max(len)``. With ``seqs`` (and ``limits``, see
     :func:`shared_prefix`) sequences that open alike (the same harness prompt) are packed together,
-    longest first within each kind, and a batch's shared prefix counts once:
-    ``p + len(batch) * (max(len) - p)``.
+    longest first within each kind, and a batch with a shared prefix is one packed sequence of
+    ``p + Σ (len - p)`` tokens (:func:`token_logprobs`).
     """
     if seqs is not None and limits is not None:
         order = sorted(range(len(lengths)), key=lambda i: (list(seqs[i][:MIN_SHARED_PREFIX]), -lengths[i]))
@@ -68,7 +71,9 @@ def pack_microbatches(lengths: Sequence[int], max_tokens: int, *, seqs: Sequence
 
     def cost(batch: list[int]) -> int:
         p = shared_prefix([seqs[i] for i in batch], [limits[i] for i in batch]) if seqs and limits else 0
-        return p + len(batch) * (max(lengths[i] for i in batch) - p)
+        if p:
+            return p + sum(lengths[i] - p for i in batch)
+        return len(batch) * max(lengths[i] for i in batch)
 
     batches: list[list[int]] = []
     cur: list[int] = []
@@ -88,8 +93,8 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperatu
 
     ``positions`` (bool ``[B, T-1]``): compute only there, 0 elsewhere. ``prefix``: the first
     ``prefix`` tokens are the same in every row (right padding) and no position before ``prefix - 1``
-    is selected; they run through the decoder once (ignored for a model outside
-    :data:`PREFIX_MODELS`). Works for decoder-only HF models exposing ``get_decoder()`` /
+    is selected; the rows run as one packed sequence that holds the prefix once (ignored for a model
+    outside :data:`PREFIX_MODELS`). Works for decoder-only HF models exposing ``get_decoder()`` /
     ``get_output_embeddings()``; other models fall back to one full-logits forward pass.
     """
     import torch
@@ -106,10 +111,9 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperatu
         start = prefix - 1
         if positions[:, :start].any():
             raise ValueError(f"token_logprobs: a selected position lies inside the shared prefix ({prefix} tokens)")
-        hidden = _hidden_after_prefix(decoder, input_ids, attention_mask, prefix)
-        sel = positions[:, start:]
-        rows = _chunked_logprobs(head, hidden[sel][None], targets[:, start:][sel][None], temperature,
-                                 chunk * hidden.shape[0], checkpoint)[0]
+        hidden, index = _packed(decoder, input_ids, attention_mask, prefix)
+        rows = _chunked_logprobs(head, hidden[:, index[positions]], targets[positions][None], temperature,
+                                 chunk * input_ids.shape[0], checkpoint)[0]
         return rows.new_zeros(targets.shape).masked_scatter(positions, rows)
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state[:, :-1]
     if positions is not None:  # the selected positions as one row: [1, N, H]
@@ -119,18 +123,26 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperatu
     return _chunked_logprobs(head, hidden, targets, temperature, chunk, checkpoint)
 
 
-def _hidden_after_prefix(decoder: Any, input_ids: Any, attention_mask: Any, prefix: int) -> Any:
-    """Hidden states at positions ``prefix - 1 … T - 2`` (``[B, T - prefix, H]``): the prefix runs once,
-    its key/value cache is repeated for every row, then the rows' own tokens run on top of it."""
+def _packed(decoder: Any, input_ids: Any, attention_mask: Any, prefix: int) -> tuple[Any, Any]:
+    """The rows of a right-padded micro-batch that share their first ``prefix`` tokens, through the decoder
+    as one sequence: the prefix once, then each row's own tokens. Returns the hidden states ``[1, N, H]``
+    and ``index`` ``[B, T - 1]``: where row ``b``'s token ``j`` sits in the packed sequence (meaningful
+    from ``j = prefix - 1`` on: the prefix's last token is every row's)."""
     import torch
 
-    rows = input_ids.shape[0]
-    head = decoder(input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix], use_cache=True)
-    cache = head.past_key_values
-    cache.batch_repeat_interleave(rows)
-    rest = decoder(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, past_key_values=cache,
-                   use_cache=True).last_hidden_state
-    return torch.cat([head.last_hidden_state[:, -1:].expand(rows, 1, -1), rest[:, :-1]], 1)
+    lengths = [int(n) for n in attention_mask.sum(1)]
+    ids = torch.cat([input_ids[0, :prefix], *(input_ids[b, prefix:n] for b, n in enumerate(lengths))])[None]
+    pos = torch.cat([torch.arange(prefix), *(torch.arange(prefix, n) for n in lengths)])
+    seq = torch.cat([torch.full((prefix,), -1), *(torch.full((n - prefix,), b) for b, n in enumerate(lengths))])
+    # a token sees the prefix and the earlier tokens of its own row
+    seen = ((seq[None, :] == -1) | (seq[None, :] == seq[:, None])) & (pos[None, :] <= pos[:, None])
+    dtype = next(decoder.parameters()).dtype
+    mask = torch.zeros(seen.shape, dtype=dtype).masked_fill_(~seen, torch.finfo(dtype).min)[None, None]
+    hidden = decoder(input_ids=ids, attention_mask=mask, position_ids=pos[None], use_cache=False).last_hidden_state
+    starts = torch.tensor([0, *lengths[:-1]]).sub(prefix).clamp(min=0).cumsum(0) + prefix
+    j = torch.arange(input_ids.shape[1] - 1)
+    index = torch.where(j[None, :] < prefix, j[None, :], starts[:, None] + j[None, :] - prefix)
+    return hidden, index.clamp(max=ids.shape[1] - 1)
 
 
 def _chunked_logprobs(head: Any, hidden: Any, targets: Any, temperature: float, chunk: int,

@@ -43,7 +43,7 @@ def test_a_shared_prefix_gives_the_plain_logprobs_and_gradients(tiny_llama):
     hook = tiny_llama.get_decoder().embed_tokens.register_forward_hook(lambda m, i, o: calls.append(i[0].numel()))
     got = token_logprobs(tiny_llama, ids, attn, temperature=0.8, chunk=8, positions=pos, prefix=P)
     hook.remove()
-    assert calls == [P, 3 * 20]  # the prefix once, then each row's own tokens
+    assert calls == [P + 12 + 20 + 7]  # one packed sequence: the prefix once, then each row's own tokens
     assert torch.allclose(got[pos], plain[pos].detach(), atol=1e-5) and not got[~pos].any()
     got.sum().backward()
     for a, b in zip(want, (p.grad for p in tiny_llama.parameters()), strict=True):
@@ -97,17 +97,23 @@ def _samples(n: int) -> list[TrainSample]:
 
 
 def test_a_trainer_step_with_and_without_prefix_sharing_is_the_same(tiny_llama):
+    """The same accumulated gradient plain, with the prefix shared, and with the prefix shared under
+    per-layer activation checkpointing (the packed sequence needs no key/value cache, so the two combine:
+    the main job's setting)."""
     samples = _samples(4)
     grads, rows = [], []
-    for share in (False, True):
+    for share, ckpt in ((False, False), (True, False), (True, True)):
         model = copy.deepcopy(tiny_llama)
         seen: list[int] = []
         model.get_decoder().embed_tokens.register_forward_hook(lambda m, i, o, seen=seen: seen.append(i[0].numel()))
-        tr = CPUTrainer(model, CPUTrainerConfig(lr=1e-3, grad_clip=1e9, kl_coef=0.1, share_prefix=share))
+        tr = CPUTrainer(model, CPUTrainerConfig(lr=1e-3, grad_clip=1e9, kl_coef=0.1, share_prefix=share,
+                                                gradient_checkpointing=ckpt))
         # capture the accumulated gradient only (at the optimizer step: the trainer drops it after)
         tr.optimizer.step = lambda tr=tr: grads.append(torch.cat([p.grad.flatten() for p in tr.params]))
         m = tr.step(samples)
         rows.append(sum(seen))
         assert m["behaviour_logprob_gap"] > 0
     assert torch.allclose(grads[0], grads[1], atol=1e-6, rtol=1e-4)
+    assert torch.allclose(grads[0], grads[2], atol=1e-6, rtol=1e-4)
     assert rows[1] < rows[0]  # the shared path really ran fewer tokens through the decoder
+    assert rows[2] == rows[1]  # and checkpointing keeps the packed sequences (its recomputation: test_cpu_trainer.py)
