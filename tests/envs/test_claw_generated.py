@@ -100,6 +100,13 @@ def test_options_are_checked_in_their_own_terms():
     assert {t.category for t in env.tasks()} == {"files-create", "git-tag"}
 
 
+def test_options_from_a_config_object_are_a_mapping():
+    """veRL hands the options over as OmegaConf containers (DictConfig, ListConfig): they are mappings."""
+    omegaconf = pytest.importorskip("omegaconf")
+    got = GenOptions.parse(omegaconf.OmegaConf.create({"train": 8, "seed": 1, "families": ["git-tag", "json-extract"]}))
+    assert (got.train, got.seed, got.families) == (8, 1, ("git-tag", "json-extract"))
+
+
 def test_partial_credit_is_never_a_success():
     assert partial_credit({"a": True, "b": True, "kept": True}, ["a", "b"]).reward == 1.0
     assert partial_credit({"a": False, "b": False, "kept": True}, ["a", "b"]).reward == 0.0  # guard alone: nothing

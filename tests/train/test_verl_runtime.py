@@ -141,6 +141,31 @@ async def loop_factory(tokenizer):
     await ChatTwice.http.aclose()
 
 
+def test_options_from_verl_yaml_reach_the_runner_as_plain_containers(tokenizer):
+    """veRL builds the agent loop from its YAML through OmegaConf: nested options arrive as DictConfig and
+    ListConfig, which an environment checking ``dict`` refused (a whole veRL run of generated claw tasks
+    failed as infra errors). The loop hands plain dicts and lists on."""
+    pytest.importorskip("verl", reason=NEEDS_VERL)
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap
+
+    from openforge.train.verl import agent_loop as al
+
+    yaml_kwargs = OmegaConf.create({"environment_options": {"generated": {"train": 8, "families": ["git-tag"]}},
+                                    "harness_options": {"max_turns": 2}, "launcher_options": {"ro_binds": ["/x"]}})
+    conf = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": 2, "max_model_len": 2048}}})
+    loop = al.OpenForgeAgentLoop(
+        trainer_config=DictConfigWrap(conf), server_manager=FixedServer(tokenizer), tokenizer=tokenizer,
+        processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})), hf_model_type="llama",
+        name="openforge", **yaml_kwargs)
+    al._RUNTIMES.clear()
+    s = loop.settings
+    assert s["environment_options"] == {"generated": {"train": 8, "families": ["git-tag"]}}
+    assert type(s["environment_options"]["generated"]) is dict
+    assert type(s["environment_options"]["generated"]["families"]) is list
+    assert type(s["launcher_options"]["ro_binds"]) is list and type(s["harness_options"]) is dict
+
+
 def _row(task_id: str, group_size: int) -> dict:
     t = Task(id=task_id, instruction=f"do {task_id}", environment="even-ids")
     return {"extra_info": {"task": t.model_dump_json(), "group_size": group_size}}

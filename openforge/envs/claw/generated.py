@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ...errors import ConfigError
@@ -43,7 +43,7 @@ class GenOptions:
         """From ``env.options.generated`` (a mapping; ``True`` for the defaults), with errors in its terms."""
         if value is True:
             return cls()
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping):
             raise ConfigError(f"env.options.generated must be a mapping (train, heldout, seed, families), got {value!r}")
         unknown = sorted(set(value) - {"train", "heldout", "seed", "families"})
         if unknown:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
@@ -74,6 +74,22 @@ class GroupBarrier:
         return all(self.results) and len(self.results) >= self.n
 
 
+def plain(value: Any) -> Any:
+    """``value`` with every nested mapping a ``dict`` and every list a ``list``: veRL builds the agent loop
+    from its YAML through OmegaConf, so the options arrive as ``DictConfig`` / ``ListConfig``, which the
+    harnesses, launchers and environments (checking ``dict`` and ``list``, or pickling) do not take.
+
+    >>> from omegaconf import OmegaConf
+    >>> plain(OmegaConf.create({"generated": {"train": 8, "families": ["git-tag"]}}))
+    {'generated': {'train': 8, 'families': ['git-tag']}}
+    """
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain(v) for v in value]
+    return value
+
+
 _GROUPS: dict[str, GroupBarrier] = {}
 _RUNTIMES: dict[int, Any] = {}
 
@@ -92,9 +108,9 @@ class OpenForgeAgentLoop(AgentLoopBase):
         self.max_tokens = int(max_tokens)
         self.max_model_len = int(max_model_len or self.rollout_config.get("max_model_len") or 32768)
         self.settings = {
-            "harness": harness, "harness_options": dict(harness_options or {}),
-            "launcher": launcher, "launcher_options": dict(launcher_options or {}),
-            "environment": environment, "environment_options": dict(environment_options or {}),
+            "harness": harness, "harness_options": plain(harness_options or {}),
+            "launcher": launcher, "launcher_options": plain(launcher_options or {}),
+            "environment": environment, "environment_options": plain(environment_options or {}),
         }
         self.runner_ref = runner
         key = id(self.server_manager)
