@@ -157,13 +157,43 @@ def test_options_from_verl_yaml_reach_the_runner_as_plain_containers(tokenizer):
     loop = al.OpenForgeAgentLoop(
         trainer_config=DictConfigWrap(conf), server_manager=FixedServer(tokenizer), tokenizer=tokenizer,
         processor=None, dataset_cls=None, data_config=DictConfigWrap(OmegaConf.create({})), hf_model_type="llama",
-        name="openforge", **yaml_kwargs)
+        name="openforge", rollout_timeout_s=900, **yaml_kwargs)
     al._RUNTIMES.clear()
     s = loop.settings
+    assert s["rollout_timeout_s"] == 900.0
     assert s["environment_options"] == {"generated": {"train": 8, "families": ["git-tag"]}}
     assert type(s["environment_options"]["generated"]) is dict
     assert type(s["environment_options"]["generated"]["families"]) is list
     assert type(s["launcher_options"]["ro_binds"]) is list and type(s["harness_options"]) is dict
+
+
+async def test_the_rollout_budget_reaches_the_worker_session(monkeypatch):
+    """``rollout.timeout_s`` (the ``verl`` preset's 900 s) is each rollout's budget in the veRL worker too;
+    before, the worker ran every rollout on the task's own budget (claw: 180 s) and a slow CPU replica's
+    rollouts were killed as infra errors."""
+    from openforge import worker_runtime
+    from openforge.recipes import load_recipe_config
+    from openforge.train.verl.launch import agent_loop_entries
+
+    cfg = load_recipe_config("claw-grpo", preset="verl", overrides=["rollout.timeout_s=900"])
+    entry = agent_loop_entries(cfg)[0]
+    assert entry["rollout_timeout_s"] == 900
+    seen = {}
+
+    class FakeSession:
+        @classmethod
+        def from_names(cls, backend, **kw):
+            seen.update(kw)
+            return cls()
+
+        async def start(self):
+            pass
+
+    monkeypatch.setattr(worker_runtime, "Session", FakeSession)
+    keys = ("max_tokens", "harness", "harness_options", "launcher", "launcher_options", "environment",
+            "environment_options", "rollout_timeout_s")
+    await worker_runtime.episode_runner(backend=None, **{k: entry[k] for k in keys})
+    assert seen["rollouts"].budget_s == 900
 
 
 def _row(task_id: str, group_size: int) -> dict:

@@ -100,8 +100,8 @@ class OpenForgeAgentLoop(AgentLoopBase):
     def __init__(self, *args: Any, harness: str = "react", harness_options: dict | None = None,
                  launcher: str = "local", launcher_options: dict | None = None, environment: str = "claw",
                  environment_options: dict | None = None, episode_timeout_s: float = 1800.0,
-                 max_tokens: int = 1024, max_model_len: int | None = None, runner: str | None = None,
-                 **kwargs: Any):
+                 rollout_timeout_s: float | None = None, max_tokens: int = 1024, max_model_len: int | None = None,
+                 runner: str | None = None, **kwargs: Any):
         kwargs.pop("name", None)
         super().__init__(*args, **kwargs)
         self.episode_timeout_s = float(episode_timeout_s)
@@ -111,6 +111,8 @@ class OpenForgeAgentLoop(AgentLoopBase):
             "harness": harness, "harness_options": plain(harness_options or {}),
             "launcher": launcher, "launcher_options": plain(launcher_options or {}),
             "environment": environment, "environment_options": plain(environment_options or {}),
+            # a rollout's wall-clock budget (rollout.timeout_s; None: each task's timeout_s)
+            "rollout_timeout_s": float(rollout_timeout_s) if rollout_timeout_s is not None else None,
         }
         self.runner_ref = runner
         key = id(self.server_manager)
