@@ -32,7 +32,7 @@ from typing import Any
 
 __all__ = ["MIN_SHARED_PREFIX", "PREFIX_MODELS", "pack_microbatches", "shared_prefix", "token_logprobs"]
 
-#: A shorter common prefix is not worth a second decoder call.
+#: A shorter common prefix is not worth packing (and its T × T mask) for.
 MIN_SHARED_PREFIX = 32
 #: ``config.model_type`` of decoders whose packed forward (4D mask, explicit positions) equals the plain
 #: one (causal attention, rotary positions; no sliding window or hybrid layers).
