@@ -257,9 +257,14 @@ def by_family(points: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, l
     return dict(sorted(out.items()))
 
 
+def _react_of(per_harness: dict[str, Any]) -> Any:
+    """The entry for react in a per-harness mapping (else its first harness's; None when empty)."""
+    return per_harness.get("react") or next(iter(per_harness.values()), None)
+
+
 def _react(p: dict[str, Any]) -> dict[str, Any]:
     """A held-out point's numbers through react (else its first harness)."""
-    return p["per_harness"].get("react") or next(iter(p["per_harness"].values()))
+    return _react_of(p["per_harness"])
 
 
 def _rate(p: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -295,7 +300,8 @@ def report(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _react_share(n: dict[str, Any], who: str) -> dict[str, Any] | None:
-    return (n.get(who) or {}).get("react") or next(iter((n.get(who) or {}).values()), None)
+    """A seed's ``sft`` or ``grpo`` comparison through react (else its first harness)."""
+    return _react_of(n.get(who) or {})
 
 
 def pooled(effects: list[dict[str, Any]]) -> tuple[float, float, float]:
