@@ -301,6 +301,10 @@ class VerlConfig(_Section):
         8, ge=1, description="logical CPUs declared to Ray on a device=cpu run (scheduling slots, not cores: "
         "veRL's TaskRunner, TransferQueue controller and storage, agent-loop and reward workers each hold one)")
     ray_object_store_mb: int = Field(256, ge=64, description="Ray object store on a device=cpu run (MB)")
+    network: Literal["auto", "loopback", "host"] = Field(
+        "auto", description="loopback: main_ppo runs in a network namespace whose only interface is loopback "
+        "(Ray binds every interface otherwise); host: the machine's network (a hub model id, a remote logger); "
+        "auto: loopback on a device=cpu run where this machine can make one, else host")
     extra_overrides: list[str] = Field(default_factory=list, description="raw Hydra overrides appended last")
 
 

@@ -126,7 +126,7 @@ def test_composed_config(tmp_path, verl):
     from verl.utils.config import omega_conf_to_dataclass
 
     res = _gpu_launch(tmp_path)
-    overrides = res["command"][3:]
+    overrides = res["overrides"]
     cdir = Path(verl.__file__).parent / "trainer" / "config"
     with initialize_config_dir(config_dir=str(cdir), version_base=None):
         c = compose(config_name="ppo_trainer", overrides=overrides)
@@ -172,7 +172,7 @@ def test_loss_agg_passes_through_to_verl(tmp_path, verl):
     def agg(*extra: str):
         res = launch(load_config({"recipe": "claw-grpo"}, overrides=[*base, *extra]), tmp_path / "r", tasks,
                      dry_run=True)
-        return _compose(res["command"][3:]).actor_rollout_ref.actor
+        return _compose(res["overrides"]).actor_rollout_ref.actor
 
     # the CPU trainer's field is the default, so one config optimises one objective on both back-ends
     assert agg("trainer.cpu.loss_agg=token-mean").loss_agg_mode == "token-mean"
@@ -183,7 +183,7 @@ def test_loss_agg_passes_through_to_verl(tmp_path, verl):
     res = launch(load_config({"recipe": "claw-grpo"}, overrides=[
         *base, "trainer.verl.loss_agg=token-mean", "trainer.verl.refill_failed_groups=false"]), tmp_path / "n", tasks,
         dry_run=True)
-    assert _compose(res["command"][3:]).trainer.v1.sampler.sync_refill_failed_groups is False
+    assert _compose(res["overrides"]).trainer.v1.sampler.sync_refill_failed_groups is False
 
 
 # ------------------------------------------------------------------ the agent loop itself

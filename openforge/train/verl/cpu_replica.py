@@ -13,8 +13,8 @@ load it (no Ray object store traffic: 540 MB for SmolLM2-135M in fp32 would not 
 The server loads the file between two generation batches, tags every later output with the step
 (``extra_fields["global_steps"]``, veRL's staleness bookkeeping) and, when
 ``OPENFORGE_VERL_PROBE_DIR`` is set, appends one line to ``probe.jsonl`` there: the step, a digest of
-its weights and the logprobs it serves for a fixed prompt, so a test can tell that the engine serves
-the new weights after each step.
+its weights, the logprobs it serves for a fixed prompt (so a test can tell that the engine serves
+the new weights after each step) and the network interfaces it sees (``["lo"]`` in a loopback-only run).
 """
 
 from __future__ import annotations
@@ -84,8 +84,11 @@ class TransformersRolloutServer:
         out = os.environ.get(PROBE_ENV)
         if not out:
             return
+        from .netns import interfaces
+
         rec = {"replica": self.replica_rank, "global_steps": self.global_steps, "loads": self.loads,
-               "weights": self._weights_digest(), "logprobs": self.probe_logprobs(), "time": time.time()}
+               "weights": self._weights_digest(), "logprobs": self.probe_logprobs(), "time": time.time(),
+               "interfaces": interfaces()}
         Path(out).mkdir(parents=True, exist_ok=True)
         with open(Path(out) / "probe.jsonl", "a") as f:
             f.write(json.dumps(rec) + "\n")

@@ -6,7 +6,8 @@ YAML veRL reads through ``actor_rollout_ref.rollout.agent.agent_loop_config_path
 :func:`loss_agg_mode` (openforge's loss aggregation → veRL's ``actor.loss_agg_mode``),
 :func:`verl_overrides` (the Hydra overrides: GRPO, V1 sync trainer, vLLM async rollout, group
 size, batch sizes, token budgets, loss aggregation, refill of failed groups, the openforge agent
-loop) and :func:`launch` (writes all of it into the run directory and runs
+loop), :func:`network_prefix` (a device=cpu run in a loopback-only network namespace, see
+:mod:`.netns`) and :func:`launch` (writes all of it into the run directory and runs
 ``python -m verl.trainer.main_ppo``; ``dry_run`` only prints).
 
 Group sizes travel in the dataset: each row's ``extra_info["group_size"]`` is the number of
@@ -241,6 +242,25 @@ def run_env(cfg: RunConfig) -> dict[str, str]:
     return env
 
 
+def network_prefix(cfg: RunConfig, *, dry_run: bool = False) -> list[str]:
+    """What runs ``main_ppo`` in a loopback-only network namespace (:mod:`.netns`), per
+    ``trainer.verl.network``: ``loopback`` refuses a machine that cannot make one, ``auto`` (loopback on a
+    device=cpu run) falls back to the host's network with a warning saying why."""
+    from .netns import loopback_prefix
+
+    mode = cfg.trainer.verl.network
+    if mode == "host" or (mode == "auto" and cfg.trainer.verl.device != "cpu"):
+        return []
+    prefix, why = loopback_prefix()
+    if prefix:
+        return prefix
+    if mode == "loopback" and not dry_run:
+        raise ConfigError(f"trainer.verl.network=loopback: this machine cannot make a network namespace ({why}); "
+                          "set trainer.verl.network=host to run on the host's network")
+    print(f"warning: veRL runs on the host's network, where Ray listens on every interface: {why}", file=sys.stderr)
+    return []
+
+
 def launch(cfg: RunConfig, run_dir: str | Path, tasks: Sequence[Task], *, val_tasks: Sequence[Task] = (),
            dry_run: bool = False, python: str | None = None) -> dict[str, Any]:
     """Write dataset + agent-loop YAML + command into ``run_dir``; run veRL unless ``dry_run``."""
@@ -252,13 +272,14 @@ def launch(cfg: RunConfig, run_dir: str | Path, tasks: Sequence[Task], *, val_ta
                         group_size=cfg.trainer.verl.val_group_size, validation=True)
     loops = write_agent_loop_yaml(cfg, data / "agent_loops.yaml")
     ov = verl_overrides(cfg, train_file=train, val_file=val, agent_loop_path=loops, run_dir=run_dir)
-    cmd = [python or sys.executable, "-m", "verl.trainer.main_ppo", *ov]
+    cmd = [*network_prefix(cfg, dry_run=dry_run), python or sys.executable, "-m", "verl.trainer.main_ppo", *ov]
     exports = "".join(f"export {k}={shlex.quote(val)}\n" for k, val in sorted(run_env(cfg).items())
                       if k.startswith("VERL_") and cfg.trainer.verl.device == "cpu")
     (data / "command.sh").write_text("#!/usr/bin/env bash\nset -e\n" + exports
                                      + " \\\n  ".join(shlex.quote(c) for c in cmd) + "\n")
     (data / "overrides.json").write_text(json.dumps(ov, indent=1))
-    result: dict[str, Any] = {"command": cmd, "train_file": str(train), "agent_loop_config": str(loops), "rc": None}
+    result: dict[str, Any] = {"command": cmd, "overrides": ov, "train_file": str(train),
+                              "agent_loop_config": str(loops), "rc": None}
     if not dry_run:
         result["rc"] = subprocess.call(cmd, cwd=run_dir, env=run_env(cfg))
     return result
