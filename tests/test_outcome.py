@@ -275,7 +275,8 @@ async def test_a_policy_that_talks_past_its_budget_is_a_trained_timeout(rig, env
     last = traj.calls[-1]
     assert last.status == CallStatus.CANCELLED and last.finish_reason == "cancelled", last.status
     assert 0 < len(last.output_ids) == len(last.output_logprobs) < 1200
-    assert last.first_token_s is not None and last.first_token_s < 1.0 < last.latency_s, last
+    # the first token came early (1.07 s once on a loaded 2-core machine), the call then ran to the budget
+    assert last.first_token_s is not None and last.first_token_s < 3.0 < last.latency_s, last
     assert last.index in _trained(traj)  # its tokens are trainable context for the timeout
     assert "generating" in traj.error
 

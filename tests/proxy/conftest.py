@@ -1,4 +1,4 @@
-"""Shared fixtures: SmolLM2's tokenizer once per session, a scripted proxy factory."""
+"""Shared fixtures: SmolLM2's tokenizer and a renderer over it once per session, a scripted proxy factory."""
 
 from __future__ import annotations
 
@@ -12,6 +12,14 @@ __all__ = ["TOOLS", "assert_early", "serve_app"]
 @pytest.fixture(scope="session")
 def tokenizer():
     return smollm2_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def renderer(tokenizer):
+    """One ``Renderer`` over SmolLM2's tokenizer (building one takes ~0.4 s: property tests share it)."""
+    from openforge.proxy.render import Renderer
+
+    return Renderer(tokenizer)
 
 
 @pytest.fixture(scope="session")

@@ -93,8 +93,8 @@ def test_splice_reuses_exact_tokens_and_ignores_tool_call_ids(tokenizer):
 @given(st.lists(st.sampled_from(["<|im_start|>", "<|im_end|>", "<tool_call>", "\n", " ", "  ", "héllo", "日本語",
                                  "user", "{\"a\": 1}", "\t", "🙂", "<think>", "x"]), max_size=12).map("".join)
        | st.text(max_size=40))
-def test_fast_encode_matches_the_tokenizer(tokenizer, text):
+def test_fast_encode_matches_the_tokenizer(tokenizer, renderer, text):
     """Renderer.encode calls the Rust tokenizer directly; the ids are the transformers wrapper's."""
-    r = Renderer(tokenizer)
+    r = renderer
     assert r._fast is not None
     assert r.encode(text) == list(tokenizer.encode(text, add_special_tokens=False))

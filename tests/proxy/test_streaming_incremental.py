@@ -195,13 +195,11 @@ def test_safe_split_is_a_monotone_prefix_of_the_final_parse(frags, data):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([*FRAGMENTS, "héllo", "日本語", "🙂🙂", "  spaced", "x.y", "\t"]), max_size=14),
        st.data())
-def test_incremental_decoding_equals_decoding_everything(tokenizer, frags, data):
+def test_incremental_decoding_equals_decoding_everything(renderer, frags, data):
     """DeltaDecoder decodes only the new ids each time; fed in any split (multi-byte characters cut
     between feeds included), it settles on exactly what one full decode gives, and its deltas add up
     to the final parse."""
-    from openforge.proxy.render import Renderer
-
-    r = Renderer(tokenizer)
+    r = renderer
     ids = [*r.encode("".join(frags)), r.eos_id]
     cuts = sorted(set(data.draw(st.lists(st.integers(1, len(ids)), max_size=10))))
     dec = DeltaDecoder(r)

@@ -63,8 +63,9 @@ async def _train(f):
         await f.__aexit__()
 
 
-async def test_fifty_steps_over_twelve_tasks_see_every_task_once_per_epoch(tokenizer, tmp_path):
-    f = await _forge(tmp_path / "run", 50, model=fresh_llama(), tokenizer=tokenizer, checkpoint_every=25)
+async def test_two_dozen_steps_over_twelve_tasks_see_every_task_once_per_epoch(tokenizer, tmp_path):
+    # 24 steps of 4+ groups: 8+ epochs of the 12 tasks
+    f = await _forge(tmp_path / "run", 24, model=fresh_llama(), tokenizer=tokenizer, checkpoint_every=12)
     summary = await _train(f)
     drawn = [t for r in f.drawn for t in r]
     counts = Counter(drawn)
@@ -77,14 +78,14 @@ async def test_fifty_steps_over_twelve_tasks_see_every_task_once_per_epoch(token
 
     # every step: trained on exactly the mixed groups it reached and reported, against its target
     steps = summary["steps"]
-    assert len(steps) == 50 and sum(s["groups"] for s in steps) == len(drawn)
+    assert len(steps) == 24 and sum(s["groups"] for s in steps) == len(drawn)
     for s in steps:
         assert s["mixed_target"] == 4
         assert s["mixed_groups"] >= s["mixed_target"] or s["resample_rounds"] == 2, s
         assert s["gradient_step"] is True and s["train/trained_tokens"] == 6 * s["mixed_groups"], s
     mixed = summary["mixed_groups"]
-    assert mixed["reached"] == sum(s["mixed_groups"] for s in steps) and mixed["target"] == 200
-    assert mixed["steps_at_target"] + len(mixed["steps_below_target"]) == 50
+    assert mixed["reached"] == sum(s["mixed_groups"] for s in steps) and mixed["target"] == 96
+    assert mixed["steps_at_target"] + len(mixed["steps_below_target"]) == 24
     logged = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(x["mixed_groups"], x["mixed_target"]) for x in logged] == [(s["mixed_groups"], 4) for s in steps]
 
