@@ -4,7 +4,9 @@ sandboxes and a store, for tests that run whole rollouts.
 It also undoes an inherited "ignore SIGINT": a suite started in the background of a non-interactive
 shell (``cmd &``, ``nohup``) gets SIGINT ignored, every process it starts inherits that, and the Ctrl-C
 tests would then fail on how the suite was launched. A handled signal is reset to the default on exec,
-so handling it here gives each child the disposition a user's terminal gives it."""
+so handling it here gives each child the disposition a user's terminal gives it.
+
+CI's time budget for ``heavy`` tests is the ``ci_budget`` plugin (tests/ci_budget.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from openforge.store import TrajectoryStore
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+pytest_plugins = ["ci_budget"]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from testdeps import missing, smollm2_tokenizer
 from typer.testing import CliRunner
 
 # ~2.5 min on an idle 2-core machine; under a load average of ~12 one SFT step alone took 18 min
-pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(3600)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(minutes=11), pytest.mark.timeout(3600)]  # 4 and 6.6 min here
 
 
 def _need_pi() -> None:
