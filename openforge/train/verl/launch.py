@@ -200,6 +200,10 @@ def cpu_overrides(cfg: RunConfig) -> list[str]:
         "actor_rollout_ref.model.use_remove_padding=false",
         "actor_rollout_ref.actor.use_torch_compile=false",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        # fp32 compute: veRL's FSDP engines default to bf16 parameters under bf16 autocast, which a CPU
+        # without native bf16 (AVX2 only) emulates slowly, and which the fp32 rollout replica does not match
+        "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+        "+actor_rollout_ref.ref.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
         "actor_rollout_ref.rollout.name=transformers",
         "actor_rollout_ref.rollout.free_cache_engine=false",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
@@ -237,6 +241,9 @@ def run_env(cfg: RunConfig) -> dict[str, str]:
     if cfg.trainer.verl.device == "cpu":
         env.update({"VERL_PLATFORM": "cpu", "VERL_USE_EXTERNAL_MODULES": "openforge.train.verl.cpu",
                     "TOKENIZERS_PARALLELISM": "false"})
+        # Ray gives every worker OMP_NUM_THREADS=1 unless it is set: the FSDP actor's logprob and update
+        # passes (the sync trainer runs them alone) then used one core of the machine's
+        env.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
         # Ray refuses to declare logical GPUs when CUDA_VISIBLE_DEVICES is set to none
         env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
