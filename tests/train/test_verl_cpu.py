@@ -46,6 +46,8 @@ def test_device_cpu_overrides_and_environment(tmp_path):
     assert (Path(model.split("=", 1)[1]) / "config.json").is_file()  # the alias became an HF directory
     env = run_env(cfg)
     assert env["VERL_PLATFORM"] == "cpu" and env["VERL_USE_EXTERNAL_MODULES"] == "openforge.train.verl.cpu"
+    # Ray would give each worker one thread (the FSDP actor's passes then used one core)
+    assert env["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", str(os.cpu_count()))
     res = launch(cfg, tmp_path / "r", [Task(id="t0", instruction="do", environment="claw")], dry_run=True)
     script = (tmp_path / "r" / "verl" / "command.sh").read_text()
     assert "export VERL_PLATFORM=cpu" in script and res["rc"] is None
@@ -64,9 +66,13 @@ def test_device_cpu_overrides_compose_with_verl_config(tmp_path):
 
     res = launch(_cpu_cfg(), tmp_path, [Task(id="t0", instruction="do", environment="claw")], dry_run=True)
     with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
-        c = compose(config_name="ppo_trainer", overrides=res["command"][3:])
+        c = compose(config_name="ppo_trainer", overrides=res["overrides"])
     assert c.trainer.device == "cpu" and c.actor_rollout_ref.rollout.name == "transformers"
     assert c.actor_rollout_ref.actor.strategy == "fsdp2" and c.ray_kwargs.ray_init.num_gpus == 1
+    # fp32 like the rollout replica (veRL's default is bf16 parameters under bf16 autocast)
+    for part in (c.actor_rollout_ref.actor, c.actor_rollout_ref.ref):
+        assert dict(part.fsdp_config.mixed_precision) == dict.fromkeys(("param_dtype", "reduce_dtype", "buffer_dtype"),
+                                                                       "fp32")
 
 
 _PLUGIN_CHECK = """
@@ -140,18 +146,27 @@ async def test_rollout_server_serves_the_weights_it_is_sent(tmp_path, monkeypatc
 
 # ------------------------------------------------------------------ the real main_ppo, STEPS GRPO steps
 
-#: GRPO steps of the main_ppo run: one epoch of the 11 easy tasks in batches of 4 (veRL drops the last
-#: partial batch, so trainer.steps=3 still runs 2). On these tasks a warm-started 135M model's groups often
-#: all tie (every rollout of a task succeeds, or none does), so a step may carry no signal
+#: GRPO steps of the main_ppo run (one task group each)
 STEPS = 2
-#: the ``verl`` preset with device/size settings only (docs/verl.md, "veRL on CPU")
+#: the tasks: the generated claw families the learning benchmark calibrated (preset ``learn``): after an SFT
+#: epoch a 135M model solves about half their rollouts, so fewer groups of 4 tie than on the 11 easy
+#: hand-written tasks (whose warm-started groups mostly all failed: step score means 0.0-0.25)
+GENERATED = ["env.split=train", "env.options.generated.train=16", "env.options.generated.heldout=4",
+             "env.options.generated.seed=0",
+             "env.options.generated.families=[git-tag,json-extract,shell-chmod,issues-close,notes-create]"]
+#: the ``verl`` preset with device/size settings only (docs/verl.md, "veRL on CPU"). veRL pads every row to
+#: max_prompt_length + max_response_length and the CPU actor has no remove-padding path, so a step costs rows
+#: x that width: one group of 4 rows of 1,152 tokens (these prompts are 450-490 tokens). With bf16 on this
+#: AVX2-only CPU and one thread (both fixed in the launcher since), 16 rows of 2,048 spent over 30 min in
+#: step 1; fp32 on 2 threads, 4 rows of 896 took ~3 min a step
 CPU_RUN = [
     "trainer.verl.device=cpu", "trainer.verl.n_gpus_per_node=1", "trainer.verl.agent_workers=1",
-    "trainer.verl.train_batch_size=4", "trainer.verl.ppo_mini_batch_size=4", "rollout.group_size=4",
-    "trainer.verl.max_prompt_length=1024", "trainer.verl.max_response_length=1024", "trainer.verl.max_model_len=2048",
-    "trainer.verl.ppo_max_token_len_per_gpu=8192", "trainer.verl.episode_timeout_s=600", f"trainer.steps={STEPS}",
-    "rollout.max_tokens=64", "harness.per_harness.react.max_turns=2", "harness.per_harness.react.max_tokens=64",
-    "env.subset=easy", "trainer.verl.lr=1e-5",
+    "trainer.verl.train_batch_size=1", "trainer.verl.ppo_mini_batch_size=1", "rollout.group_size=4",
+    "trainer.verl.max_prompt_length=640", "trainer.verl.max_response_length=512", "trainer.verl.max_model_len=1152",
+    "trainer.verl.ppo_max_token_len_per_gpu=4096", "trainer.verl.episode_timeout_s=600", f"trainer.steps={STEPS}",
+    # 128-token turns: at 64 a tool call was cut, and every rollout scored 0 (no partial credit, no signal)
+    "rollout.max_tokens=128", "harness.per_harness.react.max_turns=3", "harness.per_harness.react.max_tokens=128",
+    *GENERATED, "trainer.verl.lr=1e-5",
     # no weight decay: the weights change only if veRL's advantages give the policy loss a gradient
     "trainer.verl.extra_overrides=[trainer.save_freq=1,trainer.test_freq=-1,actor_rollout_ref.actor.optim.weight_decay=0]",
 ]
@@ -203,7 +218,7 @@ def _actor_state(step_dir: Path) -> dict:
     return {k: (v.to_local() if hasattr(v, "to_local") else v).float() for k, v in state.items()}
 
 
-@pytest.mark.heavy
+@pytest.mark.heavy(minutes=25)
 @pytest.mark.timeout(2700)  # an SFT warm-start, then Ray, two veRL steps and an export on 2 cores
 def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
@@ -213,7 +228,8 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     # a warm-start the untrained 135M model needs to make tool calls at all (so groups have mixed rewards)
     sft = tmp_path / "sft"
     log = tmp_path / "sft.log"
-    assert _forge(["recipe", "claw-sft", "-q", "env.subset=easy", f"run_dir={sft}"], log) == 0, _failure(log)
+    sft_args = ["recipe", "claw-sft", "-q", *GENERATED, "sft.epochs=2", f"run_dir={sft}"]
+    assert _forge(sft_args, log) == 0, _failure(log)
     run = tmp_path / "run"
     log = tmp_path / "verl.log"
     probe = tmp_path / "probe"
@@ -242,6 +258,9 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     # the rollout engine served the new weights after each sync that followed a learning step: its weight
     # digest and the fixed prompt's logprobs moved (and the last served weights are not the first)
     lines = [json.loads(x) for x in (probe / "probe.jsonl").read_text().splitlines()]
+    # the run lived in a loopback-only network namespace (trainer.verl.network=auto on a cpu run): Ray's
+    # servers, bound on every interface, had no interface but loopback to be reached on
+    assert {tuple(x["interfaces"]) for x in lines} == {("lo",)}, lines
     first = lines[0]
     served = {x["global_steps"]: x for x in lines if x["global_steps"] is not None}
     assert set(steps) <= set(served), lines
