@@ -246,6 +246,11 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     assert sorted(m)[:STEPS] == steps, sorted(m)
     for s in steps:
         assert "critic/score/mean" in m[s] and "critic/advantages/max" in m[s], sorted(m[s])
+    # the run lived in a loopback-only network namespace (trainer.verl.network=auto on a cpu run): Ray's
+    # servers, bound on every interface, had no interface but loopback to be reached on (checked whether or
+    # not a step had a signal)
+    lines = [json.loads(x) for x in (probe / "probe.jsonl").read_text().splitlines()]
+    assert {tuple(x["interfaces"]) for x in lines} == {("lo",)}, lines
     learned = [s for s in steps if m[s]["critic/advantages/max"] > 0 > m[s]["critic/advantages/min"]]
     if not learned:  # the mechanics ran, but nothing here can show the weights following a signal
         pytest.xfail(f"no mixed group in {STEPS} steps (score means {[m[s]['critic/score/mean'] for s in steps]})")
@@ -257,10 +262,6 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
             assert any(not torch.equal(w[s - 1][k], w[s][k]) for k in w[s]), f"step {s} left the weights unchanged"
     # the rollout engine served the new weights after each sync that followed a learning step: its weight
     # digest and the fixed prompt's logprobs moved (and the last served weights are not the first)
-    lines = [json.loads(x) for x in (probe / "probe.jsonl").read_text().splitlines()]
-    # the run lived in a loopback-only network namespace (trainer.verl.network=auto on a cpu run): Ray's
-    # servers, bound on every interface, had no interface but loopback to be reached on
-    assert {tuple(x["interfaces"]) for x in lines} == {("lo",)}, lines
     first = lines[0]
     served = {x["global_steps"]: x for x in lines if x["global_steps"] is not None}
     assert set(steps) <= set(served), lines
