@@ -148,12 +148,19 @@ async def test_rollout_server_serves_the_weights_it_is_sent(tmp_path, monkeypatc
 
 #: GRPO steps of the main_ppo run (one task group each)
 STEPS = 2
-#: the tasks: the generated claw families the learning benchmark calibrated (preset ``learn``): after an SFT
-#: epoch a 135M model solves about half their rollouts, so fewer groups of 4 tie than on the 11 easy
-#: hand-written tasks (whose warm-started groups mostly all failed: step score means 0.0-0.25)
+#: the warm-start: the ``learn`` preset's (the generated claw families, 60 train instances, one SFT epoch at
+#: lr 1e-4, batch 8: 8 optimizer steps). Measured under this test's react 3 x 128 tokens
+#: (``benchmarks/learning.py calibrate``, 2026-12-03): 48 % of rollouts succeed, json-extract 4/8 (both its
+#: groups mixed). The test used to warm-start on 16 instances for 2 epochs (4 optimizer steps): that model
+#: solved 1/40 under the CPU trainer as well, and both veRL runs on it scored 0.0 in every group
+SFT = ["env.split=train", "env.options.generated.train=60", "env.options.generated.heldout=4",
+       "env.options.generated.seed=0",
+       "env.options.generated.families=[git-tag,json-extract,shell-chmod,issues-close,notes-create]",
+       "sft.epochs=1"]
+#: the GRPO tasks: new instances of the family the warm-start solves about half the time, so a group of 4
+#: is mixed with probability ~7/8 and one of the two steps almost surely has a signal
 GENERATED = ["env.split=train", "env.options.generated.train=16", "env.options.generated.heldout=4",
-             "env.options.generated.seed=0",
-             "env.options.generated.families=[git-tag,json-extract,shell-chmod,issues-close,notes-create]"]
+             "env.options.generated.seed=0", "env.options.generated.families=[json-extract]"]
 #: the ``verl`` preset with device/size settings only (docs/verl.md, "veRL on CPU"). veRL pads every row to
 #: max_prompt_length + max_response_length and the CPU actor has no remove-padding path, so a step costs rows
 #: x that width: one group of 4 rows of 1,152 tokens (these prompts are 450-490 tokens). With bf16 on this
@@ -228,7 +235,7 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     # a warm-start the untrained 135M model needs to make tool calls at all (so groups have mixed rewards)
     sft = tmp_path / "sft"
     log = tmp_path / "sft.log"
-    sft_args = ["recipe", "claw-sft", "-q", *GENERATED, "sft.epochs=2", f"run_dir={sft}"]
+    sft_args = ["recipe", "claw-sft", "-q", *SFT, f"run_dir={sft}"]
     assert _forge(sft_args, log) == 0, _failure(log)
     run = tmp_path / "run"
     log = tmp_path / "verl.log"
@@ -254,12 +261,17 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     learned = [s for s in steps if m[s]["critic/advantages/max"] > 0 > m[s]["critic/advantages/min"]]
     if not learned:  # the mechanics ran, but nothing here can show the weights following a signal
         pytest.xfail(f"no mixed group in {STEPS} steps (score means {[m[s]['critic/score/mean'] for s in steps]})")
-    # the actor's weights changed in each later step that had a signal
+    # the actor's weights changed in each step that had a signal (step 1 against the warm-start it loaded)
+    from openforge.modeldir import resolve_model_name
+
     ck = run / "checkpoints"
     w = {s: _actor_state(ck / f"global_step_{s}") for s in steps}
+    start = AutoModelForCausalLM.from_pretrained(resolve_model_name(f"{sft}@last"), local_files_only=True)
+    w[0] = {k: v.float() for k, v in start.state_dict().items()}
     for s in learned:
-        if s > 1:
-            assert any(not torch.equal(w[s - 1][k], w[s][k]) for k in w[s]), f"step {s} left the weights unchanged"
+        common = [k for k in w[s] if k in w[s - 1]]
+        assert common, (sorted(w[s])[:5], sorted(w[s - 1])[:5])
+        assert any(not torch.equal(w[s - 1][k], w[s][k]) for k in common), f"step {s} left the weights unchanged"
     # the rollout engine served the new weights after each sync that followed a learning step: its weight
     # digest and the fixed prompt's logprobs moved (and the last served weights are not the first)
     first = lines[0]
