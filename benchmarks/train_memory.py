@@ -7,7 +7,9 @@ last ``--trained`` of them trained). Variants:
 
 - ``baseline``: the settings the main job ran with before (``--micro-batch-tokens``, no checkpointing);
 - ``checkpointing``: per-layer activation checkpointing (the decoder runs forward twice);
-- ``mb512``: no checkpointing, micro-batches of 512 tokens (a segment longer than that is a batch alone).
+- ``mb512``: no checkpointing, micro-batches of 512 tokens (a segment longer than that is a batch alone);
+- ``checkpointing+trim``: checkpointing, and the heap's free pages returned after each micro-batch
+  (``trim_memory``; the cpu preset's settings).
 
 Prints per variant the process's peak RSS, the RSS right after loading (model + libraries) and the two
 steps' wall time, then each variant's ratios against the baseline. The machine may be shared: read the
@@ -32,6 +34,7 @@ VARIANTS = {
     "baseline": {"gradient_checkpointing": False},
     "checkpointing": {"gradient_checkpointing": True},
     "mb512": {"gradient_checkpointing": False, "micro_batch_tokens": 512},
+    "checkpointing+trim": {"gradient_checkpointing": True, "trim_memory": True},
 }
 
 

@@ -260,6 +260,10 @@ class CPUTrainerConfig(BaseModel):
     gradient_checkpointing: bool = Field(
         False, description="recompute each decoder layer's activations during backward instead of keeping them "
         "(a step's activation memory drops to about one layer's; the decoder runs forward twice)")
+    trim_memory: bool = Field(
+        False, description="return the C heap's free pages to the system after each micro-batch (glibc "
+        "malloc_trim): a step's peak RSS holds less of the earlier micro-batches' freed activations, at the "
+        "cost of faulting those pages in again")
     trainable_layers: int | None = Field(
         None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
         "backward then stops below them, ~2x cheaper steps on CPU")

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from .config import RunConfig, dump_config, load_config
 from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
+from .heap import release_memory
 from .rollout import GroupResults
 from .run_health import ErrorBudget, TooManyRolloutErrors, step_outcomes
 from .session import Session, group_harnesses, load_environment, select_tasks
@@ -293,6 +294,9 @@ class Forge:
             raise
 
     async def _end(self, summary: dict[str, Any], held: list[Task]) -> None:
+        # the steps are over and the last one is checkpointed with its optimizer state: the final held-out
+        # point runs without AdamW's moments in memory
+        self.trainer.release_optimizer_state()
         if held:
             from .heldout_eval import heldout_after
 
@@ -333,7 +337,7 @@ class Forge:
             async with self.runtime.paused():  # no generation while the served module changes
                 tm = await run_stoppable(self.trainer.step, samples)
             await self.trainer.publish(self.backend)
-            _release_memory()  # the step's activations: back to the system before the next rollouts
+            release_memory()  # the step's activations: back to the system before the next rollouts
         line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
                                                             "step_time_s": time.monotonic() - t0})
         line.update({"resample_rounds": rounds, "mixed_target": sampled.target,
@@ -352,12 +356,6 @@ class Forge:
     def _finish(self, summary: dict[str, Any]) -> None:
         summary["elapsed_s"] = round(time.monotonic() - self._t0, 1)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-
-
-def _release_memory() -> None:
-    from .train.cpu import release_memory
-
-    release_memory()
 
 
 # ------------------------------------------------------------------------------------ entry points

@@ -60,7 +60,7 @@ async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: s
     if len(names) > 1:
         out["all"] = point_numbers(trajs, trials)
     _write(path or forge.run_dir / "heldout" / point, cfg, tasks, trajs, out, names, trials)
-    from .train.cpu import release_memory
+    from .heap import release_memory
 
     release_memory()  # the point's decoding batches (KV caches) are done with
     return out

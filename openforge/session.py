@@ -218,8 +218,10 @@ class Session:
             yield await self._start_proxy(backend, name, stack, ProxySettings(sampling=sampling), keep=keep)
 
     async def pause(self) -> None:
-        """New calls wait; returns when calls in flight are done (safe to change weights)."""
+        """New calls wait; returns when calls in flight are done (safe to change weights). The back-end's
+        caches go (:meth:`~openforge.proxy.backends.base.Backend.release_caches`): a pause is for training."""
         await self.proxy.pause()
+        self.backend.release_caches()
 
     async def resume(self) -> None:
         await self.proxy.resume()

@@ -14,7 +14,7 @@ __all__ = ["LAYERS", "REGISTRY", "layer_of"]
 
 REGISTRY = {"openforge.plugins"}
 LAYERS: list[tuple[str, ...]] = [
-    ("openforge.types", "openforge.errors", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.atomicdir",
+    ("openforge.types", "openforge.errors", "openforge.heap", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.atomicdir",
      "openforge.console", "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving",
      "openforge.overrides",
      "openforge.task_cursor"),

@@ -15,7 +15,9 @@ logprobs are computed once per step, before the first epoch, never by swapping s
 Memory and time. Each micro-batch's logprobs come from :func:`~openforge.train.logprobs.token_logprobs`:
 the head in checkpointed chunks and only at trained positions, and a prompt prefix the micro-batch's
 segments share run once (``share_prefix``); :func:`~openforge.train.logprobs.pack_microbatches` fits
-micro-batches to ``micro_batch_tokens`` counting that prefix once.
+micro-batches to ``micro_batch_tokens`` counting that prefix once. ``gradient_checkpointing`` recomputes
+each decoder layer in backward; ``trim_memory`` hands the heap's free pages back before the step and after
+each micro-batch (:mod:`openforge.heap`), so the step's peak RSS is what it holds, not what glibc kept.
 
 Consistency. The trainer computes ``log_softmax(logits / temperature)`` in fp32 with the model in
 eval mode (no dropout), the exact quantity :class:`~openforge.proxy.backends.transformers.
@@ -42,10 +44,11 @@ from typing import Any, Literal, Protocol
 
 from ..config import CPUTrainerConfig
 from ..errors import TrainingStopped
+from ..heap import release_memory, trim_heap
 from .grpo import TrainSample, policy_loss
 from .logprobs import PREFIX_MODELS, pack_microbatches, shared_prefix, token_logprobs
 
-__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer", "release_memory"]
+__all__ = ["REFERENCE_FILE", "CPUTrainer", "CPUTrainerConfig", "WeightServer"]
 
 REFERENCE_FILE = "reference.safetensors"
 
@@ -72,24 +75,6 @@ def use_bf16_autocast(setting: bool | str) -> bool:
 
 
 LossKind = Literal["grpo", "sft"]
-
-
-def release_memory() -> None:
-    """Collect garbage and return the C heap's free pages to the system (glibc ``malloc_trim``), so a
-    finished phase's tensors (a training step's activations, a decoding batch's KV cache) stop counting
-    in the process's RSS; a no-op where there is no glibc."""
-    import ctypes
-    import ctypes.util
-    import gc
-
-    gc.collect()
-    name = ctypes.util.find_library("c")
-    if not name:
-        return
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _first_trained(s: TrainSample) -> int:
@@ -224,6 +209,8 @@ class CPUTrainer:
             return {"skipped": 1.0, "trained_tokens": 0.0}
         self._apply_trainable()
         cfg = self.config
+        if cfg.trim_memory:
+            release_memory()  # what the rollouts before freed (decode batches' keys/values) goes back first
         t0 = time.perf_counter()
         share = self._shares_prefix()
         batches = pack_microbatches([s.num_tokens for s in samples], cfg.micro_batch_tokens,
@@ -266,6 +253,9 @@ class CPUTrainer:
                         loss = -(t["w"] * logp).sum()
                     loss.backward()
                     loss_sum += float(loss.detach())
+                    del loss, logp
+                    if cfg.trim_memory:
+                        trim_heap()  # this micro-batch's activations are free: their pages go back
                     if progress:
                         progress(epoch * len(batches) + bi + 1, epochs * len(batches))
                 grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.grad_clip))
@@ -288,6 +278,12 @@ class CPUTrainer:
             out.update({k: v / (len(samples) * epochs) for k, v in agg.items()})
             out["behaviour_logprob_gap"] = gap_sum / max(gap_n, 1)
         return out
+
+    def release_optimizer_state(self) -> None:
+        """Drop AdamW's moments (twice the trainable weights' size) when no step follows, e.g. for a run's
+        final held-out point once its last checkpoint holds them; a later :meth:`step` starts them afresh."""
+        self.optimizer.state.clear()
+        release_memory()
 
     # ---------------------------------------------------------------- weights
     async def publish(self, backend: WeightServer) -> None:

@@ -113,12 +113,12 @@ def token_logprobs(model: Any, input_ids: Any, attention_mask: Any, *, temperatu
             raise ValueError(f"token_logprobs: a selected position lies inside the shared prefix ({prefix} tokens)")
         hidden, index = _packed(decoder, input_ids, attention_mask, prefix)
         rows = _chunked_logprobs(head, hidden[:, index[positions]], targets[positions][None], temperature,
-                                 chunk * input_ids.shape[0], checkpoint)[0]
+                                 chunk, checkpoint)[0]
         return rows.new_zeros(targets.shape).masked_scatter(positions, rows)
     hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state[:, :-1]
     if positions is not None:  # the selected positions as one row: [1, N, H]
         rows = _chunked_logprobs(head, hidden[positions][None], targets[positions][None], temperature,
-                                 chunk * hidden.shape[0], checkpoint)[0]
+                                 chunk, checkpoint)[0]
         return rows.new_zeros(targets.shape).masked_scatter(positions, rows)
     return _chunked_logprobs(head, hidden, targets, temperature, chunk, checkpoint)
 

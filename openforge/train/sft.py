@@ -234,7 +234,8 @@ def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: 
     ``stop`` set raises :class:`~openforge.errors.TrainingStopped` between micro-batches."""
     import random
 
-    from .cpu import CPUTrainer, CPUTrainerConfig, release_memory
+    from ..heap import release_memory
+    from .cpu import CPUTrainer, CPUTrainerConfig
 
     base = trainer_config.model_dump() if trainer_config is not None else {}
     base.update(lr=lr, kl_coef=0.0, temperature=1.0, autocast_bf16=autocast_bf16)

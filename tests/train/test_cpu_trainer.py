@@ -255,3 +255,47 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_ll
     layers = len(tiny_llama.model.layers)
     assert calls[1] == 2 * calls[0] and calls[0] % layers == 0
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_trim_memory_returns_the_heap_after_every_micro_batch_and_keeps_the_gradient(tiny_llama, monkeypatch):
+    """``trim_memory``: glibc's free pages go back after each micro-batch's backward (so the step's peak RSS
+    does not also hold earlier micro-batches' freed activations); the gradient is the same without it."""
+    import openforge.train.cpu as cpu
+
+    g = torch.Generator().manual_seed(5)
+    samples = []
+    for n in (30, 26, 34, 28):
+        ids = torch.randint(2, 96, (n,), generator=g).tolist()
+        mask = [0] * (n // 2) + [1] * (n - n // 2)
+        samples.append(TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-4.0 * m for m in mask],
+                                   advantage=1.0 if n % 4 else -1.0, token_weights=[m / 60 for m in mask]))
+    grads, trims = [], []
+    for trim in (False, True):
+        count = [0]
+        monkeypatch.setattr(cpu, "trim_heap", lambda count=count: count.__setitem__(0, count[0] + 1))
+        model = copy.deepcopy(tiny_llama)
+        tr = CPUTrainer(model, CPUTrainerConfig(lr=1e-3, grad_clip=1e9, micro_batch_tokens=40, trim_memory=trim))
+        tr.optimizer.step = lambda tr=tr: grads.append(torch.cat([p.grad.flatten() for p in tr.params]))
+        m = tr.step(samples)
+        trims.append(count[0])
+    assert m["micro_batches"] == 4 and trims == [0, 4]
+    assert torch.allclose(grads[0], grads[1], atol=1e-7)
+
+
+def test_release_optimizer_state_drops_adams_moments_and_a_later_step_starts_them_afresh(tiny_llama):
+    """The final held-out point runs without AdamW's moments (twice the weights) once the last checkpoint
+    holds them; a step after that still trains."""
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(2, 96, (20,), generator=g).tolist()
+    mask = [0] * 10 + [1] * 10
+    sample = TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-4.0 * m for m in mask], advantage=0.0,
+                         token_weights=[m / 10 for m in mask])
+    tr = CPUTrainer(copy.deepcopy(tiny_llama), CPUTrainerConfig(lr=1e-3))
+    tr.step([sample], kind="sft")
+    assert len(tr.optimizer.state) == len(tr.params)
+    tr.release_optimizer_state()
+    assert len(tr.optimizer.state) == 0
+    before = [p.detach().clone() for p in tr.params]
+    tr.step([sample], kind="sft")
+    assert len(tr.optimizer.state) == len(tr.params)
+    assert any(not torch.equal(a, p) for a, p in zip(before, tr.params))

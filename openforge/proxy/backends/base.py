@@ -193,6 +193,12 @@ class Backend(abc.ABC):
         """Release connections / threads. Idempotent."""
         return None
 
+    def release_caches(self) -> None:
+        """Drop what the back-end keeps between calls to serve later ones faster (e.g. reusable prompt
+        keys/values). Called when calls pause because the weights are about to change or memory is needed
+        for training; the next calls run without the caches. Default: nothing kept."""
+        return None
+
     def describe(self) -> str:
         return self.name
 

@@ -10,7 +10,8 @@ and its KV cache is merged into the running one, both left-padded to the wider o
 attention-masked, so each row's logits stay its unpadded logits up to float rounding; a row that
 finishes (stop id, ``max_tokens``, cancelled) leaves at once, and its caller is answered then, not when
 the batch ends. Only the transformers ``DynamicCache`` of full-attention layers is merged (a sliding-window
-cache is refused by :func:`mergeable`).
+cache is refused by :func:`mergeable`). With a :class:`~.hf_prefix.PrefixCache`, a finished row's keys/values
+are kept there, and a new row whose prompt starts with a kept sequence prefills only the rest of it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...heap import trim_heap
 from .base import Generation, SamplingParams
+from .hf_prefix import KV, PrefixCache
 
 __all__ = ["LiveRow", "RunningBatch", "mergeable"]
 
@@ -61,8 +64,8 @@ def mergeable(model: Any) -> bool:
 class RunningBatch:
     """The rows being decoded together and their tensors (see the module docstring)."""
 
-    def __init__(self, model: Any, sample: Sampler, pad: int):
-        self.model, self.sample, self.pad = model, sample, pad
+    def __init__(self, model: Any, sample: Sampler, pad: int, prefix: PrefixCache | None = None):
+        self.model, self.sample, self.pad, self.prefix = model, sample, pad, prefix
         self.rows: list[LiveRow] = []
         self.mask: Any = None  # [B, W] long
         self.pos: Any = None  # [B, 1] long: each row's last position
@@ -73,8 +76,26 @@ class RunningBatch:
 
     # -- joining ---------------------------------------------------------------------------------
     def admit(self, rows: Sequence[LiveRow]) -> list[LiveRow]:
-        """Prefill ``rows`` (one left-padded forward), sample their first token and merge them into
-        the batch; returns the rows that finished at once."""
+        """Prefill ``rows``, sample their first token and merge them into the batch; returns the rows that
+        finished at once. Rows whose prompt starts with a sequence in the prefix cache prefill only the
+        rest, one by one; the others together in one left-padded forward."""
+        import torch
+
+        found = [(r, *(self.prefix.lookup(r.prompt) if self.prefix is not None else (0, None))) for r in rows]
+        cold = [r for r, n, _ in found if not n]
+        parts = [self._prefill(cold)] if cold else []
+        parts += [self._prefill_cached(r, n, kv) for r, n, kv in found if n]
+        first = len(self.rows)
+        for new, _, kv, mask, pos in parts:
+            if self.rows:
+                kv, mask = _merge(_layers(self.cache), self.mask, kv, mask)
+                pos = torch.cat([self.pos, pos])
+            self.rows = [*self.rows, *new]
+            self.cache, self.mask, self.pos = _cache(kv), mask, pos
+        return self._sample_rows(torch.cat([p[1] for p in parts]), first=first)
+
+    def _prefill(self, rows: Sequence[LiveRow]) -> tuple[list[LiveRow], Any, KV, Any, Any]:
+        """One left-padded forward over ``rows``' prompts: (rows, last logits, keys/values, mask, last positions)."""
         import torch
 
         width = max(len(r.prompt) for r in rows)
@@ -83,15 +104,20 @@ class RunningBatch:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.inference_mode():
             res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
-        kv = _layers(res.past_key_values)
-        if self.rows:
-            kv, mask = _merge(_layers(self.cache), self.mask, kv, mask)
-            pos = torch.cat([self.pos, pos[:, -1:]])
-        else:
-            pos = pos[:, -1:]
-        self.rows = [*self.rows, *rows]
-        self.cache, self.mask, self.pos = _cache(kv), mask, pos
-        return self._sample_rows(res.logits[:, -1].float(), first=len(self.rows) - len(rows))
+        return list(rows), res.logits[:, -1].float(), _layers(res.past_key_values), mask, pos[:, -1:]
+
+    def _prefill_cached(self, row: LiveRow, n: int, kv: KV) -> tuple[list[LiveRow], Any, KV, Any, Any]:
+        """``row``'s prompt after its first ``n`` tokens, on top of their cached keys/values."""
+        import torch
+
+        total = len(row.prompt)
+        ids = torch.tensor([row.prompt[n:]], dtype=torch.long)
+        pos = torch.arange(n, total, dtype=torch.long)[None]
+        mask = torch.ones((1, total), dtype=torch.long)
+        with torch.inference_mode():
+            res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=_cache(kv),
+                             use_cache=True)
+        return [row], res.logits[:, -1].float(), _layers(res.past_key_values), mask, pos[:, -1:]
 
     # -- decoding --------------------------------------------------------------------------------
     def step(self) -> list[LiveRow]:
@@ -132,18 +158,34 @@ class RunningBatch:
         done = [r for r in self.rows if r.done]
         if not done:
             return []
+        if self.prefix is not None:
+            self._keep()
         keep = [i for i, r in enumerate(self.rows) if not r.done]
         self.rows = [self.rows[i] for i in keep]
         if not keep:
             self.cache = self.mask = self.pos = None
-            return done
-        idx = torch.tensor(keep, dtype=torch.long)
-        self.mask, self.pos = self.mask[idx], self.pos[idx]
-        width = int(self.mask.sum(-1).max())  # columns every row has as padding go
-        cut = self.mask.shape[1] - width
-        self.mask = self.mask[:, cut:]
-        self.cache = _cache([(k[idx, :, cut:], v[idx, :, cut:]) for k, v in _layers(self.cache)])
+        else:
+            idx = torch.tensor(keep, dtype=torch.long)
+            self.mask, self.pos = self.mask[idx], self.pos[idx]
+            width = int(self.mask.sum(-1).max())  # columns every row has as padding go
+            cut = self.mask.shape[1] - width
+            self.mask = self.mask[:, cut:]
+            self.cache = _cache([(k[idx, :, cut:], v[idx, :, cut:]) for k, v in _layers(self.cache)])
+        trim_heap()  # the left rows' keys/values: their pages go back (the cache's growth leaves holes)
         return done
+
+    def _keep(self) -> None:
+        """Finished rows' keys/values (prompt + every token fed back) into the prefix cache, copied out of
+        the batch's tensors."""
+        assert self.prefix is not None
+        layers = _layers(self.cache)
+        for i, r in enumerate(self.rows):
+            if not r.done:
+                continue
+            ids = r.prompt + r.out[:-1]
+            n = int(self.mask[i].sum())
+            if n == len(ids):  # the columns this row ran are its last n (left padding before them)
+                self.prefix.store(ids, [(k[i:i + 1, :, -n:].clone(), v[i:i + 1, :, -n:].clone()) for k, v in layers])
 
 
 def _layers(cache: Any) -> list[tuple[Any, Any]]:
