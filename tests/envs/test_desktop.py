@@ -3,7 +3,10 @@ real Tk apps and the sandboxed process reaching the display only through the for
 
 from __future__ import annotations
 
+import asyncio
+import os
 import shutil
+import signal
 
 import pytest
 from testdeps import missing, smollm2_tokenizer
@@ -60,6 +63,33 @@ async def test_reference_passes_and_nothing_fails(launcher, task_id):
     assert good.reward == 1.0, good
     bad = await _run(launcher, task, [])
     assert bad.reward == 0.0 and "never saved" in bad.detail
+
+
+async def test_verify_first_lets_the_app_handle_input_already_sent(launcher):
+    """The agent's last key press may still wait in the app's queue when its command returns (a loaded
+    machine): the verifier lets the app handle it before reading the state. Here the app is stopped
+    while the keys are sent and resumes only after the verifier has begun."""
+    task = ENV.task("counter-three")
+    sbx = await launcher.start(SandboxSpec(rollout_id="d-settle", task=task, proxy_url="", api_key="k",
+                                           hidden_paths=ENV.hidden_paths(task)))
+    try:
+        await ENV.setup(task, sbx)
+        env = ENV.harness_env(task, sbx)
+        focus = "xdotool search --sync --name 'openforge counter' windowfocus --sync"
+        assert (await sbx.exec(["sh", "-c", focus], env=env, timeout_s=60)).returncode == 0
+        app = ENV._live[id(sbx)].app
+        os.kill(app.pid, signal.SIGSTOP)
+        try:
+            r = await sbx.exec(["sh", "-c", "xdotool key plus plus plus && xdotool key Return"], env=env, timeout_s=60)
+            assert r.returncode == 0, r.stderr
+            asyncio.get_running_loop().call_later(1.0, os.kill, app.pid, signal.SIGCONT)
+            res = await ENV.verify(task, sbx)
+        finally:
+            os.kill(app.pid, signal.SIGCONT)
+        assert res.reward == 1.0, res
+    finally:
+        await ENV.teardown(task, sbx)
+        await sbx.close()
 
 
 async def test_wrong_input_fails_and_screenshot_works_from_inside(launcher):

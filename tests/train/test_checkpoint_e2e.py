@@ -53,8 +53,8 @@ def recorded(run_dir):
     from openforge.store import TrajectoryStore
 
     with TrajectoryStore(run_dir / "trajectories.db") as store:
-        calls = [c for t in store.trajectories() for c in t.calls if c.api == "chat" and c.exact]
-    assert calls
+        calls = {t.rollout_id: [c for c in t.calls if c.api == "chat" and c.exact] for t in store.trajectories()}
+    assert any(calls.values())
     return calls
 
 
@@ -69,20 +69,43 @@ def test_last_checkpoint_is_complete(run_dir):
     assert index["latest"] == ck.name and index["steps"][0]["step"] == 1
 
 
+def _splice_base(call, earlier) -> list[int] | None:
+    """The ids of the earlier call (its prompt + the policy's own output) that ``call``'s prompt continues."""
+    for e in reversed(earlier):
+        base = e.prompt_ids + e.output_ids
+        if e.output_ids and call.prompt_ids[:len(base)] == base:
+            return base
+    return None
+
+
 def test_training_prompts_are_what_the_checkpoint_renders(run_dir, recorded):
-    """Every prompt of the run (teacher and policy rollouts), re-rendered by plain transformers from the
-    checkpoint directory alone, is the recorded token ids."""
+    """Every prompt of the run (teacher and policy rollouts) is what plain transformers renders from the
+    checkpoint directory alone: a call that starts a conversation, token for token; a later turn, spliced
+    onto the policy's own earlier tokens (never re-tokenized: the model may have sampled a non-canonical
+    split of its tool call), is those tokens followed by exactly the checkpoint's rendering of the rest."""
     from transformers import AutoTokenizer
 
     from openforge.modeldir import resolve_checkpoint
     from openforge.proxy.wire_chat import ChatAdapter
 
     tok = AutoTokenizer.from_pretrained(resolve_checkpoint(run_dir, "last"))
-    for c in recorded:
-        req = ChatAdapter().parse(c.request)  # the wire request → transformers' chat form
-        ids = tok.apply_chat_template(req.messages, tools=req.tools or None, add_generation_prompt=True,
-                                      tokenize=True, return_dict=False)
-        assert list(ids) == c.prompt_ids, f"call {c.index}"
+    whole = spliced = 0
+    for calls in recorded.values():
+        for i, c in enumerate(calls):
+            req = ChatAdapter().parse(c.request)  # the wire request → transformers' chat form
+            kw = dict(tools=req.tools or None, add_generation_prompt=True)
+            base = _splice_base(c, calls[:i])
+            if base is None:
+                ids = tok.apply_chat_template(req.messages, tokenize=True, return_dict=False, **kw)
+                assert list(ids) == c.prompt_ids, f"call {c.index}"
+                whole += 1
+                continue
+            rest = c.prompt_ids[len(base):]
+            text = tok.apply_chat_template(req.messages, tokenize=False, **kw)
+            assert rest and text.endswith(tok.decode(rest)), f"call {c.index}"
+            assert tok(tok.decode(rest), add_special_tokens=False)["input_ids"] == rest, f"call {c.index}"
+            spliced += 1
+    assert whole and spliced, (whole, spliced)  # both kinds were checked
 
 
 def test_forge_eval_before_and_after_in_one_command(run_dir, recorded, tmp_path):
@@ -105,9 +128,18 @@ def _task_ids(run_dir: Path) -> set[str]:
 
 
 def test_forge_proxy_serve_of_the_checkpoint_renders_training_prompts(run_dir, recorded):
-    from openforge.modeldir import resolve_checkpoint
+    """The longest recorded conversation, sent afresh to `forge proxy serve` of the checkpoint, is prompted
+    with what the checkpoint renders for it: the recorded ids where the run rendered that call whole
+    (a later turn's recorded ids keep the policy's own tokens, which a fresh conversation cannot have)."""
+    from transformers import AutoTokenizer
 
-    call = max(recorded, key=lambda c: len(c.request.get("messages", [])))  # the longest conversation
+    from openforge.modeldir import resolve_checkpoint
+    from openforge.proxy.wire_chat import ChatAdapter
+
+    # the longest conversation, with the calls of its rollout before it
+    call, earlier = max(((c, cs[:i]) for cs in recorded.values() for i, c in enumerate(cs)),
+                        key=lambda ce: len(ce[0].request.get("messages", [])))
+    tok = AutoTokenizer.from_pretrained(resolve_checkpoint(run_dir, "last"))
     proc = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", "--backend",
                              f"transformers:{resolve_checkpoint(run_dir, 'last')}", "--port", "0", "--max-tokens", "8"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
@@ -121,7 +153,12 @@ def test_forge_proxy_serve_of_the_checkpoint_renders_training_prompts(run_dir, r
         assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
         traj = httpx.post(f"{url}/admin/rollouts/{h['rollout_id']}/finish", json={"reward": 0}, headers=auth,
                           timeout=60).json()
-        assert traj["calls"][0]["prompt_ids"] == call.prompt_ids  # served = trained, token for token
+        served = traj["calls"][0]["prompt_ids"]
+        req = ChatAdapter().parse(call.request)
+        assert served == list(tok.apply_chat_template(req.messages, tools=req.tools or None, tokenize=True,
+                                                      add_generation_prompt=True, return_dict=False))
+        if _splice_base(call, earlier) is None:
+            assert served == call.prompt_ids  # served = trained, token for token
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)

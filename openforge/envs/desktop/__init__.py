@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,10 +86,30 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _settled_count(ack: Path) -> int:
+    try:
+        return int(json.loads(ack.read_text())["n"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
 class _Desk:
     def __init__(self, tmp: Path, xvfb: subprocess.Popen, app: subprocess.Popen | None, display: int):
         self.tmp, self.xvfb, self.app, self.display = tmp, xvfb, app, display
         self.sandbox_display = ""
+
+    def settle(self, timeout_s: float = 10.0) -> None:
+        """Wait until the app has handled every input event sent to the display so far (the agent's last
+        key press may still be queued when its command returns); apps.py answers SIGUSR1 in
+        ``state.json.settled``. A dead or unanswering app is left to the state check."""
+        if self.app is None or self.app.poll() is not None:
+            return
+        ack = self.tmp / "state.json.settled"
+        before = _settled_count(ack)
+        os.kill(self.app.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + timeout_s
+        while _settled_count(ack) <= before and self.app.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def stop(self) -> None:
         for p in (self.app, self.xvfb):
@@ -167,6 +188,7 @@ class DesktopEnvironment(Environment):
         return json.loads(f.read_text()) if f.exists() else None
 
     async def verify(self, task: Task, sandbox: Sandbox) -> VerifyResult:
+        await asyncio.to_thread(self._live[id(sandbox)].settle)
         st = self.state(sandbox)
         checks = {}
         for name, fn in SPECS[task.id].checks.items():

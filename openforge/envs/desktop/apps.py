@@ -3,6 +3,9 @@
 Run as ``python apps.py editor|form|counter --state FILE [--text INIT]`` on the driver's side of an
 Xvfb display (the sandboxed agent sees the display, never the state file). Each app writes its
 state as JSON to ``--state`` when the user saves / submits / finishes, which the verifier reads.
+On SIGUSR1 the app settles: it handles every input event that reached the display before the signal
+(Tk's ``update`` makes an X round trip first), then writes ``--state`` + ``.settled`` (a counter), so
+the verifier never reads the state while the agent's last key press still waits in the app's queue.
 
 Keyboard paths (what the reference solutions use): editor — Ctrl+S saves, Ctrl+/ selects all,
 Delete deletes the selection; form — Tab moves between fields, Space toggles the checkbox / picks a
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 
@@ -109,7 +113,15 @@ def main(argv: list[str]) -> None:
     p.add_argument("--state", required=True)
     p.add_argument("--text", default="")
     a = p.parse_args(argv)
+    settled = {"n": 0}
+
+    def settle() -> None:
+        root.update()  # an X round trip, then every event already queued: the input sent before the signal
+        settled["n"] += 1
+        _write(a.state + ".settled", {"n": settled["n"]})
+
     root = tk.Tk()
+    signal.signal(signal.SIGUSR1, lambda *_: root.after(0, settle))  # before the window shows: never the default kill
     root.geometry("+0+0")
     APPS[a.app](root, a.state, a.text)
     root.mainloop()
