@@ -12,10 +12,12 @@ finishes (stop id, ``max_tokens``, cancelled) leaves at once, and its caller is 
 the batch ends. Only the transformers ``DynamicCache`` of full-attention layers is merged (a sliding-window
 cache is refused by :func:`mergeable`). With a :class:`~.hf_prefix.PrefixCache`, a finished row's keys/values
 are kept there, and a new row whose prompt starts with a kept sequence prefills only the rest of it.
+With a :class:`~.hf_packed.PackedLinears`, every forward runs the model's linears on its packed copy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from typing import Any
 
 from ...heap import trim_heap
 from .base import Generation, SamplingParams
+from .hf_packed import PackedLinears
 from .hf_prefix import KV, PrefixCache
 
 __all__ = ["LiveRow", "RunningBatch", "mergeable"]
@@ -64,8 +67,9 @@ def mergeable(model: Any) -> bool:
 class RunningBatch:
     """The rows being decoded together and their tensors (see the module docstring)."""
 
-    def __init__(self, model: Any, sample: Sampler, pad: int, prefix: PrefixCache | None = None):
-        self.model, self.sample, self.pad, self.prefix = model, sample, pad, prefix
+    def __init__(self, model: Any, sample: Sampler, pad: int, prefix: PrefixCache | None = None,
+                 packed: PackedLinears | None = None):
+        self.model, self.sample, self.pad, self.prefix, self.packed = model, sample, pad, prefix, packed
         self.rows: list[LiveRow] = []
         self.mask: Any = None  # [B, W] long
         self.pos: Any = None  # [B, 1] long: each row's last position
@@ -102,7 +106,7 @@ class RunningBatch:
         ids = torch.tensor([[self.pad] * (width - len(r.prompt)) + r.prompt for r in rows], dtype=torch.long)
         mask = torch.tensor([[0] * (width - len(r.prompt)) + [1] * len(r.prompt) for r in rows], dtype=torch.long)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._linears():
             res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         return list(rows), res.logits[:, -1].float(), _layers(res.past_key_values), mask, pos[:, -1:]
 
@@ -114,10 +118,14 @@ class RunningBatch:
         ids = torch.tensor([row.prompt[n:]], dtype=torch.long)
         pos = torch.arange(n, total, dtype=torch.long)[None]
         mask = torch.ones((1, total), dtype=torch.long)
-        with torch.inference_mode():
+        with torch.inference_mode(), self._linears():
             res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=_cache(kv),
                              use_cache=True)
         return [row], res.logits[:, -1].float(), _layers(res.past_key_values), mask, pos[:, -1:]
+
+    def _linears(self) -> contextlib.AbstractContextManager[None]:
+        """A forward's linears: on the packed copy when there is one."""
+        return self.packed.active() if self.packed is not None else contextlib.nullcontext()
 
     # -- decoding --------------------------------------------------------------------------------
     def step(self) -> list[LiveRow]:
@@ -127,7 +135,7 @@ class RunningBatch:
         nxt = torch.tensor([[r.out[-1]] for r in self.rows], dtype=torch.long)
         self.mask = torch.cat([self.mask, torch.ones((len(self.rows), 1), dtype=torch.long)], 1)
         self.pos = self.pos + 1
-        with torch.inference_mode():
+        with torch.inference_mode(), self._linears():
             res = self.model(input_ids=nxt, attention_mask=self.mask, position_ids=self.pos,
                              past_key_values=self.cache, use_cache=True)
         self.cache = res.past_key_values
