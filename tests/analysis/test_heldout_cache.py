@@ -32,7 +32,7 @@ def test_the_key_holds_everything_that_shapes_the_measurement(tmp_path):
                key("harness.name=pi"), key("harness.per_harness.react.max_turns=6"), key("eval.heldout.trials=5"),
                key("seed=1"), key("env.options={faults: {rate: 0.5}}"), key(tasks=TASKS[:1]),
                key(backend="ReferenceBackend"), key("launcher.options={isolation: unshare}"),
-               key("eval.heldout.max_tokens=64"), key("eval.heldout.max_tokens=128")]
+               key("eval.heldout.max_tokens=64"), key("eval.heldout.max_tokens=256")]
     assert base not in changed and len(set(changed)) == len(changed)
 
 
