@@ -140,3 +140,18 @@ async def test_off_by_default(tiny):
         mp.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a))
         await _serve(backend)
     assert backend.packed is None and not calls
+
+
+def test_a_linear_with_a_bias_and_any_batch_shape():
+    net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.SiLU(), torch.nn.Linear(32, 8, bias=False)).eval()
+    if not packing_supported(net):
+        pytest.skip("torch without oneDNN here")
+    packed = PackedLinears(net)
+    for shape in ((1, 16), (3, 16), (2, 5, 16)):
+        x = torch.randn(*shape)
+        with torch.inference_mode():
+            want = net(x)
+            with packed.active():
+                got = net(x)
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+    assert len(packed) == 2 and packed.packs == 1
