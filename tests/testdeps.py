@@ -41,3 +41,16 @@ def smollm2_model() -> tuple[Any, Any]:
     from openforge.proxy.backends.transformers import load_smollm2
 
     return load_smollm2()
+
+
+def tiny_llama(seed: int = 0) -> Any:
+    """A randomly initialised 2-layer Llama (vocab 128, no eos/bos ids), in eval mode: a stand-in model for
+    back-end mechanics (batching, prefix reuse, packed linears), seeded."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      eos_token_id=None, bos_token_id=None)
+    return LlamaForCausalLM(cfg).eval()

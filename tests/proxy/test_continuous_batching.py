@@ -9,6 +9,7 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+from testdeps import tiny_llama
 
 from openforge.proxy.backends.base import GenContext, SamplingParams
 from openforge.proxy.backends.transformers import TransformersBackend
@@ -18,13 +19,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture(scope="module")
 def tiny():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=None, bos_token_id=None)
-    return LlamaForCausalLM(cfg).eval(), SimpleNamespace(eos_token_id=None)
+    return tiny_llama(), SimpleNamespace(eos_token_id=None)
 
 
 class Gate(GenContext):

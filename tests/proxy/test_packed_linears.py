@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from testdeps import tiny_llama
 
 from openforge.proxy.backends.base import SamplingParams
 from openforge.proxy.backends.hf_packed import PackedLinears, packing_supported
@@ -20,13 +21,7 @@ PROMPTS = [list(range(3, 40)), [5, 9, 17, 2], list(range(50, 60))]
 
 
 def _tiny():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=None, bos_token_id=None)
-    return LlamaForCausalLM(cfg).eval(), SimpleNamespace(eos_token_id=None)
+    return tiny_llama(), SimpleNamespace(eos_token_id=None)
 
 
 @pytest.fixture

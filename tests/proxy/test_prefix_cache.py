@@ -8,7 +8,7 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
-from testdeps import smollm2_tokenizer
+from testdeps import smollm2_tokenizer, tiny_llama
 
 from openforge.proxy.backends.base import SamplingParams
 from openforge.proxy.backends.hf_prefix import MIN_PREFIX, PrefixCache
@@ -18,16 +18,6 @@ torch = pytest.importorskip("torch")
 
 GREEDY = SamplingParams(temperature=0, max_tokens=12)
 SYSTEM = [(7 * i) % 120 + 3 for i in range(60)]  # a shared "system prompt", longer than MIN_PREFIX
-
-
-def _model(seed: int = 0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      eos_token_id=None, bos_token_id=None)
-    return LlamaForCausalLM(cfg).eval()
 
 
 TOK = SimpleNamespace(eos_token_id=None)
@@ -47,7 +37,7 @@ async def _two_turns(backend: TransformersBackend):
 
 
 async def test_a_next_turn_prefills_only_its_new_tokens_with_unchanged_ids_and_logprobs():
-    model = _model()
+    model = tiny_llama()
     plain = TransformersBackend(model, TOK, prefix_cache_bytes=0)
     cached = TransformersBackend(model, TOK)
     want_a, _second, want_b = await _two_turns(plain)
@@ -60,7 +50,7 @@ async def test_a_next_turn_prefills_only_its_new_tokens_with_unchanged_ids_and_l
 
 
 async def test_other_rollouts_reuse_the_shared_system_prompt():
-    model = _model()
+    model = tiny_llama()
     cached = TransformersBackend(model, TOK)
     plain = TransformersBackend(model, TOK, prefix_cache_bytes=0)
     await cached.generate([*SYSTEM, 5, 9, 17], GREEDY)
@@ -70,7 +60,7 @@ async def test_other_rollouts_reuse_the_shared_system_prompt():
 
 
 async def test_rows_with_and_without_a_cached_prefix_decode_in_one_batch():
-    model = _model()
+    model = tiny_llama()
     plain = TransformersBackend(model, TOK, prefix_cache_bytes=0)
     cached = TransformersBackend(model, TOK)
     first = [*SYSTEM, 5, 9, 17]
@@ -84,11 +74,11 @@ async def test_rows_with_and_without_a_cached_prefix_decode_in_one_batch():
 
 @pytest.mark.parametrize("change", ["optimizer step", "load_state_dict", "swap_weights"])
 async def test_changed_weights_never_meet_the_old_keys_and_values(change):
-    model = _model()
+    model = tiny_llama()
     backend = TransformersBackend(model, TOK)
     _, second, _ = await _two_turns(backend)
     assert len(backend.prefix) == 1
-    new = {k: v + 0.5 * torch.randn_like(v) for k, v in _model(seed=1).state_dict().items()}
+    new = {k: v + 0.5 * torch.randn_like(v) for k, v in tiny_llama(seed=1).state_dict().items()}
     if change == "optimizer step":
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -97,7 +87,7 @@ async def test_changed_weights_never_meet_the_old_keys_and_values(change):
         model.load_state_dict(new)
     else:
         await backend.swap_weights(new)
-    fresh_model = _model()
+    fresh_model = tiny_llama()
     fresh_model.load_state_dict(new)
     want = await TransformersBackend(fresh_model, TOK, prefix_cache_bytes=0).generate(second, GREEDY)
     got = await backend.generate(second, GREEDY)
@@ -106,7 +96,7 @@ async def test_changed_weights_never_meet_the_old_keys_and_values(change):
 
 
 async def test_release_caches_empties_it():
-    backend = TransformersBackend(_model(), TOK)
+    backend = TransformersBackend(tiny_llama(), TOK)
     await _two_turns(backend)
     assert len(backend.prefix) and backend.prefix.nbytes > 0
     backend.release_caches()
@@ -135,7 +125,7 @@ def _kv(n: int, width: int = 2):
 
 def test_the_budget_evicts_the_least_recently_used_and_prefixes_are_not_kept_twice():
     per_token = sum(k.nbytes + v.nbytes for k, v in _kv(1))
-    cache = PrefixCache(_model(), max_bytes=250 * per_token)
+    cache = PrefixCache(tiny_llama(), max_bytes=250 * per_token)
     cache.check_weights()  # as the back-end does at each admission, before anything is stored
     a, b, c = ([i] * 100 for i in (1, 2, 3))
     cache.store(a, _kv(100))

@@ -103,9 +103,10 @@ class PackedLinears:
         packed: dict[int, tuple[Any, Any]] = {}
         with torch.no_grad():
             for m in self.model.modules():
-                w = getattr(m, "weight", None)
-                if isinstance(m, torch.nn.Linear) and w is not None and id(w) not in packed \
-                        and w.dtype == torch.float32 and w.device.type == "cpu":
+                if not isinstance(m, torch.nn.Linear):
+                    continue
+                w = m.weight
+                if id(w) not in packed and w.dtype == torch.float32 and w.device.type == "cpu":
                     packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), _BATCH_HINT))
         self._packed, self._version = packed, v
         self.packs += 1
