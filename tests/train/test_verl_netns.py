@@ -82,6 +82,17 @@ def test_the_job_keeps_its_callers_uid_and_gid_and_no_capability():
     assert os.geteuid() == 0 or int(caps, 16) == 0, "a normal user's job holds capabilities in the namespace"
 
 
+def test_a_namespace_that_cannot_be_made_is_refused_saying_why_and_nothing_runs(monkeypatch):
+    def denied() -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(netns, "_enter", denied)
+    monkeypatch.setattr(netns.os, "execvp", lambda *a: pytest.fail("ran the command without a namespace"))
+    fix = "CAP_SYS_ADMIN" if os.geteuid() == 0 else "user namespaces look disabled"
+    with pytest.raises(SystemExit, match=rf"unshare\(2\) failed: Operation not permitted; .*{fix}"):
+        netns.main(["true"])
+
+
 def test_the_entry_point_needs_a_command():
     r = subprocess.run([sys.executable, "-m", "openforge.train.verl.netns"], capture_output=True, text=True)
     assert r.returncode != 0 and "usage:" in r.stderr

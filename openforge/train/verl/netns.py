@@ -82,10 +82,10 @@ def _probe() -> tuple[tuple[str, ...], str]:
     try:
         r = subprocess.run([*prefix, sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
-        return (), f"a network namespace could not be made: {e}"
+        return (), f"{sys.executable} -m {__name__} could not run: {e}"
     if r.returncode != 0 or r.stdout.split() != ["lo", str(os.geteuid())]:
         why = (r.stderr.strip().splitlines() or [r.stdout.strip() or f"exit {r.returncode}"])[-1]
-        return (), f"a network namespace could not be made: {why[:300]}"
+        return (), why[:400]
     return prefix, ""
 
 
@@ -109,7 +109,7 @@ def main(argv: Sequence[str]) -> None:
     try:
         _enter()
     except OSError as e:
-        raise SystemExit(f"cannot make a network namespace: {e.strerror or e}: {_FIX[os.geteuid() == 0]}") from None
+        raise SystemExit(f"unshare(2) failed: {e.strerror or e}; {_FIX[os.geteuid() == 0]}") from None
     if interfaces() != ["lo"]:  # never bring interfaces up, or exec, in a namespace that reaches out
         raise SystemExit(f"refusing: the new network namespace shows {interfaces()}, not loopback alone")
     _loopback_up()
