@@ -139,7 +139,6 @@ async def _junk_scores(launcher, env: ClawEnvironment) -> list[str]:
             return None
         return f"{task.id} [{name}]: reward {r.reward} ({r.detail})"
 
-    assert {s for t in env.tasks() for s in (t.split,)} >= {"train"}
     problems = await asyncio.gather(*(one(*r) for r in runs))
     return [p for p in problems if p]
 
