@@ -1,19 +1,21 @@
 """The generated claw streams: held-out instances never reach the train stream, a seed fixes the
-streams, reference solutions pass their own checks in real sandboxes, and partial credit never turns
-into a success (a do-nothing or degenerate agent scores no success and bounded reward)."""
+streams, reference solutions pass their own checks in real sandboxes, and partial credit pays for
+progress only and never turns into a success (a do-nothing or degenerate agent scores 0)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import re
 
 import pytest
 
-from openforge.envs.claw import ClawEnvironment
-from openforge.envs.claw.credit import PARTIAL_CAP, partial_credit
+from openforge.envs.claw import SPECS, ClawEnvironment
+from openforge.envs.claw.credit import PARTIAL_CAP, Kind, partial_credit
 from openforge.envs.claw.gen_families import FAMILIES, pools
 from openforge.envs.claw.generated import GenOptions, stream, streams
+from openforge.envs.claw.spec import Check, ClawSpec, exists, file_is, gone, intact, matches, sh
 from openforge.errors import ConfigError
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
@@ -107,13 +109,63 @@ def test_options_from_a_config_object_are_a_mapping():
     assert (got.train, got.seed, got.families) == (8, 1, ("git-tag", "json-extract"))
 
 
+V, E, F, K = Kind.VALUE, Kind.EFFECT, Kind.FORMAT, Kind.INTACT  # K: kept intact
+
+
 def test_partial_credit_is_never_a_success():
-    assert partial_credit({"a": True, "b": True, "kept": True}, ["a", "b"]).reward == 1.0
-    assert partial_credit({"a": False, "b": False, "kept": True}, ["a", "b"]).reward == 0.0  # guard alone: nothing
-    r = partial_credit({"a": True, "b": False, "kept": True}, ["a", "b"])
-    assert 0 < r.reward <= PARTIAL_CAP < 1 and r.rewards == {"a": 1.0, "b": 0.0, "kept": 1.0}
-    with pytest.raises(ValueError):
-        partial_credit({"a": True}, ["z"])
+    kinds = {"a": V, "b": E, "kept": K}
+    assert partial_credit({"a": True, "b": True, "kept": True}, kinds).reward == 1.0
+    assert partial_credit({"a": False, "b": False, "kept": True}, kinds).reward == 0.0  # guard alone: nothing
+    r = partial_credit({"a": True, "b": False, "kept": True}, kinds)
+    assert r.reward == PARTIAL_CAP / 2 and r.rewards == {"a": 1.0, "b": 0.0, "kept": 1.0}
+
+
+def test_partial_credit_pays_for_progress_only():
+    """A passing format probe earns nothing; a failing guard takes progress credit away."""
+    kinds = {"written": F, "value": V, "kept": K}
+    assert partial_credit({"written": True, "value": False, "kept": True}, kinds).reward == 0.0
+    two = {"written": F, "host": V, "port": V, "kept": K}
+    assert partial_credit({"written": True, "host": True, "port": False, "kept": True}, two).reward == PARTIAL_CAP / 2
+    r = partial_credit({"written": False, "host": True, "port": False, "kept": True}, two)
+    assert r.reward == 0.0 and "guard written failed" in r.detail
+    assert partial_credit({"written": True, "host": True, "port": False, "kept": False}, two).reward == 0.0
+
+
+def test_partial_credit_refuses_untyped_or_guard_only_checks():
+    with pytest.raises(ValueError, match="kind for every check"):
+        partial_credit({"a": True, "b": False}, {"a": V})
+    with pytest.raises(ValueError, match="progress check"):
+        partial_credit({"a": True, "b": False}, {"a": F, "b": K})
+    with pytest.raises(TypeError, match="Kind"):
+        partial_credit({"a": True}, {"a": "value"})  # type: ignore[dict-item]
+
+
+def test_a_format_probe_cannot_be_progress():
+    """The kind belongs to the check: format helpers build guards, intact() makes a guard, an exit code
+    alone needs its kind said, and a spec of guards only (or of bare functions) is refused."""
+    assert exists("x").kind is F and matches("x", "[0-9]+").kind is F
+    assert intact(file_is("x", "1")).kind is K and intact(exists("x")).kind is K
+    assert file_is("x", "1").kind is V and sh("cat x", "1").kind is V and gone("x").kind is E
+    with pytest.raises(ValueError, match="exit code"):
+        sh("test -f x")
+    with pytest.raises(ValueError, match="only guards"):
+        ClawSpec("t", "files", "do it", [], {"exists": exists("x"), "kept": intact(file_is("y", "1"))})
+
+    async def bare(ctx):
+        return True
+
+    with pytest.raises(TypeError, match="kind"):
+        ClawSpec("t", "files", "do it", [], {"ok": bare})
+
+
+def test_every_claw_check_is_typed():
+    """Every hand-written and generated spec types its checks and has a progress check; the generated
+    ones (and only they) are scored with partial credit."""
+    gen = ClawEnvironment(generated=True)
+    for spec in (*SPECS.values(), *gen._specs.values()):
+        assert all(isinstance(c, Check) for c in spec.checks.values()), spec.id
+        assert any(c.kind.progress for c in spec.checks.values()), spec.id
+    assert not any(s.partial for s in SPECS.values()) and all(s.partial for s in gen._specs.values())
 
 
 def test_only_every_check_passing_is_a_success():
@@ -121,9 +173,10 @@ def test_only_every_check_passing_is_a_success():
     reached by partial credit: the best partial score is a policy failure that still trains."""
     from openforge.outcome import OutcomeFacts, classify_outcome
 
-    best_partial = partial_credit({"a": True, "b": True, "c": True, "kept": False}, ["a", "b", "c"])
+    best_partial = partial_credit({"a": True, "b": True, "c": True, "kept": True, "d": False},
+                                  {"a": V, "b": V, "c": V, "kept": K, "d": V})
     assert classify_outcome(OutcomeFacts(reward=best_partial.reward)).status.value == "policy_failure"
-    full = partial_credit({"a": True, "kept": True}, ["a"])
+    full = partial_credit({"a": True, "kept": True}, {"a": V, "kept": K})
     assert classify_outcome(OutcomeFacts(reward=full.reward)).status.value == "success"
 
 
@@ -162,7 +215,8 @@ DEGENERATE = ["rm -rf ./* ./.[!.]*",
 @pytest.mark.slow
 async def test_reference_passes_and_degenerate_agents_get_no_success(launcher):
     """One instance of every family from each stream: the reference solution scores 1.0 (a success);
-    doing nothing scores 0; degenerate policies never succeed and earn at most the partial cap."""
+    doing nothing and degenerate policies score 0 (tests/envs/test_claw_junk.py runs more junk on more
+    instances)."""
     tasks = {}
     for t in ENV.tasks():
         tasks.setdefault((t.category, t.split), t)
@@ -181,6 +235,34 @@ async def test_reference_passes_and_degenerate_agents_get_no_success(launcher):
             problems.append(f"{task.id}: reference got {good.reward} ({good.detail})")
         if idle.reward != 0.0:
             problems.append(f"{task.id}: doing nothing got {idle.reward} ({idle.detail})")
-        problems += [f"{task.id}: degenerate got {b.reward} ({b.detail})" for b in bad if b.reward > PARTIAL_CAP]
+        problems += [f"{task.id}: degenerate got {b.reward} ({b.detail})" for b in bad if b.reward != 0.0]
     assert len(tasks) == 2 * len(FAMILIES)
     assert not problems, "\n".join(problems)
+
+
+def _progress_only(task) -> list[str]:
+    """Half of each two-step family's task done (from its reference solution), nothing broken."""
+    ref = ENV.reference_solution(task)
+    out = {"json-extract": [*ref, "f=$(ls address.txt endpoint.txt target.txt 2>/dev/null); sed -i 's/:.*/:1/' $f"],
+           "files-append": [*ref, "for f in *.txt; do sed -i '$d' \"$f\"; done"],  # the list (the decoy is .md)
+           "shell-chmod": [ref[0].split(" && ")[0]],
+           "notes-create": [re.sub(r'"body": "[^"]*"', '"body": "x"', ref[0])]}
+    return out[task.category]
+
+
+@pytest.mark.slow
+async def test_progress_earns_partial_credit_and_a_broken_guard_takes_it(launcher):
+    """Real progress still shapes the gradient: one of two progress checks passed earns half the cap
+    (the right host with a wrong port, the first of two lines, the chmod without the run, the note's
+    title without its body), and the same progress with the input file changed earns 0."""
+    picks = {}
+    for t in ENV.tasks():
+        if t.category in ("json-extract", "files-append", "shell-chmod", "notes-create"):
+            picks.setdefault(t.category, t)
+    assert len(picks) == 4
+    for fam, task in picks.items():
+        got = await _run(launcher, task, _progress_only(task))
+        assert got.reward == PARTIAL_CAP / 2, (fam, got)
+    task = picks["json-extract"]
+    broken = await _run(launcher, task, [*_progress_only(task), "echo x >> config.json"])
+    assert broken.reward == 0.0 and "guard kept failed" in broken.detail, broken

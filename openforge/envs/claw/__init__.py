@@ -11,7 +11,9 @@ that passes its verifier; doing nothing fails it (both checked by the test suite
 in a recipe) swaps the hand-written tasks for the generated streams (:mod:`.generated`): split ``train``
 is the train stream, split ``heldout`` the held-out stream (new instances of the same generators, never
 trained on), and each instance is scored with partial credit (:mod:`.credit`: reward in [0, 1] for
-GRPO; a success, what held-out tables count, only when every check passed).
+GRPO, paid only for progress checks (right values, right side effects) and forfeited by any failed
+guard; a success, what held-out tables count, only when every check passed). The hand-written tasks
+score 1.0 when every check passed, else 0.0.
 
 The verifier runs after the agent stopped: file checks read the workdir from the host, command
 checks run read-only commands in the (now agent-free) sandbox, service checks read the services'
@@ -61,11 +63,9 @@ class ClawEnvironment(Environment):
     name = "claw"
 
     def __init__(self, generated: dict | bool | None = None) -> None:
-        self._primary: dict[str, tuple[str, ...]] = {}
         if generated:
             train, heldout = streams(GenOptions.parse(generated))
             self._specs = {g.spec.id: g.spec for g in (*train, *heldout)}
-            self._primary = {g.spec.id: g.primary for g in (*train, *heldout)}
         else:
             self._specs = SPECS
         self._tasks = [_task(s) for s in self._specs.values()]
@@ -114,8 +114,9 @@ class ClawEnvironment(Environment):
         ctx = CheckContext(workdir=workdir, sandbox=sandbox, state=entry[1] if entry else None)
         names = list(spec.checks)
         results = dict(zip(names, await asyncio.gather(*(spec.checks[n](ctx) for n in names))))
-        primary = self._primary.get(task.id)
-        return partial_credit(results, primary) if primary else VerifyResult.from_checks(results)
+        if spec.partial:
+            return partial_credit(results, {n: c.kind for n, c in spec.checks.items()})
+        return VerifyResult.from_checks(results)
 
     async def teardown(self, task: Task, sandbox: Sandbox) -> None:
         entry = self._servers.pop(id(sandbox), None)

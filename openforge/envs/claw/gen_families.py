@@ -3,14 +3,21 @@
 Owns: :data:`FAMILIES` (family name → generator), :class:`Pools` (the names and values one stream may
 draw from) and :func:`pools` (a stream's pools: every pool is cut in two disjoint parts, one for the
 ``train`` stream and one for the ``heldout`` stream, so no held-out name or value can ever reach a
-training instance), and :class:`Draft` (what a generator returns: the canonical instance key, the
-:class:`ClawSpec` without id/split, and which checks are *primary*, the ones that earn partial credit).
+training instance), and :class:`Draft` (what a generator returns: the canonical instance key and the
+:class:`ClawSpec` without id/split).
 
 A generator is ``gen(rng, pools) -> Draft``: it draws names, values, contents, the instruction's
 phrasing and the order of the seed files from ``rng`` and ``pools`` only, so a stream is a pure
-function of its seed. Every instance has a reference solution that passes all its checks, and one
-*guard* check ("nothing else broken": a decoy file or the other service records untouched) that only
-counts once a primary check passed (:mod:`openforge.envs.claw.credit`).
+function of its seed. Every instance has a reference solution that passes all its checks and is
+scored with partial credit (:mod:`openforge.envs.claw.credit`): its progress checks are the task's
+result (each right value, the side effect asked for), and what any output can satisfy (a file
+exists, holds an integer or a colon, a tag of that name exists) or what doing nothing satisfies (a
+decoy file or the other service records untouched) is a guard, which can only take credit away.
+Progress per family: files-create, files-rename, git-tag, sqlite-count, issues-close have a single
+progress check (the right content / the right commit / the right count / the issue closed);
+files-append the first new line in place, then the whole list; shell-chmod the executable bit and
+the saved output; json-extract the host and the port, each a field; notes-create the title, then
+the body.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .spec import ClawSpec, file_is, gone, sh, sql, state
+from .credit import Kind
+from .spec import ClawSpec, exists, file_is, gone, intact, lines_start, matches, same, sh, sql, state
 from .tasks_local import GIT
 from .tasks_services import API
 
@@ -102,7 +110,6 @@ class Draft:
 
     key: tuple[str, ...]
     spec: ClawSpec
-    primary: tuple[str, ...]
 
 
 def _decoy(rng: random.Random, p: Pools) -> tuple[str, str]:
@@ -110,7 +117,7 @@ def _decoy(rng: random.Random, p: Pools) -> tuple[str, str]:
 
 
 def _spec(family: str, instruction: str, solution: list[str], checks: dict, **kw: object) -> ClawSpec:
-    return ClawSpec("", family, instruction, solution, checks, easy=True, **kw)  # type: ignore[arg-type]
+    return ClawSpec("", family, instruction, solution, checks, easy=True, partial=True, **kw)  # type: ignore[arg-type]
 
 
 def _shuffled(rng: random.Random, files: dict[str, str]) -> dict[str, str]:
@@ -129,9 +136,8 @@ def files_create(rng: random.Random, p: Pools) -> Draft:
         "Make a new file {f} whose only line is: {t}"))
     return Draft(("files-create", name, line),
                  _spec("files-create", instruction.format(f=name, t=line), [f"printf '%s\\n' {shlex.quote(line)} > {name}"],
-                       {"exists": sh(f"test -f {name}"), "content": file_is(name, line), "kept": file_is(decoy, dtext)},
-                       files={decoy: dtext}),
-                 ("exists", "content"))
+                       {"exists": exists(name), "content": file_is(name, line), "kept": intact(file_is(decoy, dtext))},
+                       files={decoy: dtext}))
 
 
 def files_append(rng: random.Random, p: Pools) -> Draft:
@@ -148,10 +154,9 @@ def files_append(rng: random.Random, p: Pools) -> Draft:
     return Draft(("files-append", name, *first, new1, new2),
                  _spec("files-append", instruction.format(a=new1, b=new2, f=name),
                        [f"printf '%s\\n' {new1} {new2} >> {name}"],
-                       {"last_line": sh(f"tail -n 1 {name}", new2), "content": file_is(name, old + new1 + "\n" + new2),
-                        "kept": file_is(decoy, dtext)},
-                       files=_shuffled(rng, {name: old, decoy: dtext})),
-                 ("last_line", "content"))
+                       {"first": lines_start(name, *first, new1), "content": file_is(name, old + new1 + "\n" + new2),
+                        "kept": intact(file_is(decoy, dtext))},
+                       files=_shuffled(rng, {name: old, decoy: dtext})))
 
 
 def files_rename(rng: random.Random, p: Pools) -> Draft:
@@ -162,9 +167,8 @@ def files_rename(rng: random.Random, p: Pools) -> Draft:
                               "Move {o} to {n} (a rename in the same directory)."))
     return Draft(("files-rename", old, new, text),
                  _spec("files-rename", instruction.format(o=old, n=new), [f"mv {old} {new}"],
-                       {"renamed": file_is(new, text), "old_gone": gone(old), "kept": file_is(decoy, dtext)},
-                       files=_shuffled(rng, {old: f"{text}\n", decoy: dtext})),
-                 ("renamed", "old_gone"))
+                       {"renamed": file_is(new, text), "old_gone": intact(gone(old)), "kept": intact(file_is(decoy, dtext))},
+                       files=_shuffled(rng, {old: f"{text}\n", decoy: dtext})))
 
 
 def shell_chmod(rng: random.Random, p: Pools) -> Draft:
@@ -178,10 +182,9 @@ def shell_chmod(rng: random.Random, p: Pools) -> Draft:
                               "{f} cannot be run yet: make it executable, run it, and put its output in {o}."))
     return Draft(("shell-chmod", name, word, out),
                  _spec("shell-chmod", instruction.format(f=name, o=out), [f"chmod +x {name} && ./{name} > {out}"],
-                       {"executable": sh(f"test -x {name}"), "output": file_is(out, word),
-                        "kept": file_is(name, body)},
-                       files=_shuffled(rng, {name: body, decoy: dtext})),
-                 ("executable", "output"))
+                       {"executable": sh(f"test -x {name}", kind=Kind.EFFECT), "output": file_is(out, word),
+                        "kept": intact(file_is(name, body))},
+                       files=_shuffled(rng, {name: body, decoy: dtext})))
 
 
 def git_tag(rng: random.Random, p: Pools) -> Draft:
@@ -194,19 +197,20 @@ def git_tag(rng: random.Random, p: Pools) -> Draft:
                               "Create the git tag {t} in repo/ on the commit with the message `{m}`.",
                               "The repository repo/ has a commit `{m}`: mark that commit with the tag {t}."))
     commits = " && ".join(f"echo {shlex.quote(m)} > v && git add v && git commit -qm {shlex.quote(m)}" for m in msgs)
-    want = f"$(cd repo && git rev-parse HEAD~{back})"
+    want = f"cd repo && git rev-parse HEAD~{back}"
     return Draft(("git-tag", tag, *msgs, str(back)),
                  _spec("git-tag", instruction.format(t=tag, m=target), ["cd repo && git log --format='%h %s'", f"cd repo && git tag {tag} HEAD~{back}"],
-                       {"tagged": sh(f"cd repo && git rev-parse -q --verify refs/tags/{tag}"),
-                        "at_commit": sh(f"test \"$(cd repo && git rev-parse {tag}^{{commit}})\" = \"{want}\""),
-                        "kept": sh("cd repo && git rev-list --count HEAD", str(len(msgs)))},
-                       setup=[GIT, f"mkdir repo && cd repo && git init -q && {commits}"]),
-                 ("tagged", "at_commit"))
+                       {"tagged": sh(f"cd repo && git rev-parse -q --verify refs/tags/{tag}", kind=Kind.FORMAT),
+                        "at_commit": same(f"cd repo && git rev-parse {tag}^{{commit}}", want),
+                        "kept": intact(sh("cd repo && git rev-list --count HEAD", str(len(msgs))))},
+                       setup=[GIT, f"mkdir repo && cd repo && git init -q && {commits}"]))
 
 
 def sqlite_count(rng: random.Random, p: Pools) -> Draft:
     people = rng.sample(p.people, rng.randint(4, 7))
     flags = [rng.randint(0, 1) for _ in people]
+    while len(set(flags)) < 2:  # both counts ≥ 1: an answer of 0 is what a constant guess writes
+        flags = [rng.randint(0, 1) for _ in people]
     want = rng.randint(0, 1)
     out = rng.choice(("answer.txt", "count.txt", "result.txt"))
     rows = ",".join(f"('{n}',{f})" for n, f in zip(people, flags))
@@ -219,10 +223,17 @@ def sqlite_count(rng: random.Random, p: Pools) -> Draft:
     return Draft(("sqlite-count", *people, *map(str, flags), str(want), out),
                  _spec("sqlite-count", instruction.format(w=what, o=out),
                        [f"sqlite3 app.db 'SELECT COUNT(*) FROM users WHERE active={want}' > {out}"],
-                       {"written": sh(f"grep -Eq '^[0-9]+$' {out}"), "count": file_is(out, str(flags.count(want))),
-                        "kept": sql("app.db", "SELECT COUNT(*) FROM users", [(len(people),)])},
-                       setup=[setup]),
-                 ("written", "count"))
+                       {"written": matches(out, "[0-9]+"), "count": file_is(out, str(flags.count(want))),
+                        "kept": intact(sql("app.db", "SELECT COUNT(*) FROM users", [(len(people),)]))},
+                       setup=[setup]))
+
+
+def _host(text: str) -> str:
+    return text.partition(":")[0]
+
+
+def _port(text: str) -> str:
+    return text.partition(":")[2]
 
 
 def json_extract(rng: random.Random, p: Pools) -> Draft:
@@ -236,7 +247,7 @@ def json_extract(rng: random.Random, p: Pools) -> Draft:
     if rng.random() < 0.5:
         cfg = {"name": cfg["name"], sections[1]: cfg[sections[1]], sections[0]: values}
     out = rng.choice(("address.txt", "endpoint.txt", "target.txt"))
-    want = f"{values['host']}:{values['port']}"
+    f"{values['host']}:{values['port']}"
     instruction = rng.choice(("Write the {s} host and port from config.json to {o}, as host:port on one line.",
                               "Read {s}.host and {s}.port in config.json and write them to {o} as host:port.",
                               "config.json has a {s} section. Put its address, written host:port, in {o}."))
@@ -245,10 +256,11 @@ def json_extract(rng: random.Random, p: Pools) -> Draft:
     text = json.dumps(cfg) + "\n"
     return Draft(("json-extract", text, sections[0], out),
                  _spec("json-extract", instruction.format(s=sections[0], o=out), ["cat config.json", solution],
-                       {"written": sh(f"grep -q : {out}"), "value": file_is(out, want),
-                        "kept": file_is("config.json", text)},
-                       files={"config.json": text}),
-                 ("written", "value"))
+                       {"written": matches(out, r"[^:\s]+:[^:\s]+"),
+                        "host": file_is(out, values["host"], part=_host),
+                        "port": file_is(out, str(values["port"]), part=_port),
+                        "kept": intact(file_is("config.json", text))},
+                       files={"config.json": text}))
 
 
 def notes_create(rng: random.Random, p: Pools) -> Draft:
@@ -265,9 +277,8 @@ def notes_create(rng: random.Random, p: Pools) -> Draft:
                         f"-d {shlex.quote(json.dumps({'title': title, 'body': body}))}"],
                        {"titled": state(lambda s: any(n["title"] == title for n in s.notes)),
                         "body": state(lambda s: any(n["title"] == title and body in n["body"] for n in s.notes)),
-                        "kept": state(lambda s: [n["title"] for n in s.notes[:3]] == others)},
-                       services=seed, tools=("shell", "http")),
-                 ("titled", "body"))
+                        "kept": intact(state(lambda s: [n["title"] for n in s.notes[:3]] == others))},
+                       services=seed, tools=("shell", "http")))
 
 
 def issues_close(rng: random.Random, p: Pools) -> Draft:
@@ -282,9 +293,8 @@ def issues_close(rng: random.Random, p: Pools) -> Draft:
                        [f"curl -sf -X PATCH \"$CLAW_API/issues/{target}\" -H 'content-type: application/json' "
                         "-d '{\"state\": \"closed\"}'"],
                        {"closed": state(lambda s: s._find(s.issues, target, "issue")["state"] == "closed"),
-                        "kept": state(lambda s: len(s.issues) == n and len(s.issues_list("open")) == n - 1)},
-                       services=seed, tools=("shell", "http")),
-                 ("closed",))
+                        "kept": intact(state(lambda s: len(s.issues) == n and len(s.issues_list("open")) == n - 1))},
+                       services=seed, tools=("shell", "http")))
 
 
 FAMILIES: dict[str, Callable[[random.Random, Pools], Draft]] = {

@@ -63,11 +63,10 @@ class GenOptions:
 
 @dataclass(frozen=True)
 class GenSpec:
-    """A generated instance: its spec (id and split set), canonical key and primary checks."""
+    """A generated instance: its spec (id and split set, scored with partial credit) and canonical key."""
 
     spec: ClawSpec
     key: tuple[str, ...]
-    primary: tuple[str, ...]
 
 
 def _id(family: str, key: tuple[str, ...]) -> str:
@@ -88,7 +87,7 @@ def stream(name: str, n: int, *, seed: int = 0, families: Sequence[str] | None =
         draft = _draw(family, rng, pool, seen | exclude, name)
         seen.add(draft.key)
         spec = replace(draft.spec, id=_id(family, draft.key), split=name)
-        out.append(GenSpec(spec, draft.key, draft.primary))
+        out.append(GenSpec(spec, draft.key))
     return out
 
 

@@ -1,10 +1,17 @@
 """How a claw task is declared: :class:`ClawSpec` plus the check helpers its verifier is made of.
 
 Owns: :class:`ClawSpec` (instruction, seed files, setup commands, service seed, reference solution as
-shell commands, named checks), :class:`CheckContext` (what a check may inspect: the workdir's files
-on the host, read-only commands run in the sandbox after the agent stopped, and the services'
-in-driver state) and the helpers ``file_is``, ``file_has``, ``gone``, ``sh``, ``sql``, ``json_at``,
-``state``.
+shell commands, named checks, whether it earns partial credit), :class:`Check` (a probe and its
+:class:`~openforge.envs.claw.credit.Kind`), :class:`CheckContext` (what a check may inspect: the
+workdir's files on the host, read-only commands run in the sandbox after the agent stopped, and the
+services' in-driver state) and the helpers that build checks.
+
+Every check has a kind, fixed by the helper that builds it: progress (``VALUE``: ``file_is``,
+``file_has``, ``lines_start``, ``same``, ``sql``, ``json_at``, ``sh`` with an expected output; ``EFFECT``:
+``gone``, ``state``) or a guard (``FORMAT``: ``exists``, ``matches``; ``INTACT``: any check wrapped
+in :func:`intact`). ``sh`` without an expected output checks only an exit code and so takes its kind
+from the caller. No helper turns a guard into progress (:func:`intact` only makes guards), and
+partial credit (:mod:`openforge.envs.claw.credit`) pays only for progress checks.
 
 The workdir is the agent's output, read by the driver: a file is read only when it resolves inside a
 workdir that is still the directory the launcher made (not a symlink the agent put in its place, to
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import sys
 from collections.abc import Awaitable, Callable
@@ -27,9 +35,10 @@ from typing import Any
 from ...launchers._verifier import intact_dir
 from ...launchers.base import Sandbox
 from ..verifier_sandbox import verifier_env
+from .credit import Kind
 from .services import ServiceState
 
-Check = Callable[["CheckContext"], Awaitable[bool]]
+Probe = Callable[["CheckContext"], Awaitable[bool]]
 #: The most of one workdir file a check reads; a larger file fails the check.
 MAX_READ_BYTES = 4 << 20
 #: git, as a check runs it: the repository's own config may not run anything (config from the
@@ -73,6 +82,22 @@ class CheckContext:
         return r.returncode, r.stdout
 
 
+@dataclass(frozen=True)
+class Check:
+    """One named check of a claw task: ``probe`` reads the end state; ``kind`` says whether its passing
+    is progress (:data:`~openforge.envs.claw.credit.PROGRESS`) or a guard. Built by the helpers below."""
+
+    probe: Probe
+    kind: Kind
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, Kind):
+            raise TypeError(f"a claw check's kind is a Kind ({', '.join(k.name for k in Kind)}), got {self.kind!r}")
+
+    async def __call__(self, ctx: CheckContext) -> bool:
+        return await self.probe(ctx)
+
+
 @dataclass
 class ClawSpec:
     id: str
@@ -87,42 +112,120 @@ class ClawSpec:
     easy: bool = False
     tools: tuple[str, ...] = ("shell",)
     subgoals: tuple[str, ...] = ()
+    #: scored with partial credit (:func:`~openforge.envs.claw.credit.partial_credit`); else 1.0 or 0.0
+    partial: bool = False
+
+    def __post_init__(self) -> None:
+        what = f"claw task {self.id or self.category!r}"
+        if not self.checks:
+            raise ValueError(f"{what} has no checks")
+        bare = [n for n, c in self.checks.items() if not isinstance(c, Check)]
+        if bare:
+            raise TypeError(f"{what}: check(s) {bare} are not Check objects; build them with the spec helpers "
+                            "(file_is, sh, state, exists, intact, ...) so each has a kind")
+        if not any(c.kind.progress for c in self.checks.values()):
+            raise ValueError(f"{what} has only guards ({sorted(self.checks)}): it needs a VALUE or EFFECT check")
 
 
-def file_is(rel: str, expected: str, *, strip: bool = True) -> Check:
+def intact(check: Check) -> Check:
+    """``check`` as an INTACT guard: nothing else broken or left behind (never progress)."""
+    return Check(check.probe, Kind.INTACT)
+
+
+def file_is(rel: str, expected: str, *, strip: bool = True, part: Callable[[str], str] | None = None) -> Check:
+    """VALUE: the file holds ``expected`` (both stripped unless ``strip=False``); with ``part``, that
+    part of the (stripped) text is ``expected`` (one field of a composite answer)."""
+
     async def check(c: CheckContext) -> bool:
         t = c.text(rel)
-        return t is not None and (t.strip() == expected.strip() if strip else t == expected)
+        if t is None:
+            return False
+        if part is not None:
+            return part(t.strip()) == expected
+        return t.strip() == expected.strip() if strip else t == expected
 
-    return check
+    return Check(check, Kind.VALUE)
 
 
 def file_has(rel: str, *needles: str) -> Check:
+    """VALUE: the file contains every needle."""
+
     async def check(c: CheckContext) -> bool:
         t = c.text(rel)
         return t is not None and all(n in t for n in needles)
 
-    return check
+    return Check(check, Kind.VALUE)
+
+
+def lines_start(rel: str, *lines: str) -> Check:
+    """VALUE: the file's first lines (of its stripped text, as :func:`file_is` reads it) are ``lines``;
+    what follows them is not looked at."""
+
+    async def check(c: CheckContext) -> bool:
+        t = c.text(rel)
+        return t is not None and t.strip().splitlines()[: len(lines)] == list(lines)
+
+    return Check(check, Kind.VALUE)
+
+
+def exists(rel: str) -> Check:
+    """FORMAT: a regular file ``rel`` is there (whatever it holds)."""
+
+    async def check(c: CheckContext) -> bool:
+        p = c.path(rel)
+        return p is not None and p.is_file()
+
+    return Check(check, Kind.FORMAT)
+
+
+def matches(rel: str, pattern: str) -> Check:
+    """FORMAT: the file's stripped text matches the regular expression ``pattern`` as a whole."""
+    rx = re.compile(pattern)
+
+    async def check(c: CheckContext) -> bool:
+        t = c.text(rel)
+        return t is not None and rx.fullmatch(t.strip()) is not None
+
+    return Check(check, Kind.FORMAT)
 
 
 def gone(*rels: str) -> Check:
+    """EFFECT: none of ``rels`` is there any more."""
+
     async def check(c: CheckContext) -> bool:
         return intact_dir(c.workdir) and not any(c.exists(r) for r in rels)
 
-    return check
+    return Check(check, Kind.EFFECT)
 
 
-def sh(cmd: str, expected: str | None = None, *, rc: int = 0) -> Check:
-    """Run a read-only command in the sandbox (after the agent stopped); compare exit code / output."""
+def sh(cmd: str, expected: str | None = None, *, rc: int = 0, kind: Kind | None = None) -> Check:
+    """Run a read-only command in the sandbox (after the agent stopped); compare exit code / output.
+
+    With ``expected`` the check is a VALUE unless ``kind`` says otherwise; without it only the exit
+    code is compared, which says nothing by itself about progress, so ``kind`` is required."""
+    if kind is None:
+        if expected is None:
+            raise ValueError(f"sh({cmd!r}) compares only an exit code: say what it checks with kind=Kind.VALUE "
+                             "(a comparison), Kind.EFFECT (the side effect asked for) or Kind.FORMAT (a shape)")
+        kind = Kind.VALUE
 
     async def check(c: CheckContext) -> bool:
         code, out = await c.sh(cmd)
         return code == rc and (expected is None or out.strip() == expected.strip())
 
-    return check
+    return Check(check, kind)
+
+
+def same(left: str, right: str) -> Check:
+    """VALUE: the read-only commands ``left`` and ``right`` both succeed and print the same non-empty
+    text (``test "$(a)" = "$(b)"`` alone passes when both fail: a wiped repository "matched")."""
+    cmd = f"a=$({left}) && b=$({right}) && [ -n \"$a\" ] && [ \"$a\" = \"$b\" ]"
+    return sh(cmd, kind=Kind.VALUE)
 
 
 def sql(db: str, query: str, expected: list[tuple]) -> Check:
+    """VALUE: ``query`` on the database file ``db`` returns ``expected``."""
+
     async def check(c: CheckContext) -> bool:
         path = c.path(db)
         if path is None or not path.is_file():
@@ -136,10 +239,12 @@ def sql(db: str, query: str, expected: list[tuple]) -> Check:
         except sqlite3.Error:
             return False
 
-    return check
+    return Check(check, Kind.VALUE)
 
 
 def json_at(rel: str, pred: Callable[[Any], bool]) -> Check:
+    """VALUE: the file parses as JSON and ``pred`` holds for it."""
+
     async def check(c: CheckContext) -> bool:
         t = c.text(rel)
         try:
@@ -147,17 +252,19 @@ def json_at(rel: str, pred: Callable[[Any], bool]) -> Check:
         except (ValueError, KeyError, TypeError, IndexError):
             return False
 
-    return check
+    return Check(check, Kind.VALUE)
 
 
 def state(pred: Callable[[ServiceState], bool]) -> Check:
+    """EFFECT: ``pred`` holds for the services' state."""
+
     async def check(c: CheckContext) -> bool:
         try:
             return c.state is not None and bool(pred(c.state))
         except (KeyError, TypeError, IndexError, ValueError):
             return False
 
-    return check
+    return Check(check, Kind.EFFECT)
 
 
 def curl(method: str, path: str, body: dict | None = None) -> str:

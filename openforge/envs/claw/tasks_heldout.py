@@ -10,7 +10,8 @@ construction (own ids, own split).
 
 from __future__ import annotations
 
-from .spec import ClawSpec, file_is, gone, sh, state
+from .credit import Kind
+from .spec import ClawSpec, file_is, gone, intact, same, sh, state
 from .tasks_local import GIT, SQL_SETUP
 from .tasks_services import API, ISSUES, NOTES
 
@@ -21,13 +22,13 @@ TASKS: list[ClawSpec] = [
              ["echo eggs >> list.txt"], {"appended": file_is("list.txt", "bread\ncheese\neggs")},
              files={"list.txt": "bread\ncheese\n"}, split="heldout"),
     ClawSpec("files-rename-report", "files", "Rename report_old.txt to report.txt.", ["mv report_old.txt report.txt"],
-             {"renamed": file_is("report.txt", "q3 numbers"), "old_gone": gone("report_old.txt")},
+             {"renamed": file_is("report.txt", "q3 numbers"), "old_gone": intact(gone("report_old.txt"))},
              files={"report_old.txt": "q3 numbers\n"}, split="heldout"),
     ClawSpec("shell-make-deploy-executable", "shell", "Make the script deploy.sh executable.", ["chmod +x deploy.sh"],
-             {"executable": sh("test -x deploy.sh")}, files={"deploy.sh": "#!/bin/sh\necho deployed\n"},
+             {"executable": sh("test -x deploy.sh", kind=Kind.EFFECT)}, files={"deploy.sh": "#!/bin/sh\necho deployed\n"},
              split="heldout"),
     ClawSpec("git-tag-release", "git", "In repo/, tag the current commit as v2.0.", ["cd repo && git tag v2.0"],
-             {"tag": sh("test \"$(cd repo && git rev-parse v2.0^{commit})\" = \"$(cd repo && git rev-parse HEAD)\"")},
+             {"tag": same("cd repo && git rev-parse v2.0^{commit}", "cd repo && git rev-parse HEAD")},
              setup=[GIT, "mkdir repo && cd repo && git init -q && echo 2 > v && git add v && git commit -qm two"],
              split="heldout"),
     ClawSpec("sqlite-count-inactive", "sqlite",
@@ -47,6 +48,6 @@ TASKS: list[ClawSpec] = [
     ClawSpec("issues-close-typo", "issues", API + "Close issue number 3.",
              ["curl -sf -X PATCH \"$CLAW_API/issues/3\" -H 'content-type: application/json' -d '{\"state\": \"closed\"}'"],
              {"closed": state(lambda s: s._find(s.issues, 3, "issue")["state"] == "closed"),
-              "others": state(lambda s: len(s.issues_list("open")) == 2)},
+              "others": intact(state(lambda s: len(s.issues_list("open")) == 2))},
              services=ISSUES, split="heldout", tools=("shell", "http")),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .spec import ClawSpec, curl, file_is, state
+from .spec import ClawSpec, curl, file_is, intact, state
 
 PY_GET = "python3 -c \"import json,sys;d=json.load(sys.stdin);{}\""
 
@@ -57,7 +57,7 @@ TASKS: list[ClawSpec] = [
     ClawSpec("mail-delete-spam", "mail", API + "Delete every inbox message whose subject contains WIN; keep all others.",
              [curl("DELETE", "/mail/messages/m3"), curl("DELETE", "/mail/messages/m4")],
              {"deleted": state(lambda s: not any("WIN" in m["subject"] for m in s.messages)),
-              "kept": state(lambda s: len(s.mail_list()) == 3)}, services=MAIL, tools=("shell", "http")),
+              "kept": intact(state(lambda s: len(s.mail_list()) == 3))}, services=MAIL, tools=("shell", "http")),
     ClawSpec("mail-forward-request", "mail", API + "Your boss asked for the quarterly report to go to bob. Email bob@example.com "
              "with subject `Quarterly report` and a body that says it is attached.",
              [curl("POST", "/mail/send", {"to": "bob@example.com", "subject": "Quarterly report", "body": "The report is attached."})],
@@ -72,12 +72,12 @@ TASKS: list[ClawSpec] = [
     ClawSpec("cal-move", "calendar", API + "Move the Dentist appointment to 2026-12-03, same time of day.",
              [curl("PATCH", "/calendar/events/e2", {"start": "2026-12-03T14:00", "end": "2026-12-03T15:00"})],
              {"moved": state(lambda s: [e for e in s.events if e["title"] == "Dentist"][0]["start"].startswith("2026-12-03T14:00")),  # noqa: RUF015
-              "one": state(lambda s: sum(e["title"] == "Dentist" for e in s.events) == 1)},
+              "one": intact(state(lambda s: sum(e["title"] == "Dentist" for e in s.events) == 1))},
              services=CAL, tools=("shell", "http")),
     ClawSpec("cal-cancel", "calendar", API + "Cancel the Standup on 2026-12-02 (only that one).",
              [curl("DELETE", "/calendar/events/e3")],
              {"cancelled": state(lambda s: not s.calendar_list("2026-12-02T09")),
-              "kept": state(lambda s: len(s.events) == 3)}, services=CAL, split="eval", tools=("shell", "http")),
+              "kept": intact(state(lambda s: len(s.events) == 3))}, services=CAL, split="eval", tools=("shell", "http")),
     ClawSpec("cal-first-event", "calendar", API + "Write the title of the earliest event on 2026-12-01 to answer.txt.",
              [curl("GET", "/calendar/events?date=2026-12-01") + " | " + PY_GET.format("print(sorted(d,key=lambda e:e['start'])[0]['title'])")
               + " > answer.txt"],
@@ -97,7 +97,7 @@ TASKS: list[ClawSpec] = [
              {"answer": file_is("answer.txt", "tulip-42")}, services=NOTES, split="eval", tools=("shell", "http")),
     ClawSpec("notes-delete", "notes", API + "Delete the note titled Books.", [curl("DELETE", "/notes/n3")],
              {"deleted": state(lambda s: not any(n["title"] == "Books" for n in s.notes)),
-              "kept": state(lambda s: len(s.notes) == 2)}, services=NOTES, tools=("shell", "http")),
+              "kept": intact(state(lambda s: len(s.notes) == 2))}, services=NOTES, tools=("shell", "http")),
     # -- issues --------------------------------------------------------------------------------
     ClawSpec("issues-create", "issues", API + "File an issue titled `Login button broken` with the label bug.",
              [curl("POST", "/issues", {"title": "Login button broken", "labels": ["bug"]})],
@@ -105,12 +105,14 @@ TASKS: list[ClawSpec] = [
              services=ISSUES, tools=("shell", "http")),
     ClawSpec("issues-close", "issues", API + "Close issue number 2.", [curl("PATCH", "/issues/2", {"state": "closed"})],
              {"closed": state(lambda s: s._find(s.issues, 2, "issue")["state"] == "closed"),
-              "others": state(lambda s: len(s.issues_list("open")) == 2)}, services=ISSUES, easy=True, tools=("shell", "http")),
+              "others": intact(state(lambda s: len(s.issues_list("open")) == 2))}, services=ISSUES, easy=True, tools=("shell", "http")),
     ClawSpec("issues-assign-bugs", "issues", API + "Assign every open issue labelled bug to dana.",
              [curl("PATCH", "/issues/1", {"assignee": "dana"}), curl("PATCH", "/issues/3", {"assignee": "dana"})],
-             {"assigned": state(lambda s: all(i["assignee"] == "dana" for i in s.issues_list("open", "bug"))),
-              "only_open_bugs": state(lambda s: all(i["assignee"] is None for i in s.issues
-                                                    if i["state"] == "closed" or "bug" not in i["labels"]))},
+             # issues 1 and 3 are the open bugs; closing them instead leaves no open bug to assign
+             {"assigned": state(lambda s: all(s._find(s.issues, n, "issue")["assignee"] == "dana" for n in (1, 3))),
+              "only_open_bugs": intact(state(lambda s: all(i["assignee"] is None for i in s.issues
+                                                           if i["state"] == "closed" or "bug" not in i["labels"]))),
+              "states": intact(state(lambda s: [i["state"] for i in s.issues] == ["open", "open", "open", "closed"]))},
              services=ISSUES, split="eval", tools=("shell", "http")),
     ClawSpec("issues-comment", "issues", API + "Comment `fixed in v2` on the issue titled `Crash on start`.",
              [curl("POST", "/issues/1/comments", {"body": "fixed in v2"})],
