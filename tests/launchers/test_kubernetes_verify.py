@@ -37,6 +37,7 @@ import json, os, sys
 print(json.dumps({"reward": float(open("out.txt").read().strip() == "42"), "cwd": os.getcwd(),
                   "workdir": os.environ["OPENFORGE_WORKDIR"], "task_dir": os.environ["OPENFORGE_TASK_DIR"],
                   "home": os.environ["HOME"], "pythonpath": os.environ.get("PYTHONPATH"),
+                  "pod_env": [k for k in os.environ if k.startswith("OPENFORGE_") and "DIR" not in k],
                   "seed": open(os.path.join(os.environ["OPENFORGE_TASK_DIR"], "seed.txt")).read().strip()}))
 """
 
@@ -62,6 +63,7 @@ async def test_task_dir_verifier_runs_in_the_pod(cluster, tmp_path, monkeypatch)
         assert sbx._local is None, "nothing was pulled to the driver"
         assert m["task_dir"] != str(d) and m["task_dir"].startswith("/tmp/openforge-verify-"), "a copy in the pod"
         assert m["seed"] == "from the task dir" and m["pythonpath"] is None
+        assert m["pod_env"] == [], "nothing of the pod's environment (its API key) reaches the verifier"
         assert not Path(m["task_dir"]).exists(), "the verifier's copy is removed from the pod afterwards"
     finally:
         await sbx.close()
@@ -160,9 +162,10 @@ async def test_a_process_the_agent_left_cannot_touch_the_verifier(cluster, tmp_p
         await sbx.write_file("leftover.py", LEFTOVER.encode())
         alive = Path(str(sbx.workdir)) / "alive"
         r = await sbx.exec(["sh", "-c", f"echo 41 > out.txt; setsid python3 leftover.py {mark} {alive} "
-                                        "</dev/null >/dev/null 2>&1 &"], timeout_s=30)
+                                        f"</dev/null >/dev/null 2>&1 & while [ ! -s {alive} ]; do sleep 0.05; done"],
+                           timeout_s=30)  # the command ends once the leftover runs in a session of its own
         assert r.returncode == 0, r.stderr
-        assert await _beats(alive, 5.0), "the leftover runs after the agent's command ended"
+        assert await _beats(alive, 30.0), "the leftover runs after the agent's command ended"
         res = await env.verify(task, sbx)
         assert res.reward == 0.0, f"the leftover wrote the verdict: {res}"
         assert not await _beats(alive, 1.0), "the leftover was ended before the verifier ran"
