@@ -8,7 +8,8 @@ request must carry the per-rollout token (``X-Openforge-Token``; given to the po
 Routes: ``GET /healthz``; ``POST /exec`` ``{argv, env, cwd, timeout_s, stdin_b64, grace_s}`` → ``{returncode,
 stdout, stderr, duration_s, timed_out}`` (own process group; on timeout SIGTERM then SIGKILL of the
 group); ``GET /file?path=`` → bytes; ``PUT /file?path=&mode=`` (raw bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar;
-``POST /verify`` ``{base, tar_b64, digest, ...exec fields}``: the verifier's one step (:func:`verify`).
+``POST /verify`` ``{base, tar_b64, digest, ...exec fields}``: the verifier's one step (:func:`verify`);
+``POST /end``: end every process of the agent (:func:`end_agent_processes`) → ``{ended}``.
 
 The agent's processes run as the pod agent's uid, so the pod agent guards itself (:func:`_guard_self`):
 it is the pod's first process (PID 1 of the pod's pid namespace, to which the kernel delivers no
@@ -246,11 +247,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if not self._auth():
             return None
-        route = urlparse(self.path).path
+        route, body = urlparse(self.path).path, self._body()  # read whole: the connection is kept alive
+        if route.endswith("/end"):
+            try:
+                return self._reply(200, json.dumps({"ended": end_agent_processes()}).encode())
+            except RuntimeError as e:
+                return self._reply(409, json.dumps({"error": str(e)}).encode())
         if not route.endswith(("/exec", "/verify")):
             return self._reply(404, b'{"error": "no such route"}')
         try:
-            req = json.loads(self._body())
+            req = json.loads(body)
         except ValueError:
             return self._reply(400, b'{"error": "bad json"}')
         if route.endswith("/verify"):

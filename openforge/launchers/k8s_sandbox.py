@@ -214,9 +214,20 @@ class KubernetesSandbox(Sandbox):
         (``_k8s_verify``)."""
         return await pod_verifier_view(self, ro_paths)
 
+    async def end_agent(self) -> None:
+        """End every process the agent left in the pod (``POST /end``): what a verifier reads then stays
+        as the agent left it. A pod agent that cannot is a :class:`SandboxFailure` with ``env_error``."""
+        code, data = await self._agent("POST", "end", body={}, timeout=60)
+        if code != 200:
+            raise _sandbox_error(f"cannot end the agent's processes in pod {self.pod}: {_error_of(data)}",
+                                 RolloutStatus.ENV_ERROR)
+
     async def pull_workdir(self) -> Path:
         """A local copy of the pod's workdir, at most ``max_workdir_mb`` (packed and unpacked); more is
-        a :class:`SandboxFailure` with ``env_error``."""
+        a :class:`SandboxFailure` with ``env_error``. Called by verifiers, after the agent stopped: every
+        process the agent left is ended first (:meth:`end_agent`), so the copy, and any command a check
+        runs in the pod afterwards, sees the workdir as the agent left it."""
+        await self.end_agent()
         limit = self.launcher.max_workdir_mb << 20
         what = f"the workdir of pod {self.pod}"
         code, data = await self._agent("GET", "tar", query={"path": str(self.workdir)}, timeout=300,

@@ -234,3 +234,23 @@ async def test_the_agent_cannot_stop_the_pod_agent(cluster, tmp_path):
     finally:
         await sbx.close()
         await la.aclose()
+
+
+async def test_pull_workdir_ends_what_the_agent_left(cluster, tmp_path):
+    """File checks (``pull_workdir``) and the commands a check runs in the pod afterwards see the workdir
+    as the agent left it: a leftover that keeps changing it is ended before the copy."""
+    env, task, mark = _verify_task(tmp_path, "pull")
+    la = make_launcher(cluster, tmp_path, "k-pull")
+    sbx = await la.start(SandboxSpec(rollout_id="r-pull", task=task, proxy_url="http://127.0.0.1:9", api_key="k"))
+    try:
+        await sbx.write_file("leftover.py", LEFTOVER.encode())
+        alive = Path(str(sbx.workdir)) / "alive"
+        r = await sbx.exec(["sh", "-c", f"setsid python3 leftover.py {mark} {alive} </dev/null >/dev/null 2>&1 & "
+                                        f"while [ ! -s {alive} ]; do sleep 0.05; done"], timeout_s=30)
+        assert r.returncode == 0 and await _beats(alive, 30.0), r
+        copy = await sbx.pull_workdir()
+        assert not await _beats(alive, 1.0), "the leftover was ended before the copy"
+        assert (copy / "alive").read_text() == alive.read_text()
+    finally:
+        await sbx.close()
+        await la.aclose()
