@@ -239,7 +239,7 @@ async def test_the_agent_cannot_stop_the_pod_agent(cluster, tmp_path):
 async def test_pull_workdir_ends_what_the_agent_left(cluster, tmp_path):
     """File checks (``pull_workdir``) and the commands a check runs in the pod afterwards see the workdir
     as the agent left it: a leftover that keeps changing it is ended before the copy."""
-    env, task, mark = _verify_task(tmp_path, "pull")
+    _, task, mark = _verify_task(tmp_path, "pull")
     la = make_launcher(cluster, tmp_path, "k-pull")
     sbx = await la.start(SandboxSpec(rollout_id="r-pull", task=task, proxy_url="http://127.0.0.1:9", api_key="k"))
     try:

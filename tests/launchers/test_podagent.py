@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -42,8 +43,8 @@ print(json.dumps({"reward": float(open("out.txt").read().strip() == "42"), "env"
 
 def _python(uid: int) -> str:
     """An interpreter ``uid`` can run (a pyenv one under /root is not; setpriv itself still may, hence ``sh``)."""
-    for py in (os.path.realpath(os.sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.path.exists(py) and subprocess.run(_as(uid) + ["sh", "-c", f"exec '{py}' -c pass"],
+    for py in (os.path.realpath(sys.executable), "/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(py) and subprocess.run([*_as(uid), "sh", "-c", f"exec '{py}' -c pass"],
                                                  capture_output=True).returncode == 0:
             return py
     pytest.skip(f"no python3 that uid {uid} can run")
