@@ -42,7 +42,7 @@ TOKEN = ""  # set by main() from OPENFORGE_AGENT_TOKEN, which it removes from th
 SWEEP_S = 10.0
 
 
-def run(req: dict, base_env: dict) -> dict:
+def run(req: dict, base_env: dict[str, str]) -> dict:
     t0 = time.monotonic()
     env = dict(base_env)
     env.update(req.get("env") or {})
@@ -77,7 +77,7 @@ def run(req: dict, base_env: dict) -> dict:
             "stderr": err.decode(errors="replace"), "duration_s": time.monotonic() - t0, "timed_out": timed_out}
 
 
-def _live_others() -> list:
+def _live_others() -> list[int]:
     """Processes of this pid namespace, other than this one, that are not zombies and that this uid
     may signal (``/proc``; a process of another uid is not the agent's and is left alone)."""
     me, out = os.getpid(), []
@@ -106,7 +106,10 @@ def end_agent_processes() -> int:
                            "sure that no process of the agent outlives the rollout (was the pod's command changed, "
                            "or shareProcessNamespace set?)")
     deadline, seen = time.monotonic() + SWEEP_S, set()
-    while left := _live_others():
+    while True:  # no walrus: the pod's python3 may be older than the driver's
+        left = _live_others()
+        if not left:
+            return len(seen)
         seen.update(left)
         if time.monotonic() > deadline:
             raise RuntimeError(f"processes {sorted(left)[:10]} of the agent were still alive {SWEEP_S:g}s after SIGKILL")
@@ -115,10 +118,9 @@ def end_agent_processes() -> int:
         except OSError:
             pass
         time.sleep(0.005)
-    return len(seen)
 
 
-def tree_digest(entries: list) -> str:
+def tree_digest(entries: list[tuple[str, str, str]]) -> str:
     """sha256 of a tree given as ``(kind, relative path, content sha256 or "-")`` entries, in any order."""
     h = hashlib.sha256()
     for kind, path, sha in sorted(entries):
@@ -126,7 +128,7 @@ def tree_digest(entries: list) -> str:
     return h.hexdigest()
 
 
-def tree_entries(root: str, skip: tuple = ("home",)) -> list:
+def tree_entries(root: str, skip: tuple[str, ...] = ("home",)) -> list[tuple[str, str, str]]:
     """:func:`tree_digest`'s entries for the tree under ``root`` (not following links; a link or any
     other irregular entry is its own kind ``o``), leaving out ``skip`` at the top."""
     out = []
@@ -158,7 +160,7 @@ def _unpack(base: str, data: bytes) -> None:
     os.mkdir(os.path.join(base, "home"), 0o700)
 
 
-def verify(req: dict) -> tuple:
+def verify(req: dict) -> tuple[int, dict]:
     """The verifier's one step, with nothing of the agent's able to run between its parts: end every
     process of the agent (:func:`end_agent_processes`), unpack the task's files (first call: ``tar_b64``)
     into ``base``, check that the tree there is the one sent (``digest``), and run the verifier with
@@ -167,7 +169,7 @@ def verify(req: dict) -> tuple:
         ended = end_agent_processes()
     except RuntimeError as e:
         return 409, {"error": str(e)}
-    base = str(req["base"])
+    base = str(req.get("base") or "")
     try:
         if req.get("tar_b64") is not None:
             _unpack(base, base64.b64decode(req["tar_b64"]))
