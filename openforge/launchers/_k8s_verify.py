@@ -19,6 +19,7 @@ it is the workdir it left: its files, never its processes.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
 import tarfile
@@ -138,6 +139,6 @@ async def pod_verifier_view(pod: KubernetesSandbox, ro_paths: Sequence[str]) -> 
     reaches the pod before the verifier's first command."""
     base = f"/tmp/openforge-verify-{uuid.uuid4().hex}"
     names = {str(p): f"ro{i}" for i, p in enumerate(ro_paths)}
-    packed, digest = _pack(names)
+    packed, digest = await asyncio.to_thread(_pack, names)  # up to MAX_UPLOAD_BYTES read: off the loop
     view = PodVerifierSandbox(pod, base, packed, digest)
     return VerifierView(view, paths={host: f"{base}/{name}" for host, name in names.items()}, python="python3")
