@@ -4,16 +4,23 @@ driver, and what the driver does take out of a pod (``pull_workdir``) is bounded
 Owns: :func:`pod_verifier_view` (-> a :class:`VerifierView` over :class:`PodVerifierSandbox`),
 :func:`read_capped`, :func:`extract_capped`.
 
-The view puts copies of the host paths the verifier needs (the task directory, the services' state)
-into the pod under a fresh ``/tmp/openforge-verify-*`` directory (one gzip tar, unpacked by the
-pod's ``python3`` with tarfile's ``data`` filter), and runs the verifier there with ``HOME`` and
-``TMPDIR`` of its own, in the rollout's workdir. A pod is one trust domain: the verifier is as
-isolated from the driver as the agent was, but a process the agent left running in the pod can still
-see it.
+The verifier runs in the agent's own pod, as the agent's uid, so each of its commands is ONE request
+to the pod agent (``POST /verify``, :func:`openforge.launchers._podagent.verify`), with nothing of the
+agent's able to run between its parts: the pod agent, the pod's PID 1, first ends every process the
+agent left (``kill(-1, SIGKILL)`` until none is left: a ``setsid`` or double-forked process, one
+forking meanwhile); on the first command it then unpacks copies of the host paths the verifier needs
+(the task directory, the services' state; one gzip tar, tarfile's ``data`` filter) into a new 0700
+directory ``/tmp/openforge-verify-*``; each time it checks that the tree there has the sha256 of the
+files sent, and runs the verifier in the rollout's workdir with exactly the environment the driver
+gives (``HOME`` and ``TMPDIR`` of its own under that directory; nothing of the pod's environment).
+The verifier is then as isolated from the driver as the agent was, and the agent's only influence on
+it is the workdir it left: its files, never its processes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import io
 import tarfile
 import uuid
@@ -22,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..types import RolloutStatus
+from ._podagent import tree_digest
 from .base import ExecResult, Sandbox, SandboxFailure, VerifierView
 
 if TYPE_CHECKING:
@@ -31,10 +39,6 @@ __all__ = ["PodVerifierSandbox", "extract_capped", "pod_verifier_view", "read_ca
 
 #: At most this much of host paths is copied into a pod for a verifier.
 MAX_UPLOAD_BYTES = 256 << 20
-_UNPACK = ("import sys, tarfile\n"
-           "t = tarfile.open(fileobj=sys.stdin.buffer, mode='r|gz')\n"
-           "try:\n    t.extractall(sys.argv[1], filter='data')\n"
-           "except TypeError:\n    t.extractall(sys.argv[1])\n")
 
 
 def _too_large(what: str, limit: int) -> SandboxFailure:
@@ -68,37 +72,52 @@ def extract_capped(data: bytes, dest: Path, limit: int, what: str) -> None:
                                           if not m.name.startswith("/") and ".." not in m.name])
 
 
-def _pack(paths: Mapping[str, str]) -> bytes:
-    """One gzip tar of host directories, each under its (relative) name in the pod's verifier directory."""
-    buf = io.BytesIO()
-    total = 0
+def _pack(paths: Mapping[str, str]) -> tuple[bytes, str]:
+    """One gzip tar of host directories, each under its (relative) name in the pod's verifier directory
+    (regular files and directories; links and the rest left out), and its tree's sha256
+    (:func:`~openforge.launchers._podagent.tree_digest`, of exactly the bytes packed)."""
+    buf, entries, total = io.BytesIO(), [], 0
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for host, name in paths.items():
             for f in [Path(host), *sorted(Path(host).rglob("*"))]:
                 if f.is_symlink() or not (f.is_file() or f.is_dir()):
                     continue
-                total += f.stat().st_size if f.is_file() else 0
+                arc = str(Path(name) / f.relative_to(host))
+                info = tar.gettarinfo(f, arcname=arc)
+                if f.is_dir():
+                    tar.addfile(info)
+                    entries.append(("d", arc, "-"))
+                    continue
+                data = f.read_bytes()
+                total += len(data)
                 if total > MAX_UPLOAD_BYTES:
                     raise _too_large(f"what the verifier needs from {host}", MAX_UPLOAD_BYTES)
-                tar.add(f, arcname=str(Path(name) / f.relative_to(host)), recursive=False)
-    return buf.getvalue()
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                entries.append(("f", arc, hashlib.sha256(data).hexdigest()))
+    return buf.getvalue(), tree_digest(entries)
 
 
 class PodVerifierSandbox(Sandbox):
-    """The verifier's side of a rollout pod: runs in the pod's workdir with a HOME of its own; closing
-    it removes its directory in the pod (the pod itself belongs to the rollout)."""
+    """The verifier's side of a rollout pod: each command is the pod agent's verifier step (see the
+    module docstring), in the pod's workdir with a HOME of its own; closing it removes its directory in
+    the pod (the pod itself belongs to the rollout)."""
 
     isolation = "pod"
 
-    def __init__(self, pod: KubernetesSandbox, base: str):
-        self.pod, self.base = pod, base
+    def __init__(self, pod: KubernetesSandbox, base: str, packed: bytes, digest: str):
+        self.pod, self.base, self.digest = pod, base, digest
         self.workdir, self.home, self.proxy_url = pod.workdir, Path(base) / "home", ""
+        self._packed: bytes | None = packed  # sent with the first command, which unpacks it
         self._closed = False
 
     async def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
                    timeout_s: float | None = None, stdin: bytes | None = None) -> ExecResult:
         env = {"HOME": str(self.home), "TMPDIR": str(self.home), **(env or {})}
-        return await self.pod.exec(argv, env=env, cwd=cwd or self.workdir, timeout_s=timeout_s, stdin=stdin)
+        res = await self.pod.verify_exec(argv, base=self.base, packed=self._packed, digest=self.digest, env=env,
+                                         cwd=cwd or self.workdir, timeout_s=timeout_s, stdin=stdin)
+        self._packed = None
+        return res
 
     async def read_file(self, path: str | Path) -> bytes:
         return await self.pod.read_file(path)
@@ -116,13 +135,10 @@ class PodVerifierSandbox(Sandbox):
 
 
 async def pod_verifier_view(pod: KubernetesSandbox, ro_paths: Sequence[str]) -> VerifierView:
-    """Copy ``ro_paths`` into the pod and return the verifier's view of it (see the module docstring)."""
-    base = f"/tmp/openforge-verify-{uuid.uuid4().hex[:12]}"
+    """The verifier's view of ``pod`` with copies of ``ro_paths`` (see the module docstring); nothing
+    reaches the pod before the verifier's first command."""
+    base = f"/tmp/openforge-verify-{uuid.uuid4().hex}"
     names = {str(p): f"ro{i}" for i, p in enumerate(ro_paths)}
-    res = await pod.exec(["python3", "-c", _UNPACK, base], stdin=_pack(names), timeout_s=120)
-    if res.returncode != 0:
-        raise SandboxFailure(f"cannot copy the verifier's files into pod {pod.pod}: {res.stderr[-300:]}",
-                             RolloutStatus.ENV_ERROR)
-    view = PodVerifierSandbox(pod, base)
-    await pod.exec(["mkdir", "-p", str(view.home)], timeout_s=60)
+    packed, digest = await asyncio.to_thread(_pack, names)  # up to MAX_UPLOAD_BYTES read: off the loop
+    view = PodVerifierSandbox(pod, base, packed, digest)
     return VerifierView(view, paths={host: f"{base}/{name}" for host, name in names.items()}, python="python3")

@@ -1,36 +1,50 @@
 """The in-pod agent of the Kubernetes launcher: a tiny HTTP server that runs commands and moves files.
 
-Stdlib only; the launcher ships its source in the pod's command (``python3 -c SOURCE ...``), so any
+Stdlib only; the launcher ships its source in the pod's command (``python3 -I -c SOURCE ...``), so any
 image with ``python3`` works. The driver reaches it through the API server's pod proxy
 (``/api/v1/namespaces/NS/pods/NAME:PORT/proxy/...``) — no Service, no port-forward — and every
 request must carry the per-rollout token (``X-Openforge-Token``; given to the pod through a Secret).
 
 Routes: ``GET /healthz``; ``POST /exec`` ``{argv, env, cwd, timeout_s, stdin_b64, grace_s}`` → ``{returncode,
 stdout, stderr, duration_s, timed_out}`` (own process group; on timeout SIGTERM then SIGKILL of the
-group); ``GET /file?path=`` → bytes; ``PUT /file?path=&mode=`` (raw bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar.
+group); ``GET /file?path=`` → bytes; ``PUT /file?path=&mode=`` (raw bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar;
+``POST /verify`` ``{base, tar_b64, digest, ...exec fields}``: the verifier's one step (:func:`verify`);
+``POST /end``: end every process of the agent (:func:`end_agent_processes`) → ``{ended}``.
+
+The agent's processes run as the pod agent's uid, so the pod agent guards itself (:func:`_guard_self`):
+it is the pod's first process (PID 1 of the pod's pid namespace, to which the kernel delivers no
+signal from inside the pod that it has no handler for, SIGKILL and SIGSTOP included), it is not
+dumpable (no ``ptrace`` or ``/proc/1/mem`` for a process of the same uid), and it imports nothing
+from its working directory (the agent's workdir).
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import gzip  # noqa: F401  (tarfile imports it lazily; loaded here, before any agent file exists)
+import hashlib
 import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
 import time
+import zlib  # noqa: F401
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-TOKEN = os.environ.pop("OPENFORGE_AGENT_TOKEN", "")
+TOKEN = ""  # set by main() from OPENFORGE_AGENT_TOKEN, which it removes from the environment
+#: How long the verifier's step waits for the agent's processes to be gone after SIGKILL.
+SWEEP_S = 10.0
 
 
-def run(req: dict) -> dict:
+def run(req: dict, base_env: dict[str, str]) -> dict:
     t0 = time.monotonic()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENFORGE_AGENT")}
+    env = dict(base_env)
     env.update(req.get("env") or {})
     stdin = base64.b64decode(req["stdin_b64"]) if req.get("stdin_b64") is not None else None
     try:
@@ -61,6 +75,114 @@ def run(req: dict) -> dict:
         pass
     return {"returncode": None if timed_out else proc.returncode, "stdout": out.decode(errors="replace"),
             "stderr": err.decode(errors="replace"), "duration_s": time.monotonic() - t0, "timed_out": timed_out}
+
+
+def _live_others() -> list[int]:
+    """Processes of this pid namespace, other than this one, that are not zombies and that this uid
+    may signal (``/proc``; a process of another uid is not the agent's and is left alone)."""
+    me, out = os.getpid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+            if state in (b"Z", b"X"):
+                continue
+            os.kill(int(name), 0)
+        except (OSError, IndexError):  # gone, or not ours to signal
+            continue
+        out.append(int(name))
+    return out
+
+
+def end_agent_processes() -> int:
+    """SIGKILL every other process of the pod this uid may signal, until none is left; how many there
+    were. ``kill(-1)`` from the pod's PID 1 reaches every such process but the caller, atomically (a
+    process forking meanwhile cannot leave a child behind), and only inside the pod's pid namespace:
+    anywhere else it would reach the host's processes of this uid, so it is refused there."""
+    if os.getpid() != 1:
+        raise RuntimeError(f"the pod agent is pid {os.getpid()}, not its pod's first process, so it cannot make "
+                           "sure that no process of the agent outlives the rollout (was the pod's command changed, "
+                           "or shareProcessNamespace set?)")
+    deadline, seen = time.monotonic() + SWEEP_S, set()
+    while True:  # no walrus: the pod's python3 may be older than the driver's
+        left = _live_others()
+        if not left:
+            return len(seen)
+        seen.update(left)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {sorted(left)[:10]} of the agent were still alive {SWEEP_S:g}s after SIGKILL")
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        time.sleep(0.005)
+
+
+def tree_digest(entries: list[tuple[str, str, str]]) -> str:
+    """sha256 of a tree given as ``(kind, relative path, content sha256 or "-")`` entries, in any order."""
+    h = hashlib.sha256()
+    for kind, path, sha in sorted(entries):
+        h.update(f"{kind}\0{path}\0{sha}\0".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+def tree_entries(root: str, skip: tuple[str, ...] = ("home",)) -> list[tuple[str, str, str]]:
+    """:func:`tree_digest`'s entries for the tree under ``root`` (not following links; a link or any
+    other irregular entry is its own kind ``o``), leaving out ``skip`` at the top."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root:
+            dirnames[:] = [d for d in dirnames if d not in skip]
+        for name in dirnames + filenames:
+            full = os.path.join(dirpath, name)
+            rel, st = os.path.relpath(full, root), os.lstat(full)
+            if stat.S_ISDIR(st.st_mode):
+                out.append(("d", rel, "-"))
+            elif stat.S_ISREG(st.st_mode):
+                with open(full, "rb") as f:
+                    out.append(("f", rel, hashlib.sha256(f.read()).hexdigest()))
+            else:
+                out.append(("o", rel, "-"))
+    return out
+
+
+def _unpack(base: str, data: bytes) -> None:
+    """Unpack the verifier's files into ``base``, a new directory of ours (0700), and its HOME beside them."""
+    os.mkdir(base, 0o700)  # fails if anything is there already
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
+        try:
+            t.extractall(base, filter="data")
+        except TypeError:  # pragma: no cover - Python without extraction filters
+            t.extractall(base, members=[m for m in t.getmembers() if (m.isreg() or m.isdir())
+                                        and not m.name.startswith("/") and ".." not in m.name.split("/")])
+    os.mkdir(os.path.join(base, "home"), 0o700)
+
+
+def verify(req: dict) -> tuple[int, dict]:
+    """The verifier's one step, with nothing of the agent's able to run between its parts: end every
+    process of the agent (:func:`end_agent_processes`), unpack the task's files (first call: ``tar_b64``)
+    into ``base``, check that the tree there is the one sent (``digest``), and run the verifier with
+    exactly the environment given (nothing of the pod's). ``(HTTP status, reply)``."""
+    try:
+        ended = end_agent_processes()
+    except RuntimeError as e:
+        return 409, {"error": str(e)}
+    base = str(req.get("base") or "")
+    try:
+        if req.get("tar_b64") is not None:
+            _unpack(base, base64.b64decode(req["tar_b64"]))
+        st = os.lstat(base)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return 409, {"error": f"{base} is not the verifier's own directory"}
+        digest = tree_digest(tree_entries(base))
+    except (OSError, tarfile.TarError, ValueError) as e:
+        return 409, {"error": f"cannot unpack the verifier's files into {base}: {e}"}
+    if digest != req.get("digest"):
+        return 409, {"error": f"the verifier's files in {base} are not the ones sent (tree sha256 {digest[:12]}, "
+                              f"sent {str(req.get('digest'))[:12]})"}
+    return 200, {**run(req, {}), "ended": ended}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -127,13 +249,40 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         if not self._auth():
             return None
-        if not urlparse(self.path).path.endswith("/exec"):
+        route, body = urlparse(self.path).path, self._body()  # read whole: the connection is kept alive
+        if route.endswith("/end"):
+            try:
+                return self._reply(200, json.dumps({"ended": end_agent_processes()}).encode())
+            except RuntimeError as e:
+                return self._reply(409, json.dumps({"error": str(e)}).encode())
+        if not route.endswith(("/exec", "/verify")):
             return self._reply(404, b'{"error": "no such route"}')
         try:
-            req = json.loads(self._body())
+            req = json.loads(body)
         except ValueError:
             return self._reply(400, b'{"error": "bad json"}')
-        return self._reply(200, json.dumps(run(req)).encode())
+        if route.endswith("/verify"):
+            code, reply = verify(req)
+            return self._reply(code, json.dumps(reply).encode())
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENFORGE_AGENT")}
+        return self._reply(200, json.dumps(run(req, env)).encode())
+
+
+def _guard_self() -> None:
+    """What keeps the agent's processes (same uid) off the pod agent: no imports from the working
+    directory, no ptrace / ``/proc/1/mem`` (not dumpable), and no signal it handles: as the pod's PID 1
+    it then receives none from inside the pod (SIGINT gets a no-op handler, which commands do not inherit;
+    SIGTERM keeps its default, so the pod is stopped by SIGKILL from outside: deletion uses grace 0)."""
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (ImportError, OSError, AttributeError):  # pragma: no cover - an image without ctypes
+        print("openforge pod agent: cannot make itself non-dumpable (no ctypes)", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, lambda *_: None)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def main(argv: list[str]) -> None:
@@ -142,12 +291,14 @@ def main(argv: list[str]) -> None:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--mkdir", action="append", default=[])
     a = p.parse_args(argv)
+    global TOKEN
+    TOKEN = os.environ.pop("OPENFORGE_AGENT_TOKEN", "")
+    _guard_self()
     for d in a.mkdir:
         os.makedirs(d, exist_ok=True)
     server = ThreadingHTTPServer((a.host, a.port), Handler)
     server.daemon_threads = True
     print(f"LISTENING {server.server_address[1]}", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     server.serve_forever()
 
 

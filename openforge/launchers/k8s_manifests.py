@@ -5,8 +5,9 @@ Owns: :func:`build_pod_manifest`, :func:`build_network_policy`, :func:`build_sec
 tested as such.
 
 Each rollout is one pod: the in-pod agent (``_podagent.py``, shipped in the command, so any image
-with ``python3`` works) serves exec and files; ``restartPolicy: Never``; ``activeDeadlineSeconds``;
-``automountServiceAccountToken: false``; non-root, no privilege escalation, all capabilities dropped;
+with ``python3`` works; run with ``-I``, so it imports nothing from the agent's workdir, its working
+directory) serves exec and files and is the pod's first process, which the verifier's step relies on;
+``restartPolicy: Never``; ``activeDeadlineSeconds``; ``automountServiceAccountToken: false``; non-root, no privilege escalation, all capabilities dropped;
 requests = limits (default 2 CPU / 2 Gi). A default-deny NetworkPolicy lets the pods' egress reach
 only the proxy (and DNS when the proxy is addressed by name) and their ingress only the agent port.
 """
@@ -128,7 +129,7 @@ def build_pod_manifest(
             "name": "rollout",
             "image": image,
             "imagePullPolicy": "IfNotPresent",
-            "command": ["python3", "-c", AGENT_SOURCE, "--port", str(agent_port), "--mkdir", workdir, "--mkdir", home],
+            "command": ["python3", "-I", "-c", AGENT_SOURCE, "--port", str(agent_port), "--mkdir", workdir, "--mkdir", home],
             "workingDir": workdir,
             "env": env_list,
             "ports": [{"name": "agent", "containerPort": agent_port}],

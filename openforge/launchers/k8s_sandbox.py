@@ -40,6 +40,13 @@ def _sandbox_error(msg: str, status: RolloutStatus) -> SandboxFailure:
     return SandboxFailure(msg, status)  # its status is read by run_rollout
 
 
+def _error_of(data: bytes) -> str:
+    try:
+        return str(json.loads(data)["error"])
+    except (ValueError, KeyError, TypeError):
+        return repr(data[:300])
+
+
 class KubernetesSandbox(Sandbox):
     """A rollout pod. ``workdir`` / ``home`` are paths *inside the pod*; ``pull_workdir`` gives a
     local copy for file-based verifiers."""
@@ -138,25 +145,47 @@ class KubernetesSandbox(Sandbox):
 
     async def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
                    timeout_s: float | None = None, stdin: bytes | None = None) -> ExecResult:
+        budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
+        req = self._exec_request(argv, {"HOME": str(self.home), **self.spec.env, **(env or {})}, cwd, budget, stdin)
+        return await self._run("exec", req, budget + 30)
+
+    async def verify_exec(self, argv: Sequence[str], *, base: str, packed: bytes | None, digest: str,
+                          env: Mapping[str, str], cwd: str | Path, timeout_s: float | None,
+                          stdin: bytes | None = None) -> ExecResult:
+        """Run a verifier's command as the pod agent's one verifier step (``POST /verify``): end every
+        process of the agent, unpack ``packed`` (a gzip tar; the first command only) into ``base``, check
+        that tree against ``digest``, run ``argv`` with exactly ``env``. A refused step (a process that
+        would not die, files that differ) is a :class:`SandboxFailure` with ``env_error``."""
         import base64
 
         budget = timeout_s if timeout_s is not None else self.spec.task.timeout_s
-        req = {"argv": list(argv), "env": {"HOME": str(self.home), **self.spec.env, **(env or {})},
-               "cwd": str(cwd or self.workdir), "timeout_s": budget, "grace_s": 2.0,
-               "stdin_b64": base64.b64encode(stdin).decode() if stdin is not None else None}
+        req = {**self._exec_request(argv, dict(env), cwd, budget, stdin), "base": base, "digest": digest,
+               "tar_b64": base64.b64encode(packed).decode() if packed is not None else None}
+        return await self._run("verify", req, budget + 150)
+
+    def _exec_request(self, argv: Sequence[str], env: dict[str, str], cwd: str | Path | None, budget: float,
+                      stdin: bytes | None) -> dict[str, Any]:
+        import base64
+
+        return {"argv": list(argv), "env": env, "cwd": str(cwd or self.workdir), "timeout_s": budget, "grace_s": 2.0,
+                "stdin_b64": base64.b64encode(stdin).decode() if stdin is not None else None}
+
+    async def _run(self, route: str, req: dict[str, Any], timeout: float) -> ExecResult:
         t0 = time.monotonic()
         try:
-            code, data = await self._agent("POST", "exec", body=req, timeout=budget + 30)
+            code, data = await self._agent("POST", route, body=req, timeout=timeout)
         except SandboxError as e:
             if self.lost_status is None:
                 raise
             return ExecResult(None, "", str(e), time.monotonic() - t0, timed_out=self.lost_status == RolloutStatus.TIMEOUT)
+        if code == 409 and route == "verify":  # the pod agent refused the verifier's step, and says why
+            raise _sandbox_error(f"the verifier cannot run in pod {self.pod}: {_error_of(data)}", RolloutStatus.ENV_ERROR)
         if code != 200:
             # The API server answers 5xx when the pod dies under the call; the watch says why.
             if await self._await_loss(5.0):
                 return ExecResult(None, "", f"pod {self.pod} lost: {self.lost_reason}", time.monotonic() - t0,
                                   timed_out=self.lost_status == RolloutStatus.TIMEOUT)
-            raise SandboxError(f"pod {self.pod}: exec refused ({code}): {data[:300]!r}")
+            raise SandboxError(f"pod {self.pod}: {route} refused ({code}): {data[:300]!r}")
         r = json.loads(data)
         return ExecResult(r["returncode"], r["stdout"], r["stderr"], r["duration_s"], timed_out=r["timed_out"])
 
@@ -181,12 +210,24 @@ class KubernetesSandbox(Sandbox):
             raise SandboxError(f"cannot write {path} in pod {self.pod}: {resp[:200]!r}")
 
     async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
-        """The verifier runs in this pod, not on the driver (``_k8s_verify``)."""
+        """The verifier runs in this pod, not on the driver, once every process of the agent has ended
+        (``_k8s_verify``)."""
         return await pod_verifier_view(self, ro_paths)
+
+    async def end_agent(self) -> None:
+        """End every process the agent left in the pod (``POST /end``): what a verifier reads then stays
+        as the agent left it. A pod agent that cannot is a :class:`SandboxFailure` with ``env_error``."""
+        code, data = await self._agent("POST", "end", body={}, timeout=60)
+        if code != 200:
+            raise _sandbox_error(f"cannot end the agent's processes in pod {self.pod}: {_error_of(data)}",
+                                 RolloutStatus.ENV_ERROR)
 
     async def pull_workdir(self) -> Path:
         """A local copy of the pod's workdir, at most ``max_workdir_mb`` (packed and unpacked); more is
-        a :class:`SandboxFailure` with ``env_error``."""
+        a :class:`SandboxFailure` with ``env_error``. Called by verifiers, after the agent stopped: every
+        process the agent left is ended first (:meth:`end_agent`), so the copy, and any command a check
+        runs in the pod afterwards, sees the workdir as the agent left it."""
+        await self.end_agent()
         limit = self.launcher.max_workdir_mb << 20
         what = f"the workdir of pod {self.pod}"
         code, data = await self._agent("GET", "tar", query={"path": str(self.workdir)}, timeout=300,

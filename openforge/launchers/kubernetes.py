@@ -12,7 +12,8 @@ builders in ``k8s_manifests``; this module owns the client flow:
   ``sandbox.lost_status`` / ``lost_reason``, which ``run_rollout`` records;
 * commands and files go to the in-pod agent through the API server's pod proxy
   (``pods/NAME:PORT/proxy``), so the driver needs no network route to pods; a task directory's
-  verifier runs in the pod (``verifier_view``, ``_k8s_verify``), never on the driver; ``pull_workdir``
+  verifier runs in the pod (``verifier_view``, ``_k8s_verify``), never on the driver, after the pod
+  agent ended every process the agent left, in the same request; ``pull_workdir`` ends them too, then
   copies the pod's workdir out (tar, at most ``max_workdir_mb``) for the built-in environments'
   in-driver checks; ``logs()`` reads the container log;
 * orphans — pods, Secrets and the NetworkPolicy labelled with this run id — are removed when the

@@ -1,6 +1,7 @@
 """An emulated cluster for the Kubernetes launcher tests: kmock's API server (driven by the real
 ``kubernetes`` client) plus a small fake kubelet that really runs each pod's command — the in-pod
-agent — as a local process, and the API server's pod-proxy route forwarding to it.
+agent — as a local process (the first of a pid namespace of its own, in the container's
+``workingDir``), and the API server's pod-proxy route forwarding to it.
 
 Not a test module. The kubelet can also fail pods the way real nodes do (ImagePullBackOff for images
 under ``missing/``, eviction, deadline) by patching their status through the API.
@@ -27,6 +28,10 @@ from typing import Any
 
 import kmock
 
+#: Each pod's command runs as the first process of a pid namespace of its own, with its own /proc, as in
+#: a real pod (the pod agent's verifier step relies on it); a non-root user maps itself to root for it.
+POD_NAMESPACE = ["unshare", *(["--user", "--map-root-user"] if os.geteuid() else []), "--pid", "--fork",
+                 "--kill-child", "--mount-proc"]
 PROXY_RE = re.compile(r"/api/v1/namespaces/([^/]+)/pods/([^/:]+):(\d+)/proxy/(.*)")
 ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -214,7 +219,10 @@ class Cluster:
 
                     env[e["name"]] = base64.b64decode(sec["data"][ref["key"]]).decode()
         argv = [sys.executable if a == "python3" else a for a in c["command"]] + ["--port", "0", "--host", "127.0.0.1"]
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, start_new_session=True, text=True)
+        if c.get("workingDir"):  # a kubelet creates it
+            os.makedirs(c["workingDir"], exist_ok=True)
+        proc = subprocess.Popen([*POD_NAMESPACE, *argv], env=env, stdout=subprocess.PIPE, start_new_session=True,
+                                text=True, cwd=c.get("workingDir"))
         self.procs[name] = proc
         line = proc.stdout.readline() if proc.stdout else ""
         self.ports[name] = int(line.split()[1])

@@ -47,7 +47,7 @@ def test_pod_manifest_is_locked_down():
     assert same_quantities(c["resources"]["requests"], {"cpu": "2000m", "memory": "2048Mi", "ephemeral-storage": "4Gi"})
     assert c["resources"]["requests"] == c["resources"]["limits"] == {"cpu": "2", "memory": "2Gi",  # as servers store them
                                                                        "ephemeral-storage": "4Gi"}
-    assert c["command"][:2] == ["python3", "-c"] and "ThreadingHTTPServer" in c["command"][2]
+    assert c["command"][:3] == ["python3", "-I", "-c"] and "ThreadingHTTPServer" in c["command"][3]
     env = {e["name"]: e for e in c["env"]}
     assert env["OPENFORGE_PROXY_URL"]["value"] == "http://proxy.ns.svc:8765" and env["A"]["value"] == "1"
     assert env["OPENFORGE_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "of-r1", "key": "api-key"}
