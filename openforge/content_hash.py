@@ -51,8 +51,9 @@ if TYPE_CHECKING:
 __all__ = ["CONTENT_LIMIT", "OPENFORGE_ROOT", "SCOPES", "classes_digest", "code_digest", "library_versions",
            "local_spec_digest", "model_files", "path_digest", "shaping", "tasks_digest"]
 
-#: The installed openforge package (the tests point it at a copy).
-OPENFORGE_ROOT = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent
+#: The openforge package whose code :func:`code_digest` hashes (the tests point it at a copy).
+OPENFORGE_ROOT = _PACKAGE
 #: Files up to this size count by content, bigger ones by size and modification time.
 CONTENT_LIMIT = 1 << 20
 
@@ -103,15 +104,16 @@ def _tree(root: Path) -> tuple[tuple[str, bytes], ...]:
 
 
 def path_digest(paths: Iterable[str | os.PathLike[str]]) -> str:
-    """The content of files and folders (recursively; missing ones count as missing), by their paths."""
-    entries: list[tuple[str, Path | None]] = []
-    for raw in sorted({str(Path(p).resolve()) for p in paths}):
-        p = Path(raw)
-        if p.is_dir():
-            entries += [(str(f), f) for f in _files(p)]
-        else:
-            entries.append((raw, p if p.exists() else None))
-    return _digest(entries)
+    """The content of files and folders (recursively; a missing one counts as missing), wherever they lie:
+    each by its name and the paths inside it, not by where it is."""
+    roots = {Path(p).resolve() for p in paths}
+    return hashlib.sha256("\n".join(sorted(_root_digest(p) for p in roots)).encode()).hexdigest()
+
+
+def _root_digest(root: Path) -> str:
+    if root.is_dir():
+        return _digest((f.relative_to(root).as_posix(), f) for f in _files(root))
+    return _digest([(root.name, root if root.exists() or root.is_symlink() else None)])
 
 
 def classes_digest(classes: Iterable[type], base: type) -> str:
@@ -122,7 +124,12 @@ def classes_digest(classes: Iterable[type], base: type) -> str:
         for c in cls.__mro__:
             if issubclass(c, base):
                 paths |= _source_of(c)
-    return path_digest(sorted(p for p in paths if OPENFORGE_ROOT not in p.parents))
+    return path_digest(sorted(p for p in paths if not _in_openforge(p)))
+
+
+def _in_openforge(path: Path) -> bool:
+    """Inside openforge's own package (counted by :func:`code_digest`, scope by scope)."""
+    return any(root == path or root in path.parents for root in {_PACKAGE, OPENFORGE_ROOT})
 
 
 def _source_of(cls: type) -> set[Path]:
@@ -137,13 +144,14 @@ def _source_of(cls: type) -> set[Path]:
 
 
 def tasks_digest(tasks: Sequence[Task], env: Environment | None = None) -> str:
-    """Every field of every task, and the content of the paths ``env`` hides from the agent for them."""
+    """Every field of every task, and the content of the paths ``env`` hides from the agent for them
+    (those inside openforge count in :func:`code_digest`)."""
     h = hashlib.sha256()
     for t in tasks:
         h.update(t.model_dump_json().encode())
         h.update(b"\0")
-    hidden = {p for t in tasks for p in env.hidden_paths(t)} if env is not None else set()
-    h.update(path_digest(hidden).encode())
+    hidden = {Path(p).resolve() for t in tasks for p in env.hidden_paths(t)} if env is not None else set()
+    h.update(path_digest(p for p in hidden if not _in_openforge(p)).encode())  # openforge's: by code_digest
     return h.hexdigest()
 
 

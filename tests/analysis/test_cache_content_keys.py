@@ -88,6 +88,18 @@ def test_a_changed_module_changes_the_keys_it_shapes_and_no_other(keys, rel):
     assert (before != base_before, warm != base_warm) == SHAPING[rel]
 
 
+def test_openforges_own_classes_are_counted_only_by_scope():
+    """A built-in harness or environment adds nothing to the key beyond its scope's code: a change to the
+    command line does not come back in through ``Harness``'s module being in the package's top folder."""
+    from openforge.environment import Environment
+    from openforge.harness import Harness
+    from openforge.plugins import environment_class, harness_class
+
+    nothing = content_hash.path_digest([])
+    assert content_hash.classes_digest([harness_class(n) for n in ("react", "pi", "codex")], Harness) == nothing
+    assert content_hash.classes_digest([environment_class("claw"), TaskDirEnvironment], Environment) == nothing
+
+
 def test_a_plugin_harness_is_keyed_by_its_package_prompt_files_included(tmp_path, monkeypatch):
     pkg = tmp_path / "plug" / "cachekey_harness"
     pkg.mkdir(parents=True)
@@ -167,3 +179,34 @@ async def test_a_stale_cached_point_is_not_reused(monkeypatch, tmp_path):
     (tmp_path / "tasks" / "hello" / "verify.py").write_text('print(\'{"reward": 1.0}\')\n')  # another verdict
     assert (await run("three"))["label"] == "start"
     assert calls == ["one", "three"]
+
+
+_KEY_SCRIPT = """
+import sys
+from openforge.envs.claw import ClawEnvironment
+from openforge.heldout_eval import before_key
+from openforge.recipes import load_recipe_config
+import openforge
+assert openforge.__file__.startswith(sys.argv[1]), openforge.__file__
+env = ClawEnvironment()
+print(before_key(load_recipe_config("claw-grpo"), env.tasks("train")[:2], backend="B", env=env))
+"""
+
+
+def test_an_installed_copy_keys_by_its_own_content(tmp_path):
+    """The whole path, as installed: a process importing a copy of openforge with one file changed."""
+    import subprocess
+
+    def key(name: str, rel: str | None) -> str:
+        root = tmp_path / name
+        shutil.copytree(content_hash.OPENFORGE_ROOT, root / "openforge", ignore=shutil.ignore_patterns("__pycache__"))
+        if rel:
+            with (root / "openforge" / rel).open("a") as f:
+                f.write("\n# changed\n")
+        out = subprocess.run([sys.executable, "-c", _KEY_SCRIPT, str(root)], capture_output=True, text=True, cwd=root,
+                             env={**__import__("os").environ, "PYTHONPATH": str(root)}, timeout=300, check=True)
+        return out.stdout.strip().splitlines()[-1]
+
+    base = key("same", None)
+    assert key("cli", "cli/main.py") == base  # the command line shapes no point
+    assert key("render", "proxy/render.py") != base
