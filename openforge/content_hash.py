@@ -27,7 +27,9 @@ digests instead. What counts:
   ``verify.py``, an answer file).
 - **libraries** that sample and render: the versions of torch, transformers, tokenizers and jinja2.
 
-Files up to :data:`CONTENT_LIMIT` bytes count by content; bigger ones (weights, data) by size and time.
+Regular files up to :data:`CONTENT_LIMIT` bytes count by content (up to :data:`CONTENT_BUDGET` in all per
+digest of plug-in or task files); bigger ones (weights, data) by size and modification time; links by
+their target; other files (a FIFO) by their type, never opened.
 openforge's code is hashed once per process (a few hundred files, milliseconds).
 """
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import stat
 import sys
 from collections.abc import Iterable, Sequence
 from functools import cache
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
     from .environment import Environment
     from .task import Task
 
-__all__ = ["CONTENT_LIMIT", "OPENFORGE_ROOT", "SCOPES", "classes_digest", "code_digest", "library_versions",
+__all__ = ["CONTENT_BUDGET", "CONTENT_LIMIT", "OPENFORGE_ROOT", "SCOPES", "classes_digest", "code_digest", "library_versions",
            "local_spec_digest", "model_files", "path_digest", "shaping", "tasks_digest"]
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -56,6 +59,8 @@ _PACKAGE = Path(__file__).resolve().parent
 OPENFORGE_ROOT = _PACKAGE
 #: Files up to this size count by content, bigger ones by size and modification time.
 CONTENT_LIMIT = 1 << 20
+#: What one digest of plug-in or task files reads by content at most; the files after it count by size and time.
+CONTENT_BUDGET = 64 << 20
 
 Scope = Literal["rollout", "warmstart"]
 _NEVER = ("cli", "devtools", "store", "recipes", "task_cursor.py", "step_sampling.py", "run_health.py")
@@ -194,21 +199,28 @@ def _files(root: Path) -> list[Path]:
 
 def _digest(entries: Iterable[tuple[str, Path | None]]) -> str:
     h = hashlib.sha256()
+    budget = [CONTENT_BUDGET]  # bytes still read by content in this digest
     for name, path in entries:
-        h.update(name.encode("utf-8", "surrogateescape") + b"\0" + _file_token(path) + b"\0")
+        h.update(name.encode("utf-8", "surrogateescape") + b"\0" + _file_token(path, budget) + b"\0")
     return h.hexdigest()
 
 
-def _file_token(path: Path | None) -> bytes:
-    """A file's content (its hash), or its size and time when it is big; a link by its target."""
+def _file_token(path: Path | None, budget: list[int] | None = None) -> bytes:
+    """A regular file's content (its hash), or its size and time when it is big or the digest has read
+    :data:`CONTENT_BUDGET` already; a link by its target; anything else (a FIFO, a socket) by its type,
+    never opened."""
     if path is None:
         return b"missing"
     try:
-        if path.is_symlink():
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
             return b"link:" + os.readlink(path).encode("utf-8", "surrogateescape")
-        st = path.stat()
-        if st.st_size > CONTENT_LIMIT:
+        if not stat.S_ISREG(st.st_mode):
+            return f"special:{stat.S_IFMT(st.st_mode)}".encode()
+        if st.st_size > CONTENT_LIMIT or (budget is not None and budget[0] < st.st_size):
             return f"big:{st.st_size}:{st.st_mtime_ns}".encode()
+        if budget is not None:
+            budget[0] -= st.st_size
         return hashlib.sha256(path.read_bytes()).digest()
     except OSError as e:  # unreadable: count it as such, do not fail the run over a cache key
         return f"unreadable:{type(e).__name__}".encode()

@@ -128,6 +128,28 @@ def test_a_task_directorys_verifier_is_in_the_key(tmp_path):
     assert before_key(cfg, env.tasks(), backend="B", env=env) != first
 
 
+def test_a_fifo_in_a_task_directory_is_never_opened(tmp_path):
+    import os
+    import signal
+
+    env = TaskDirEnvironment(_taskdir(tmp_path))
+    os.mkfifo(tmp_path / "tasks" / "hello" / "answers.fifo")  # reading it would block the run's start forever
+
+    class Hung(Exception):  # not an OSError: nothing on the way may swallow it
+        pass
+
+    def hung(*_):
+        raise Hung("the key opened a FIFO")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)
+    try:
+        assert before_key(_cfg(tmp_path), env.tasks(), backend="B", env=env)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def test_every_field_of_a_task_is_in_the_key(tmp_path):
     cfg = _cfg(tmp_path)
     task = CLAW_TASKS[0]
