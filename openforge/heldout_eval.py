@@ -135,7 +135,7 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Envi
         "env": cfg.env.model_dump(), "launcher": cfg.launcher.model_dump(),
         "harness": cfg.harness.as_run(), "trials": cfg.eval.heldout.trials, "seed": cfg.seed,
         "rollout": cfg.rollout.model_dump(include={"temperature", "max_tokens", "timeout_s"}),
-        # the per-rollout budget (absent when unset, so points cached before it existed keep their key)
+        # the per-rollout budget (absent when unset)
         **({"budget": cfg.eval.heldout.max_tokens} if cfg.eval.heldout.max_tokens is not None else {}),
     })
 

@@ -10,11 +10,13 @@ Generation is a plain sampling loop with a KV cache, so each sampled token's log
 the unscaled distribution). Requests are batched continuously (:mod:`.hf_batch`): one batch decodes in
 a worker thread, a request that arrives meanwhile joins it between two tokens (up to ``max_batch`` rows,
 left-padded and attention-masked) instead of waiting for the whole batch to end, and each request is
-answered the moment it finishes; a cancelled request stops at its next token. Each request samples from a
-generator of its own: with a seed (the back-end's ``seed`` or the enforced ``SamplingParams.seed``) it is
-:func:`request_seed` of that seed and the request's rollout id and call index (a request without a rollout:
-its rank among them on this back-end), so the rows of a GRPO group differ while a rerun of the same calls
-samples the same tokens; without one it is fresh entropy (torch's global generator is left alone). A prompt that starts with
+answered the moment it finishes; a cancelled request stops at its next token. Each request samples from
+a generator of its own: with a seed (the back-end's ``seed`` or the enforced ``SamplingParams.seed``) it
+is seeded with :func:`request_seed` of that seed, the request's rollout id and its call index (a request
+without a rollout: its rank among those on this back-end), so the rows of a GRPO group differ while the
+same calls of the same rollouts sample the same tokens again (rollout ids are fresh per run unless the
+caller names them, as veRL's sessions do); without a seed it is fresh entropy, and torch's global
+generator is never reseeded. A prompt that starts with
 an earlier call's tokens (an agent's next turn, a shared system prompt) prefills only the rest, from the
 keys/values :mod:`.hf_prefix` kept (emptied when the weights change or a pause for training begins). A
 streaming request (``ctx.on_tokens`` set) gets each sampled id pushed to its response as soon as it is
