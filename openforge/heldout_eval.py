@@ -12,7 +12,10 @@ a cached SFT warm-start: neither depends on the rest of the run, so the same inp
 measurement. ``before`` is the dearest part of a CPU run (the untrained model writes ``max_tokens`` at
 every call), so a clean point (no rollout lost to infrastructure) is kept under
 ``<cache root>/heldout/<key>/`` and copied into the next run that would measure the same thing
-(``eval.heldout.cache``; the table then says ``cached``). A cached point without per-task outcomes
+(``eval.heldout.cache``; the table then says ``cached``). The key holds the settings and the content of
+what shapes the point (the code that runs and scores a rollout, the tasks and the environment's checks,
+the model's files: :mod:`openforge.content_hash`), so a changed prompt, renderer or outcome rule
+measures again. A cached point without per-task outcomes
 (written before points were paired) is measured again.
 """
 
@@ -30,6 +33,7 @@ from .task import Task
 
 if TYPE_CHECKING:
     from .config import RunConfig
+    from .environment import Environment
     from .forge import Forge
     from .trajectory import Trajectory
 
@@ -83,7 +87,7 @@ async def heldout_before(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
     """The ``before`` point: the one a resumed run wrote, else a cached one, else run now (the policy
     the run starts from; cached when no rollout was lost to infrastructure)."""
     cfg = forge.cfg
-    key = before_key(cfg, tasks, backend=type(forge.backend).__qualname__)
+    key = before_key(cfg, tasks, backend=type(forge.backend).__qualname__, env=forge.env)
     before = await _cached_point(forge, tasks, "before", label="start", key=key)
     return {"tasks": [t.id for t in tasks], "trials": cfg.eval.heldout.trials, "before": before}
 
@@ -93,8 +97,8 @@ async def heldout_warmstart(forge: Forge, tasks: Sequence[Task], heldout: dict[s
     """Add the ``warmstart`` point (the policy after the SFT warm-start, before any GRPO step) to
     ``heldout``. ``sft_key``: the warm-start's cache key when its weights are cached (the point is then
     cached too, under a key of both), ``None`` when they are not (the point is measured, never cached)."""
-    key = warmstart_key(forge.cfg, tasks, backend=type(forge.backend).__qualname__, sft_key=sft_key) \
-        if sft_key else None
+    key = warmstart_key(forge.cfg, tasks, backend=type(forge.backend).__qualname__, env=forge.env,
+                        sft_key=sft_key) if sft_key else None
     heldout["warmstart"] = await _cached_point(forge, tasks, "warmstart", label="SFT", key=key)
     return heldout
 
@@ -118,30 +122,28 @@ async def _cached_point(forge: Forge, tasks: Sequence[Task], point: str, *, labe
     return got
 
 
-def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str) -> str:
+def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Environment) -> str:
     """Everything that shapes a ``before`` measurement: the back-end serving it (``backend``: its class)
-    and its model (a local directory by its files' names, sizes and times), tasks, environment,
-    launcher, harnesses as they run, sampling, the per-rollout token budget (``eval.heldout.max_tokens``),
-    trials, seed."""
-    from . import __version__
+    and its model (a local directory by its files' names, sizes and times), the tasks (every field, and
+    what ``env`` hides from the agent: its checks), environment, launcher, harnesses as they run, sampling,
+    the per-rollout token budget (``eval.heldout.max_tokens``), trials, seed, and the code that runs and
+    scores a rollout (openforge's, the harness and environment classes': :mod:`openforge.content_hash`)."""
+    from .content_hash import shaping
 
-    model = Path(cfg.model.name).expanduser()
-    files = sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in model.iterdir() if f.is_file()) \
-        if model.is_dir() else None
     return cache_key({
-        "v": __version__, "backend": backend, "model": cfg.model.name, "model_files": files, "env": cfg.env.model_dump(),
-        "tasks": [[t.id, t.instruction] for t in tasks], "launcher": cfg.launcher.model_dump(),
+        **shaping(cfg, tasks, env, "rollout"), "backend": backend, "model": cfg.model.name,
+        "env": cfg.env.model_dump(), "launcher": cfg.launcher.model_dump(),
         "harness": cfg.harness.as_run(), "trials": cfg.eval.heldout.trials, "seed": cfg.seed,
         "rollout": cfg.rollout.model_dump(include={"temperature", "max_tokens", "timeout_s"}),
-        # the per-rollout budget (absent when unset, so points cached before it existed keep their key)
+        # the per-rollout budget (absent when unset)
         **({"budget": cfg.eval.heldout.max_tokens} if cfg.eval.heldout.max_tokens is not None else {}),
     })
 
 
-def warmstart_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, sft_key: str) -> str:
+def warmstart_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Environment, sft_key: str) -> str:
     """What shapes a ``warmstart`` measurement: all that shapes ``before`` plus the warm-start's own
     cache key (teacher, SFT settings and tasks: :func:`openforge.teacher.warm_start_key`)."""
-    return cache_key({"before": before_key(cfg, tasks, backend=backend), "sft": sft_key})
+    return cache_key({"before": before_key(cfg, tasks, backend=backend, env=env), "sft": sft_key})
 
 
 def _clean(point: dict[str, Any]) -> bool:

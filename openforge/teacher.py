@@ -5,7 +5,8 @@ Owns: :func:`teacher_tasks`, :func:`collect_teacher` (k teacher rollouts per tas
 harness and a proxy of the teacher's own, in the run's :class:`~openforge.session.Session`),
 :func:`export_teacher_rollouts` (``forge export sft`` without a run: a session whose back-end *is*
 the teacher, no policy model), :func:`warm_start_key` and :func:`warm_start` (teacher rollouts →
-SFT on the served model, cached under ``<cache root>/sft/<key>``).
+SFT on the served model, cached under ``<cache root>/sft/<key>``; the key holds the content of what
+shapes it, :mod:`openforge.content_hash`, not openforge's fixed version number).
 
 The data → samples → steps part is pure and lives in :mod:`openforge.train.sft`; this module only
 decides which rollouts to run and where their results go.
@@ -99,14 +100,20 @@ async def export_teacher_rollouts(cfg: RunConfig, *, teacher: str, k: int, progr
 
 
 def warm_start_key(cfg: RunConfig, env: Environment, tasks: Sequence[Task]) -> str:
-    """Everything that shapes the warm-start: model, tasks + solutions, harness, SFT settings."""
-    from . import __version__
+    """Everything that shapes the warm-start: model (a local folder by its files), tasks + solutions
+    (every field, and what ``env`` hides from the agent), harness, SFT settings, the teacher's or the
+    SFT data's local files, and the code that runs, scores and trains on the teacher's rollouts
+    (openforge's, the harness and environment classes': :mod:`openforge.content_hash`)."""
+    from .content_hash import local_spec_digest, path_digest, shaping
 
+    scfg = cfg.sft
     return cache_key({
+        **shaping(cfg, tasks, env, "warmstart"),
         # the harnesses as they run (name → weight, options), so `react` and `[react]` share a warm-start
-        "v": __version__, "model": cfg.model.name, "env": cfg.env.name, "harness": cfg.harness.as_run(),
-        "tasks": [[t.id, t.instruction, env.reference_solution(t)] for t in tasks],
-        "sft": cfg.sft.model_dump(exclude={"cache", "task_scope"}), "max_tokens": cfg.rollout.max_tokens,
+        "model": cfg.model.name, "env": cfg.env.name, "harness": cfg.harness.as_run(),
+        "solutions": [env.reference_solution(t) for t in tasks],
+        "sft": scfg.model_dump(exclude={"cache", "task_scope"}), "max_tokens": cfg.rollout.max_tokens,
+        "teacher_files": local_spec_digest(scfg.teacher), "data": path_digest([scfg.data]) if scfg.data else None,
         "seed": cfg.seed,
         **({"trainable_layers": cfg.trainer.cpu.trainable_layers} if cfg.trainer.cpu.trainable_layers else {}),
     })

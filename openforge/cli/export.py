@@ -8,13 +8,23 @@ or are produced on the spot by a teacher back-end run k times per task through a
 solutions as a scripted policy through the real proxy). ``--format tokens`` re-renders the
 trajectories of an inexact (``openai:``) teacher with ``--model``'s chat template; an export that
 writes no row says why and exits 1.
+
+Held-out data is refused unless ``--allow-heldout`` asks for it: training on the tasks a run holds out
+leaks them into the model, and its held-out numbers stop measuring anything. Held-out is recognised by
+the source (a ``heldout`` folder in the ``--from`` path, a held-out point's ``heldout.json``; a teacher
+run on ``--split heldout``) and by the trajectories themselves, wherever they were copied: the split
+their task was in (``metadata.split``) and the held-out point that recorded them (``metadata.heldout``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from ..trajectory import Trajectory
 
 __all__ = ["register"]
 
@@ -41,6 +51,9 @@ def register(app: typer.Typer) -> None:
         run_dir: Path = typer.Option(None, "--run-dir", help="Where teacher rollouts are recorded"),
         model: str = typer.Option("smollm2-135m", "--model",
                                   help="Policy whose chat template re-renders inexact teacher calls (--format tokens)"),
+        allow_heldout: bool = typer.Option(False, "--allow-heldout",
+                                           help="export held-out tasks' rollouts too (refused by default: training "
+                                           "on them leaks the held-out set)"),
     ) -> None:
         """Export SFT data from recorded trajectories or fresh teacher rollouts."""
         from ..console import new_console
@@ -49,9 +62,13 @@ def register(app: typer.Typer) -> None:
         console = new_console(stderr=True)
         if source is not None:
             trajs = _read_source(source)
+            if not allow_heldout:
+                _refuse_heldout(f"--from {source}", _heldout_path(source), trajs)
         else:
             import asyncio
 
+            if split == "heldout" and not allow_heldout:
+                _refuse_heldout("--split heldout", "the teacher would run on the held-out tasks", [])
             trajs = asyncio.run(_teacher(env, split, subset, teacher, k, harness, max_tasks, run_dir))
         renderer = None
         if fmt == "tokens" and any(not c.exact for t in trajs for c in t.calls):
@@ -88,6 +105,35 @@ def _read_source(source: Path) -> list:
     from ..store import load_trajectories
 
     return load_trajectories(source)
+
+
+def _heldout_path(source: Path) -> str | None:
+    """Why ``source``'s location says held-out (a ``heldout`` folder in its path, a held-out point's
+    ``heldout.json``), or None."""
+    if "heldout" in source.resolve().parts:
+        return "its path has a heldout/ folder"
+    if source.is_dir() and (source / "heldout.json").is_file():
+        return "it is a held-out point (heldout.json)"
+    return None
+
+
+def _is_heldout(traj: Trajectory) -> bool:
+    """Recorded on a held-out task: its split, or the held-out point that rolled it out."""
+    md = traj.metadata or {}
+    return md.get("split") == "heldout" or bool(md.get("heldout"))
+
+
+def _refuse_heldout(what: str, where: str | None, trajs: list[Trajectory]) -> None:
+    """A :class:`ConfigError` naming ``--allow-heldout`` when ``where`` (the source) or any trajectory says held-out."""
+    from ..errors import ConfigError
+
+    marked = sum(1 for t in trajs if _is_heldout(t))
+    why = [w for w in (where, f"{marked} of {len(trajs)} trajectories were recorded on held-out tasks "
+                       "(metadata split/heldout)" if marked else None) if w]
+    if why:
+        raise ConfigError(f"{what}: held-out data ({'; '.join(why)}). Training on it leaks the held-out tasks into "
+                          "the model and its held-out numbers stop measuring anything; pass --allow-heldout to "
+                          "export it anyway")
 
 
 def _register_model(group: typer.Typer) -> None:

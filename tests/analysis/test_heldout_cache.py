@@ -11,11 +11,13 @@ import pytest
 from rich.console import Console
 
 from openforge import heldout_eval
+from openforge.envs.claw import ClawEnvironment
 from openforge.heldout_eval import before_key, heldout_before, heldout_warmstart, warmstart_key
 from openforge.recipes import load_recipe_config
 from openforge.task import Task
 
 TASKS = [Task(id="a", instruction="do a"), Task(id="b", instruction="do b")]
+ENV = ClawEnvironment()
 
 
 def _cfg(tmp_path: Path, *overrides: str):
@@ -24,7 +26,7 @@ def _cfg(tmp_path: Path, *overrides: str):
 
 def test_the_key_holds_everything_that_shapes_the_measurement(tmp_path):
     def key(*o: str, tasks=TASKS, backend="TransformersBackend") -> str:
-        return before_key(_cfg(tmp_path, *o), tasks, backend=backend)
+        return before_key(_cfg(tmp_path, *o), tasks, backend=backend, env=ENV)
 
     base = key()
     assert key() == base == key("harness.name=[react]") == key("rollout.group_size=8", "trainer.steps=9")
@@ -40,9 +42,9 @@ def test_a_local_model_directory_is_keyed_by_its_files(tmp_path):
     model = tmp_path / "model"
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"x" * 10)
-    first = before_key(_cfg(tmp_path, f"model.name={model}"), TASKS, backend="B")
+    first = before_key(_cfg(tmp_path, f"model.name={model}"), TASKS, backend="B", env=ENV)
     (model / "model.safetensors").write_bytes(b"y" * 11)  # retrained in place
-    assert before_key(_cfg(tmp_path, f"model.name={model}"), TASKS, backend="B") != first
+    assert before_key(_cfg(tmp_path, f"model.name={model}"), TASKS, backend="B", env=ENV) != first
 
 
 @pytest.fixture
@@ -65,7 +67,7 @@ def runs(monkeypatch, tmp_path):
 
     async def run(name: str, *overrides: str, infra: int = 0) -> dict:
         forge = SimpleNamespace(cfg=_cfg(tmp_path, *overrides), run_dir=tmp_path / name, infra=infra,
-                                console=Console(quiet=True), backend=object())
+                                console=Console(quiet=True), backend=object(), env=ENV)
         return (await heldout_before(forge, TASKS))["before"]
 
     return run, calls
@@ -116,7 +118,7 @@ async def test_the_warm_start_point_is_cached_under_its_warm_start(runs, tmp_pat
 
     async def warm(name: str, sft_key: str | None) -> dict:
         forge = SimpleNamespace(cfg=_cfg(tmp_path), run_dir=tmp_path / name, infra=0, console=Console(quiet=True),
-                                backend=object())
+                                backend=object(), env=ENV)
         return (await heldout_warmstart(forge, TASKS, {}, sft_key=sft_key))["warmstart"]
 
     first = await warm("one", "k1")
@@ -127,6 +129,6 @@ async def test_the_warm_start_point_is_cached_under_its_warm_start(runs, tmp_pat
     assert calls == [tmp_path / n for n in ("one", "three", "four", "five")]
     assert first["label"] == "SFT" and second["label"] == "SFT, cached"
     cfg = _cfg(tmp_path)
-    keys = {warmstart_key(cfg, TASKS, backend="B", sft_key=k) for k in ("k1", "k2")}
-    keys |= {warmstart_key(_cfg(tmp_path, "seed=3"), TASKS, backend="B", sft_key="k1")}
-    assert len(keys) == 3 and before_key(cfg, TASKS, backend="B") not in keys
+    keys = {warmstart_key(cfg, TASKS, backend="B", env=ENV, sft_key=k) for k in ("k1", "k2")}
+    keys |= {warmstart_key(_cfg(tmp_path, "seed=3"), TASKS, backend="B", env=ENV, sft_key="k1")}
+    assert len(keys) == 3 and before_key(cfg, TASKS, backend="B", env=ENV) not in keys

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -173,7 +174,7 @@ async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_pa
     assert (await heldout_before(forge, held))["before"] == heldout["before"]
     # another run that would measure the same before gets a copy of the clean one (no rollout)
     forge.run_dir = tmp_path / "second"
-    forge.session = None
+    forge.session = SimpleNamespace(environment=env)  # its environment (the key reads its checks), nothing to run with
     again = (await heldout_before(forge, held))["before"]
     assert again["label"] == "start, cached" and again["per_harness"] == heldout["before"]["per_harness"]
     assert json.loads((tmp_path / "second" / "heldout" / "before" / "eval.json").read_text())["tasks"] == 2

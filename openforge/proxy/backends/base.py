@@ -37,6 +37,8 @@ class SamplingParams(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = -1
     max_tokens: int = Field(1024, ge=1)
+    #: Seeds sampling reproducibly: each request draws from its own seed derived from this one and the
+    #: request's rollout id and call index (a group's rows differ); ``None``: the back-end's own, else fresh.
     seed: int | None = None
     stop_token_ids: list[int] | None = None
     timeout_s: float = Field(600.0, gt=0)

@@ -10,7 +10,13 @@ Generation is a plain sampling loop with a KV cache, so each sampled token's log
 the unscaled distribution). Requests are batched continuously (:mod:`.hf_batch`): one batch decodes in
 a worker thread, a request that arrives meanwhile joins it between two tokens (up to ``max_batch`` rows,
 left-padded and attention-masked) instead of waiting for the whole batch to end, and each request is
-answered the moment it finishes; a cancelled request stops at its next token. A prompt that starts with
+answered the moment it finishes; a cancelled request stops at its next token. Each request samples from
+a generator of its own: with a seed (the back-end's ``seed`` or the enforced ``SamplingParams.seed``) it
+is seeded with :func:`request_seed` of that seed, the request's rollout id and its call index (a request
+without a rollout: its rank among those on this back-end), so the rows of a GRPO group differ while the
+same calls of the same rollouts sample the same tokens again (rollout ids are fresh per run unless the
+caller names them, as veRL's sessions do); without a seed it is fresh entropy, and torch's global
+generator is never reseeded. A prompt that starts with
 an earlier call's tokens (an agent's next turn, a shared system prompt) prefills only the rest, from the
 keys/values :mod:`.hf_prefix` kept (emptied when the weights change or a pause for training begins). A
 streaming request (``ctx.on_tokens`` set) gets each sampled id pushed to its response as soon as it is
@@ -25,6 +31,8 @@ which takes the generation lock so no generation ever sees half-updated weights.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import secrets
 import threading
 from typing import Any
 
@@ -49,6 +57,7 @@ __all__ = [
     "load_model",
     "load_smollm2",
     "load_tokenizer",
+    "request_seed",
     "smollm2_gguf_path",
 ]
 
@@ -59,11 +68,20 @@ __all__ = [
 PREFIX_CACHE_BYTES = 128 << 20
 
 
-class _Row:
-    __slots__ = ("answered", "cancel", "ctx", "fut", "params", "prompt")
+def request_seed(base: int, key: str) -> int:
+    """One request's sampling seed: ``base`` (the back-end's or the run's seed) mixed with ``key``, what
+    tells the request from the others (its rollout id and call index): a group's rows sample differently,
+    the same request under the same seed samples the same tokens."""
+    digest = hashlib.sha256(f"{base}\0{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1  # a non-negative int64, as torch.Generator takes
 
-    def __init__(self, prompt: list[int], params: SamplingParams, fut: asyncio.Future, ctx: GenContext | None = None):
-        self.prompt, self.params, self.fut, self.ctx = prompt, params, fut, ctx
+
+class _Row:
+    __slots__ = ("answered", "cancel", "ctx", "fut", "params", "prompt", "seed")
+
+    def __init__(self, prompt: list[int], params: SamplingParams, fut: asyncio.Future, ctx: GenContext | None = None,
+                 seed: int | None = None):
+        self.prompt, self.params, self.fut, self.ctx, self.seed = prompt, params, fut, ctx, seed
         self.cancel = threading.Event()
         self.answered = False
 
@@ -100,6 +118,7 @@ class TransformersBackend(TokenBackend):
         self._tokenizer = tokenizer
         self._lock = asyncio.Lock()
         self._seed = seed
+        self._unkeyed = 0  # seeded requests without a rollout so far (their rank keys their seed)
         self._eos = _eos_ids(model, tokenizer)
         self.max_batch = max(1, int(max_batch))
         self._pending: list[_Row] = []  # queued rows (the event loop appends, the worker thread takes)
@@ -137,7 +156,8 @@ class TransformersBackend(TokenBackend):
         if not prompt_ids:
             raise BackendError("empty prompt")
         self._max_new(prompt_ids, params)  # an over-long prompt fails alone, not its batch
-        row = _Row(list(prompt_ids), params, asyncio.get_running_loop().create_future(), ctx)
+        row = _Row(list(prompt_ids), params, asyncio.get_running_loop().create_future(), ctx,
+                   self._request_seed(params, ctx))
         loop = asyncio.get_running_loop()
         with self._queue_lock:
             self._pending.append(row)
@@ -204,7 +224,7 @@ class TransformersBackend(TokenBackend):
             raise
 
     def _live(self, r: _Row) -> LiveRow:
-        return LiveRow(prompt=r.prompt, params=r.params, gen=self._sampler(r.params),
+        return LiveRow(prompt=r.prompt, params=r.params, gen=self._sampler(r.seed),
                        stops=set(self._eos) | set(r.params.stop_token_ids or ()), max_new=self._max_new(r.prompt, r.params),
                        cancel=r.cancel, emit=r.emit, key=r)
 
@@ -236,11 +256,22 @@ class TransformersBackend(TokenBackend):
         if self._pending and (self._worker is None or self._worker.done()):
             self._worker = asyncio.ensure_future(self._work())
 
-    def _sampler(self, params: SamplingParams) -> Any:
+    def _request_seed(self, params: SamplingParams, ctx: GenContext | None) -> int | None:
+        """The request's own seed (see the module docstring); None when nothing seeds it. Called on the
+        event loop, in the order requests arrive."""
+        base = params.seed if params.seed is not None else self._seed
+        if base is None:
+            return None
+        if ctx is not None and ctx.rollout_id:
+            return request_seed(base, f"rollout\0{ctx.rollout_id}\0{ctx.call_index}")
+        self._unkeyed += 1
+        return request_seed(base, f"request\0{self._unkeyed}")
+
+    @staticmethod
+    def _sampler(seed: int | None) -> Any:
         import torch
 
-        seed = params.seed if params.seed is not None else (self._seed if self._seed is not None else torch.seed())
-        return torch.Generator().manual_seed(seed)
+        return torch.Generator().manual_seed(seed if seed is not None else secrets.randbits(63))
 
     def _max_new(self, prompt: list[int], params: SamplingParams) -> int:
         max_ctx = getattr(self.model.config, "max_position_embeddings", None) or 1 << 30
