@@ -35,8 +35,10 @@ The rule — the first row that matches wins:
  7    the harness failed: as its ``classify_exit`` hook says — an            as given            no
       infrastructure status (``harness_error``, ...) is discarded;
       ``policy_failure`` is honoured (e.g. the harness was killed by a       ``policy_failure``  yes (0)
-      signal the launcher did not send: something in its own sandbox —
-      the agent's commands — killed it)
+      signal the launcher did not send and only another process sends:
+      something in its own sandbox — the agent's commands — killed it;
+      a fault/abort signal of its own is its crash, a cgroup OOM kill
+      the memory limit's: :func:`openforge.harness.signal_verdict`)
  8    the verifier's reward reaches ``success_threshold``                    ``success``         yes
  9    otherwise                                                              ``policy_failure``  yes
 ====  =====================================================================  ==================  =======

@@ -364,6 +364,7 @@ class LocalSandbox(Sandbox):
             memory_mb=res.memory_mb, cpu_s=budget * max(res.cpu, 1.0) + 5, max_open_files=res.max_open_files,
             max_procs=res.max_processes, cgroups=self.cgroups, max_file_mb=res.disk_mb,
         )
+        ooms = self.cgroups.oom_kills() if self.cgroups is not None else None
         t0 = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -397,8 +398,10 @@ class LocalSandbox(Sandbox):
             self._procs.discard(proc.pid)
             self.launcher._watch(f"-pid {proc.pid}")
         rc = None if timed_out else proc.returncode
+        after = self.cgroups.oom_kills() if ooms is not None and self.cgroups is not None else None
         return ExecResult(rc, out.text(), err.text(), time.monotonic() - t0, timed_out=timed_out,
-                          output_dropped=out.dropped + err.dropped)
+                          output_dropped=out.dropped + err.dropped,
+                          oom_kills=max(0, after - ooms) if ooms is not None and after is not None else 0)
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
         """SIGTERM the whole tree, give it ``grace_s``, then SIGKILL what is left."""
