@@ -206,10 +206,11 @@ def signal_verdict(sig: int, res: ExecResult, harness: str) -> tuple[RolloutStat
 
     - a signal a process raises on itself (:data:`SELF_INFLICTED`: a fault of its own code, ``abort()``,
       its own CPU-time or file-size rlimit) → ``harness_error``: the harness crashed;
-    - SIGKILL while the rollout's memory cgroup OOM-killed (``res.oom_kills``, counted by the local
-      launcher) → ``infra_error``: the memory limit is too small for the harness and what it runs (as a
-      pod ``OOMKilled`` on Kubernetes). The kernel kills the cgroup's largest process: an agent's own
-      command that blows the limit is killed itself, and the harness sees that as a tool's failure;
+    - SIGKILL at the moment the rollout's memory cgroup OOM-killed (``res.oom_kills``: the local launcher
+      reads the cgroup's counter in the last seconds before the death) → ``infra_error``: the memory limit
+      is too small for the harness and what it runs (as a pod ``OOMKilled`` on Kubernetes). The kernel
+      kills the cgroup's largest process: an agent's own command that blows the limit is killed itself,
+      and the harness sees that as a tool's failure (an older OOM kill does not excuse a later SIGKILL);
     - any other signal (SIGKILL, SIGTERM, SIGINT, SIGHUP, ...) is one that only another process sends:
       something in the harness's own sandbox — the agent's commands — killed it → ``policy_failure``."""
     name = _signal_name(sig)
@@ -219,7 +220,7 @@ def signal_verdict(sig: int, res: ExecResult, harness: str) -> tuple[RolloutStat
                                              f"or resource limit of its own, not a kill from its sandbox): {detail}")
     if sig == signal.SIGKILL and res.oom_kills > 0:
         return RolloutStatus.INFRA_ERROR, (f"{harness} was killed by the rollout's memory cgroup (the out-of-memory "
-                                           f"killer killed {res.oom_kills} process(es) while it ran): the task's "
+                                           f"killer killed {res.oom_kills} process(es) as it died): the task's "
                                            "resources.memory_mb is too small for the harness and what it ran")
     return RolloutStatus.POLICY_FAILURE, (f"{harness} was killed by signal {sig} ({name}), which the launcher did "
                                           "not send (not the budget, not a cancel): something inside its own sandbox "

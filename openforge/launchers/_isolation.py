@@ -3,13 +3,16 @@ and the scrubbed environment a sandboxed process starts with.
 
 Owns: :func:`detect_isolation` (the strongest of ``bwrap`` > ``unshare`` > ``none``, probed once),
 :class:`CgroupSet` (one rollout's memory / cpu / pids cgroups where writable, and its memory cgroup's
-count of OOM kills: :func:`oom_kills`), :func:`limits_prefix`, :func:`scrub_env`.
+count of OOM kills: :func:`oom_kills`), :class:`OomWatch` (the OOM kills at the moment a command
+died), :func:`limits_prefix`, :func:`scrub_env`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
+import time
 import resource
 import shlex
 import shutil
@@ -17,7 +20,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CgroupSet", "detect_isolation", "limits_prefix", "oom_kills", "scrub_env"]
+__all__ = ["CgroupSet", "OomWatch", "detect_isolation", "limits_prefix", "oom_kills", "scrub_env"]
 
 #: Host variables a sandboxed process keeps; everything else (API keys, tokens, cloud creds) is dropped.
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "LC_ALL", "LC_CTYPE", "COLORTERM", "NO_COLOR")
@@ -184,6 +187,52 @@ def oom_kills(cgroup: Path) -> int | None:
             if key == "oom_kill" and value.strip().isdigit():
                 return int(value)
     return None
+
+
+class OomWatch:
+    """The OOM kills of a memory cgroup around the moment a command died: polls the counter (every
+    ``interval_s``) until the process has exited, so :meth:`stop` can tell the kills of the last
+    ``window_s`` before its death (the OOM killer's SIGKILL and the death it caused) from older ones (an
+    agent's command the killer took earlier, the harness killed later by something else). Inactive (0
+    kills) without a memory cgroup that counts them."""
+
+    def __init__(self, cgroups: CgroupSet | None, *, window_s: float = 2.0, interval_s: float = 0.25):
+        self.cgroups, self.window_s, self.interval_s = cgroups, window_s, interval_s
+        self._samples: list[tuple[float, int]] = []  # (monotonic time, count), the first and the changes
+        self._exited: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, proc: asyncio.subprocess.Process) -> None:
+        n = self.cgroups.oom_kills() if self.cgroups is not None else None
+        if n is not None:
+            self._samples = [(time.monotonic(), n)]
+            self._task = asyncio.ensure_future(self._poll(proc))
+
+    async def _poll(self, proc: asyncio.subprocess.Process) -> None:
+        while self._exited is None:
+            await asyncio.sleep(self.interval_s)
+            self._sample()
+            if proc.returncode is not None:  # dead (its pipes may stay open in a child's hands)
+                self._exited = time.monotonic()
+
+    def _sample(self) -> None:
+        n = self.cgroups.oom_kills() if self.cgroups is not None else None
+        if n is not None and n != self._samples[-1][1]:
+            self._samples.append((time.monotonic(), n))
+            del self._samples[1:-64]
+
+    def stop(self) -> int:
+        """The kills in the last ``window_s`` before the process died (before now, if not seen dead yet)."""
+        if self._task is None:
+            return 0
+        self._task.cancel()
+        self._task = None
+        if self._exited is None:
+            self._sample()
+        end = self._exited if self._exited is not None else time.monotonic()
+        at_death = [c for t, c in self._samples if t <= end][-1]
+        before = [c for t, c in self._samples if t <= end - self.window_s] or [self._samples[0][1]]
+        return max(0, at_death - before[-1])
 
 
 def limits_prefix(

@@ -87,8 +87,20 @@ async def test_an_agent_command_that_blows_the_memory_limit_is_killed_alone(laun
     res, (r, limits) = await _harness(launcher, harness, memory_mb=64)
     if limits["memory"] != "cgroup":
         missing("no writable memory cgroup here (the OOM killer's counter needs one)")
-    assert r.returncode == 0 and "command exit -9" in r.stdout and r.oom_kills >= 1, (r.returncode, r.stdout)
+    assert r.returncode == 0 and "command exit -9" in r.stdout, (r.returncode, r.stdout)
     assert res.status is None  # the verifier decides
+
+
+async def test_an_agent_cannot_pass_its_own_kill_off_as_an_oom(launcher):
+    """The agent's hog is OOM-killed (the counter rises), then, seconds later, the agent SIGKILLs its
+    harness: only a kill at the moment of the OOM is the memory limit's; this one is the policy's."""
+    harness = (f"import subprocess, sys, time\nsubprocess.run([sys.executable, '-c', {HOG!r}])\ntime.sleep(3)\n"
+               "subprocess.run(['kill', '-KILL', str(__import__('os').getpid())])\ntime.sleep(30)")
+    res, (r, limits) = await _harness(launcher, harness, memory_mb=64)
+    if limits["memory"] != "cgroup":
+        missing("no writable memory cgroup here (the OOM killer's counter needs one)")
+    assert r.returncode in (-9, 137) and r.oom_kills == 0, (r.returncode, r.oom_kills)
+    assert res.status == S.POLICY_FAILURE, (res.status, res.error)
 
 
 def test_the_oom_kill_counter_of_cgroup_v1_and_v2(tmp_path):
