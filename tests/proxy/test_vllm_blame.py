@@ -32,11 +32,12 @@ from .conftest import serve_app
 
 
 def slow_vllm(tokenizer, seen: list, *, n_tokens: int = 30, per_token_s: float = 0.05,
-              max_model_len: int | None = None, listed: bool = True) -> Starlette:
+              max_model_len: int | None = None, listed: bool = True, ignores_stream: bool = False) -> Starlette:
     """vLLM's /v1/models and /v1/completions: the first token at once, then one token every
     ``per_token_s`` (a decode that takes ``n_tokens * per_token_s``); a request that does not stream gets
     the whole body at the end, as vLLM sends it. With ``max_model_len``, prompt + ``max_tokens`` over it is
-    refused with vLLM's 400s (listed in /v1/models only when ``listed``)."""
+    refused with vLLM's 400s (listed in /v1/models only when ``listed``). ``ignores_stream``: a server
+    that answers with one JSON body whatever the request says."""
     word = tokenizer.encode(" word", add_special_tokens=False)[0]
 
     async def models(request: Request):
@@ -68,7 +69,7 @@ def slow_vllm(tokenizer, seen: list, *, n_tokens: int = 30, per_token_s: float =
                     "logprobs": {"token_logprobs": [-0.5] * len(part), "tokens": [f"token_id:{i}" for i in part]},
                     "finish_reason": finish if last else None}
 
-        if not body.get("stream"):
+        if not body.get("stream") or ignores_stream:
             await asyncio.sleep(n * per_token_s)  # vLLM decodes all of it before answering
             return JSONResponse({"id": "cmpl-1", "object": "text_completion", "choices": [choice(ids, True)]})
 
@@ -182,3 +183,14 @@ async def test_a_late_call_refused_for_its_max_tokens_is_sent_again_clamped(toke
         await backend.aclose()
     assert [b["max_tokens"] for b in seen] == [200, 50]  # refused with the server's length, then clamped
     assert len(g.output_ids) == 50 and g.finish_reason == "length"
+
+
+async def test_a_server_that_ignores_stream_still_answers(tokenizer):
+    """An OpenAI-compatible server that answers one JSON body to a streamed request: the answer is
+    taken whole (its first token then counts at the end, as before)."""
+    seen: list = []
+    async with serve_app(slow_vllm(tokenizer, seen, n_tokens=12, per_token_s=0.0, ignores_stream=True)) as url:
+        backend = parse_backend_spec(f"vllm:{url}/v1", tokenizer=tokenizer)
+        g = await backend.generate([1, 2, 3], SamplingParams(max_tokens=50))
+        await backend.aclose()
+    assert seen[0]["stream"] is True and len(g.output_ids) == len(g.logprobs) == 12 and g.finish_reason == "stop"
