@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import time
 import resource
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
