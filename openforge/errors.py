@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BackendContextOverflow",
     "BackendError",
     "BackendTimeout",
     "ConfigError",
@@ -128,6 +129,17 @@ class BackendError(ForgeError, RuntimeError):
 
 class BackendTimeout(BackendError, TimeoutError):
     pass
+
+
+class BackendContextOverflow(BackendError, ValueError):
+    """A back-end found that a prompt of ``n_tokens`` does not fit its context of ``limit`` tokens (e.g. a
+    server whose context length was not known in advance refused it). The proxy records the call as a
+    ``context_overflow``, exactly as when it refuses the prompt itself: the outcome rule's business (the
+    policy's failure once it has generated anything), never a back-end failure (``infra_error``)."""
+
+    def __init__(self, message: str, *, n_tokens: int, limit: int):
+        super().__init__(message)
+        self.n_tokens, self.limit = n_tokens, limit
 
 
 class HarnessError(ForgeError, RuntimeError):

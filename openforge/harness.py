@@ -4,7 +4,9 @@ Owns: ``Harness`` (one abstract method, :meth:`Harness.run`), ``RolloutContext``
 harness needs to point a real agent process at the proxy), ``HarnessResult`` (what came out), and
 the framework side of a harness run: :meth:`Harness.execute` classifies every way a run can end
 (crash / config error / not installed → ``harness_error`` with a clear message; budget exceeded →
-``timeout``; killed by a signal the launcher did not send → ``policy_failure``), :meth:`RolloutContext.exec` runs a process through the sandbox with the remaining
+``timeout``; killed by a signal the launcher did not send → ``policy_failure`` when only another
+process sends it, ``harness_error`` for a crash of its own, ``infra_error`` for a cgroup OOM kill:
+:func:`signal_verdict`), :meth:`RolloutContext.exec` runs a process through the sandbox with the remaining
 budget (the sandbox kills the whole process group: SIGTERM, then SIGKILL) and captures
 stdout/stderr/exit code. What the sandbox shows of the host for a harness: :meth:`Harness.ro_paths`
 (its install) and :attr:`Harness.agent_files` (by default the Python files next to its module, so an
@@ -33,12 +35,17 @@ if TYPE_CHECKING:
     from .launchers.base import ExecResult, Sandbox
     from .task import Task
 
-__all__ = ["Harness", "HarnessResult", "RolloutContext", "killed_by", "tail"]
+__all__ = ["SELF_INFLICTED", "Harness", "HarnessResult", "RolloutContext", "killed_by", "signal_verdict", "tail"]
 
 #: Seconds a harness gets on top of its budget to be killed and reaped before execute() gives up.
 KILL_GRACE_S = 15.0
 #: Exit codes 129..128+this are read as "killed by signal N" (Linux has 64 signals).
 _MAX_SIGNAL = 64
+#: Signals a process raises on itself: a fault of its own code (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGTRAP,
+#: SIGSYS), ``abort()`` (SIGABRT: a failed assertion, an uncaught C++ exception, glibc's heap checks) or
+#: one of its own rlimits (SIGXCPU: CPU time, SIGXFSZ: file size). A harness killed by one crashed.
+SELF_INFLICTED = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGTRAP,
+                            signal.SIGSYS, signal.SIGABRT, signal.SIGXCPU, signal.SIGXFSZ})
 #: The openforge package: its own harnesses' folders are in every sandbox's view already.
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -157,9 +164,11 @@ class HarnessResult:
 
     @classmethod
     def from_exec(cls, res: ExecResult, *, harness: str, budget_s: float | None = None) -> HarnessResult:
-        """Classify a finished process: killed for the budget → ``timeout``; killed by any other
-        signal → ``policy_failure`` (see :func:`killed_by`); another non-zero exit → ``harness_error``
-        with the tail of its stderr/stdout; zero → normal end (status None)."""
+        """Classify a finished process: killed for the budget → ``timeout``; killed by a signal the
+        launcher did not send → see :func:`signal_verdict` (``policy_failure`` when something inside the
+        sandbox sent it, ``harness_error`` for a crash of its own, ``infra_error`` for the memory cgroup's
+        OOM killer); another non-zero exit → ``harness_error`` with the tail of its stderr/stdout; zero →
+        normal end (status None)."""
         out = cls(exit_code=res.returncode, stdout=res.stdout, stderr=res.stderr, duration_s=res.duration_s)
         sig = killed_by(res)
         if res.timed_out:
@@ -167,17 +176,12 @@ class HarnessResult:
             limit = f" of {budget_s:.0f}s" if budget_s is not None else ""
             out.error = f"{harness} exceeded its wall-clock budget{limit} and was killed"
         elif sig is not None:
-            out.status = RolloutStatus.POLICY_FAILURE
             out.extra["killed_by_signal"] = sig
-            out.error = (f"{harness} was killed by signal {sig} ({_signal_name(sig)}), which the launcher did not send "
-                         "(not the budget, not a cancel): something inside its own sandbox killed it — the "
-                         "agent's commands — so the rollout is the policy's failure")
+            out.status, out.error = signal_verdict(sig, res, harness)
         elif res.returncode != 0:
             out.status = RolloutStatus.HARNESS_ERROR
             detail = tail(res.stderr) or tail(res.stdout) or "(no output)"
             how = f"exit code {res.returncode}" if res.returncode is not None else "no exit code"
-            if res.returncode is not None and res.returncode < 0:
-                how = f"killed by signal {-res.returncode}"
             out.error = f"{harness} crashed ({how}): {detail}"
         return out
 
@@ -186,7 +190,7 @@ def killed_by(res: ExecResult) -> int | None:
     """The signal that killed a process the launcher did not kill for the budget: a negative return
     code, or 128+N (how the sandbox's init, like a shell, reports a child killed by signal N); None
     otherwise. The launcher signals a harness only for the budget (``timed_out``) or a cancel (which
-    raises instead of returning), so any other signal came from inside the sandbox."""
+    raises instead of returning): who sent any other signal is :func:`signal_verdict`'s question."""
     rc = res.returncode
     if res.timed_out or rc is None:
         return None
@@ -195,6 +199,32 @@ def killed_by(res: ExecResult) -> int | None:
     if 128 < rc <= 128 + _MAX_SIGNAL:
         return rc - 128
     return None
+
+
+def signal_verdict(sig: int, res: ExecResult, harness: str) -> tuple[RolloutStatus, str]:
+    """Whose doing a harness's death by signal ``sig`` (not the launcher's) was:
+
+    - a signal a process raises on itself (:data:`SELF_INFLICTED`: a fault of its own code, ``abort()``,
+      its own CPU-time or file-size rlimit) → ``harness_error``: the harness crashed;
+    - SIGKILL at the moment the rollout's memory cgroup OOM-killed (``res.oom_kills``: the local launcher
+      reads the cgroup's counter in the last seconds before the death) → ``infra_error``: the memory limit
+      is too small for the harness and what it runs (as a pod ``OOMKilled`` on Kubernetes). The kernel
+      kills the cgroup's largest process: an agent's own command that blows the limit is killed itself,
+      and the harness sees that as a tool's failure (an older OOM kill does not excuse a later SIGKILL);
+    - any other signal (SIGKILL, SIGTERM, SIGINT, SIGHUP, ...) is one that only another process sends:
+      something in the harness's own sandbox — the agent's commands — killed it → ``policy_failure``."""
+    name = _signal_name(sig)
+    if sig in SELF_INFLICTED:
+        detail = tail(res.stderr) or tail(res.stdout) or "(no output)"
+        return RolloutStatus.HARNESS_ERROR, (f"{harness} crashed (killed by signal {sig} ({name}): a fault, abort() "
+                                             f"or resource limit of its own, not a kill from its sandbox): {detail}")
+    if sig == signal.SIGKILL and res.oom_kills > 0:
+        return RolloutStatus.INFRA_ERROR, (f"{harness} was killed by the rollout's memory cgroup (the out-of-memory "
+                                           f"killer killed {res.oom_kills} process(es) as it died): the task's "
+                                           "resources.memory_mb is too small for the harness and what it ran")
+    return RolloutStatus.POLICY_FAILURE, (f"{harness} was killed by signal {sig} ({name}), which the launcher did "
+                                          "not send (not the budget, not a cancel): something inside its own sandbox "
+                                          "killed it — the agent's commands — so the rollout is the policy's failure")
 
 
 def _signal_name(sig: int) -> str:
@@ -307,7 +337,8 @@ class Harness(abc.ABC):
             tb = tail("".join(traceback.format_exception(type(e), e, e.__traceback__)), 2000)
             res = HarnessResult(status=RolloutStatus.HARNESS_ERROR,
                                 error=f"{self.name} raised {type(e).__name__}: {e}", stderr=tb)
-        if res.exit_code is not None and res.status in (None, RolloutStatus.HARNESS_ERROR):
+        if (res.exit_code is not None and res.status in (None, RolloutStatus.HARNESS_ERROR)
+                and "killed_by_signal" not in res.extra):  # a death by signal is signal_verdict's
             own = self.classify_exit(res.exit_code, res.stderr)
             if own is None or own == RolloutStatus.SUCCESS:  # "success" is the verifier's to say
                 res.status, res.error = None, None
@@ -327,8 +358,8 @@ class Harness(abc.ABC):
         harness has codes of its own, e.g. one that means "gave up on the task" (``None``: let the
         verifier score what was done, or ``policy_failure``) or "the model API refused the request"
         (``infra_error``). A context overflow needs no code: the proxy records it and the outcome rule
-        decides. Not consulted when the harness was killed by a signal from inside its sandbox
-        (:func:`killed_by`): that is the policy's failure whatever the hook says."""
+        decides. Not consulted when the harness was killed by a signal: :func:`signal_verdict` decides
+        (one sent from inside its sandbox is the policy's failure whatever the hook says)."""
         return None if exit_code == 0 else RolloutStatus.HARNESS_ERROR
 
     def location(self) -> str:

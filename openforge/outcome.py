@@ -25,7 +25,8 @@ The rule — the first row that matches wins:
  4    the launcher, setup or verifier failed, or the sandbox was lost        as given            no
       (``infra_error`` / ``env_error`` / ``harness_error``)
  5    the budget ran out and the model is to blame: before the first model   ``infra_error``     no
-      call; while the last call had produced nothing yet; after a call
+      call; while the last call had produced nothing yet (no first token:
+      none came, nor did its back-end estimate one); after a call
       stalled (no new token for ``stall_s`` or more); or after
       ``model_wait_share`` of the budget went to waiting for calls' *first*
       tokens (the back-end's queue and prefill). Decode time — how long
@@ -34,13 +35,16 @@ The rule — the first row that matches wins:
  7    the harness failed: as its ``classify_exit`` hook says — an            as given            no
       infrastructure status (``harness_error``, ...) is discarded;
       ``policy_failure`` is honoured (e.g. the harness was killed by a       ``policy_failure``  yes (0)
-      signal the launcher did not send: something in its own sandbox —
-      the agent's commands — killed it)
+      signal the launcher did not send and only another process sends:
+      something in its own sandbox — the agent's commands — killed it;
+      a fault/abort signal of its own is its crash, a cgroup OOM kill
+      the memory limit's: :func:`openforge.harness.signal_verdict`)
  8    the verifier's reward reaches ``success_threshold``                    ``success``         yes
  9    otherwise                                                              ``policy_failure``  yes
 ====  =====================================================================  ==================  =======
 
-A call's waiting is its ``first_token_s`` (the back-end's report: :mod:`openforge.proxy.timing`); a
+A call's waiting is its ``first_token_s`` (the back-end's report: :mod:`openforge.proxy.timing`; a
+back-end that hands whole answers over estimates it — veRL: :mod:`openforge.train.verl.latency`); a
 call that produced nothing was all waiting; a call recorded without timing counts its whole latency.
 
 An external driver's verdict (``status`` and ``reward`` given together, e.g. through
@@ -171,7 +175,7 @@ def _timeout(facts: OutcomeFacts, calls: Sequence[ModelCall]) -> Outcome:
         return Outcome(S.INFRA_ERROR, 0.0, f"{why}, before the first model call (a slow start or a queue: not "
                                            "the policy's doing)", 5)
     last = calls[-1]
-    if last.status == CallStatus.CANCELLED and not last.output_ids:
+    if last.status == CallStatus.CANCELLED and not last.output_ids and last.first_token_s is None:
         return Outcome(S.INFRA_ERROR, 0.0, f"{why}, while call {last.index} had produced nothing (the model "
                                            "never answered)", 5)
     stalled = next((c for c in calls if (c.max_token_gap_s or 0.0) >= facts.stall_s), None)

@@ -2,22 +2,25 @@
 and the scrubbed environment a sandboxed process starts with.
 
 Owns: :func:`detect_isolation` (the strongest of ``bwrap`` > ``unshare`` > ``none``, probed once),
-:class:`CgroupSet` (one rollout's memory / cpu / pids cgroups where writable), :func:`limits_prefix`,
-:func:`scrub_env`.
+:class:`CgroupSet` (one rollout's memory / cpu / pids cgroups where writable, and its memory cgroup's
+count of OOM kills: :func:`oom_kills`), :class:`OomWatch` (the OOM kills at the moment a command
+died), :func:`limits_prefix`, :func:`scrub_env`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import resource
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CgroupSet", "detect_isolation", "limits_prefix", "scrub_env"]
+__all__ = ["CgroupSet", "OomWatch", "detect_isolation", "limits_prefix", "oom_kills", "scrub_env"]
 
 #: Host variables a sandboxed process keeps; everything else (API keys, tokens, cloud creds) is dropped.
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "LC_ALL", "LC_CTYPE", "COLORTERM", "NO_COLOR")
@@ -84,12 +87,13 @@ class CgroupSet:
 
     ``paths`` lists the directories created (``limits_prefix`` moves each sandbox process in);
     :meth:`attach` moves a given process in; :meth:`remove` kills what is left inside and removes
-    the directories.
+    the directories; :meth:`oom_kills` counts the processes its memory limit's OOM killer killed.
     """
 
     def __init__(self, name: str, *, memory_mb: int | None, cpu: float | None, max_procs: int | None):
         self.paths: list[Path] = []
         self.limited: set[str] = set()
+        self.memory: Path | None = None  # the directory whose memory limit is enforced
         v2 = _own_cgroup_v2()
         if v2 is not None:
             self._make_v2(v2 / name, memory_mb, cpu, max_procs)
@@ -114,6 +118,8 @@ class CgroupSet:
             base = _own_cgroup_v1("memory")
             if base and os.access(base, os.W_OK):
                 self._try(base / name, {"memory.limit_in_bytes": str(memory_mb * 1024 * 1024)}, "memory")
+                if "memory" in self.limited:
+                    self.memory = base / name
         if cpu:
             base = _own_cgroup_v1("cpu")
             if base and os.access(base, os.W_OK):
@@ -144,6 +150,8 @@ class CgroupSet:
                 self.limited.add(f.split(".")[0])
             except OSError:
                 pass
+        if "memory" in self.limited:
+            self.memory = d
 
     def attach(self, pid: int | None = None) -> None:
         for d in self.paths:
@@ -152,12 +160,79 @@ class CgroupSet:
             except OSError:
                 pass
 
+    def oom_kills(self) -> int | None:
+        """How many processes the memory limit's OOM killer has killed in this cgroup so far (None: no
+        memory cgroup, or a kernel that does not count them)."""
+        return oom_kills(self.memory) if self.memory is not None else None
+
     def remove(self) -> None:
         from ._reaper import remove_cgroup
 
         for d in self.paths:
             remove_cgroup(str(d))
         self.paths = []
+
+
+def oom_kills(cgroup: Path) -> int | None:
+    """The ``oom_kill`` count of a memory cgroup directory: cgroup v2's ``memory.events``, v1's
+    ``memory.oom_control`` (kernel 4.13+; an older v1 kernel counts no kills: None). ``memory.failcnt``
+    is not read: it counts allocations that hit the limit and were reclaimed, not kills."""
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            text = (cgroup / name).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+class OomWatch:
+    """The OOM kills of a memory cgroup around the moment a command died: polls the counter (every
+    ``interval_s``) until the process has exited, so :meth:`stop` can tell the kills of the last
+    ``window_s`` before its death (the OOM killer's SIGKILL and the death it caused) from older ones (an
+    agent's command the killer took earlier, the harness killed later by something else). Inactive (0
+    kills) without a memory cgroup that counts them."""
+
+    def __init__(self, cgroups: CgroupSet | None, *, window_s: float = 2.0, interval_s: float = 0.25):
+        self.cgroups, self.window_s, self.interval_s = cgroups, window_s, interval_s
+        self._samples: list[tuple[float, int]] = []  # (monotonic time, count), the first and the changes
+        self._exited: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, proc: asyncio.subprocess.Process) -> None:
+        n = self.cgroups.oom_kills() if self.cgroups is not None else None
+        if n is not None:
+            self._samples = [(time.monotonic(), n)]
+            self._task = asyncio.ensure_future(self._poll(proc))
+
+    async def _poll(self, proc: asyncio.subprocess.Process) -> None:
+        while self._exited is None:
+            await asyncio.sleep(self.interval_s)
+            self._sample()
+            if proc.returncode is not None:  # dead (its pipes may stay open in a child's hands)
+                self._exited = time.monotonic()
+
+    def _sample(self) -> None:
+        n = self.cgroups.oom_kills() if self.cgroups is not None else None
+        if n is not None and n != self._samples[-1][1]:
+            self._samples.append((time.monotonic(), n))
+            del self._samples[1:-64]
+
+    def stop(self) -> int:
+        """The kills in the last ``window_s`` before the process died (before now, if not seen dead yet)."""
+        if self._task is None:
+            return 0
+        self._task.cancel()
+        self._task = None
+        if self._exited is None:
+            self._sample()
+        end = self._exited if self._exited is not None else time.monotonic()
+        at_death = [c for t, c in self._samples if t <= end][-1]
+        before = [c for t, c in self._samples if t <= end - self.window_s] or [self._samples[0][1]]
+        return max(0, at_death - before[-1])
 
 
 def limits_prefix(

@@ -36,6 +36,10 @@ class ExecResult:
     #: Output bytes the launcher dropped (kept the first and the last of each stream; the text says
     #: where): an agent cannot grow the driver's memory by printing
     output_dropped: int = 0
+    #: Processes the rollout's memory cgroup OOM-killed in the last seconds before this command died (the
+    #: local launcher with a memory cgroup: ``OomWatch``; 0 where not counted): with a SIGKILL, the
+    #: command was killed for memory, not by the agent
+    oom_kills: int = 0
 
 
 @dataclass

@@ -42,7 +42,7 @@ from pathlib import Path
 from ..errors import SandboxError, SandboxFileNotFound
 from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
 from ._fwd import bridge, to_tcp, to_unix
-from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
+from ._isolation import CgroupSet, OomWatch, detect_isolation, limits_prefix, scrub_env
 from ._output import DEFAULT_HEAD, BoundedOutput, drain
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
 from ._verifier import VERIFIER_WEAK_MODE_RISKS, intact_dir
@@ -364,6 +364,7 @@ class LocalSandbox(Sandbox):
             memory_mb=res.memory_mb, cpu_s=budget * max(res.cpu, 1.0) + 5, max_open_files=res.max_open_files,
             max_procs=res.max_processes, cgroups=self.cgroups, max_file_mb=res.disk_mb,
         )
+        ooms = OomWatch(self.cgroups)
         t0 = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -375,6 +376,7 @@ class LocalSandbox(Sandbox):
             return ExecResult(127, "", f"cannot run {argv[0]!r}: {e.strerror or e}", time.monotonic() - t0)
         self._procs.add(proc.pid)
         self.launcher._watch(f"+pid {proc.pid}")
+        ooms.start(proc)
         half = self.launcher.max_output_bytes // 2
         out, err = BoundedOutput(half, half), BoundedOutput(half, half)
         reading = asyncio.ensure_future(_communicate(proc, stdin, out, err))
@@ -394,11 +396,12 @@ class LocalSandbox(Sandbox):
             raise
         finally:
             reading.cancel()
+            oom_kills = ooms.stop()
             self._procs.discard(proc.pid)
             self.launcher._watch(f"-pid {proc.pid}")
         rc = None if timed_out else proc.returncode
         return ExecResult(rc, out.text(), err.text(), time.monotonic() - t0, timed_out=timed_out,
-                          output_dropped=out.dropped + err.dropped)
+                          output_dropped=out.dropped + err.dropped, oom_kills=oom_kills)
 
     async def _terminate(self, proc: asyncio.subprocess.Process) -> None:
         """SIGTERM the whole tree, give it ``grace_s``, then SIGKILL what is left."""

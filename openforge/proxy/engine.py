@@ -26,7 +26,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import BackendError, BackendTimeout, ContextOverflow, ProxyError
+from ..errors import BackendContextOverflow, BackendError, BackendTimeout, ContextOverflow, ProxyError
 from ..types import CallStatus, ModelCall
 from .backends.base import Backend, GenContext, Generation, MessageBackend, SamplingParams, TokenBackend
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
@@ -237,6 +237,13 @@ class Engine:
             raise
         except ProxyError:
             raise
+        except BackendContextOverflow as e:  # the back-end learnt the context only now: the same overflow
+            overflow = context_overflow(req.api, e.limit, e.n_tokens)
+            call.status, call.error, call.exact = CallStatus.CONTEXT_OVERFLOW, overflow.message, False
+            call.output_ids, call.output_logprobs = [], []
+            clock.record(call, produced=False)
+            await self.recorder.record(st, call)
+            raise overflow from None
         except Exception as e:
             call.status, call.error = CallStatus.ERROR, f"{type(e).__name__}: {e}"
             call.output_ids, call.output_logprobs = [], []  # a failed call trains nothing

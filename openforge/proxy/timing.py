@@ -7,7 +7,9 @@ Owns: :class:`CallTiming`. The engine starts one per call when it hands the prom
 
 - ``queued_s``: start → admitted (the back-end's own queue), when the back-end says;
 - ``first_token_s``: start → first token (queue + prefill: the server's time). A back-end that hands
-  its whole answer over at the end reports its first token at the end: all its time counts as waiting;
+  its whole answer over at the end either estimates its decode (:meth:`CallTiming.whole`: veRL, from
+  token counts at a measured rate) or reports its first token at the end: all its time then counts
+  as waiting;
 - ``max_token_gap_s``: the longest stretch after the first token with no new token, up to the end
   (a model that stalled mid-generation).
 
@@ -64,6 +66,32 @@ class CallTiming:
                 self.logprobs.extend(float(x) for x in logprobs)
             else:
                 self.logprobs = None
+
+    def whole(self, ids: Sequence[int], logprobs: Sequence[float] | None, decode_s: float) -> None:
+        """A back-end that hands its answer over whole (no token stream to mark) gives the ``ids`` now with
+        its own estimate of how long their decode took: the first token is put ``decode_s`` before now
+        (never before the call started), so only the time before it counts as waiting."""
+        now = time.perf_counter()
+        with self._lock:
+            if not ids or self.first is not None:  # nothing, or tokens already marked as they came
+                return
+            self.first = min(now, max(self.start, now - max(0.0, decode_s)))
+            self.last = now
+            self.ids.extend(ids)
+            if self.logprobs is not None and logprobs is not None and len(logprobs) == len(ids):
+                self.logprobs.extend(float(x) for x in logprobs)
+            else:
+                self.logprobs = None
+
+    def decoding_since(self, t: float) -> None:
+        """A back-end that hands nothing over until the end was cut mid-call, and estimates that it had
+        been decoding since ``t`` (a ``time.perf_counter`` reading): the call is marked as answering
+        from then until now (no ids: nothing is kept)."""
+        now = time.perf_counter()
+        with self._lock:
+            if self.first is None:
+                self.first = min(now, max(self.start, t))
+                self.last = now
 
     def text(self) -> None:
         """A pass-through back-end's upstream sent a text delta (no ids: nothing is kept)."""

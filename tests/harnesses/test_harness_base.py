@@ -117,4 +117,16 @@ def test_from_exec_signal_message():
     assert r.status == RolloutStatus.HARNESS_ERROR and "exit code 1" in r.error
     r = HarnessResult.from_exec(ExecResult(None, "", "", 1.0, timed_out=True), harness="x")  # the launcher's kill
     assert r.status == RolloutStatus.TIMEOUT
+
+
+def test_from_exec_a_signal_of_its_own_or_the_oom_killer_is_not_the_policys():
+    from openforge.launchers.base import ExecResult
+
+    for rc in (-11, 139, -6, 134, 152, 153):  # SIGSEGV, SIGABRT (direct / via init), SIGXCPU, SIGXFSZ
+        r = HarnessResult.from_exec(ExecResult(rc, "", "Segmentation fault", 1.0), harness="x")
+        assert r.status == RolloutStatus.HARNESS_ERROR and "crashed" in r.error, (rc, r.status)
+    r = HarnessResult.from_exec(ExecResult(137, "", "", 1.0, oom_kills=1), harness="x")  # the cgroup's OOM killer
+    assert r.status == RolloutStatus.INFRA_ERROR and "memory cgroup" in r.error
+    r = HarnessResult.from_exec(ExecResult(143, "", "", 1.0, oom_kills=1), harness="x")  # an OOM elsewhere; a SIGTERM
+    assert r.status == RolloutStatus.POLICY_FAILURE
     assert sys.platform.startswith("linux")

@@ -117,16 +117,17 @@ async def test_recorded_ids_are_the_tokenizers_prompt_and_the_servers_sample(ser
         expected_prompt = expected_prompt["input_ids"]
     completions = [e for e in seen if e["path"] == "/v1/completions"]
     assert len(completions) == 2 and len(traj.calls) == 2
-    whole, chunks = completions[0]["response"]["choices"][0], completions[1]["chunks"]
     for call, sent in zip(traj.calls, completions):
+        # the harness's plain request too is streamed from the server (its first token and decode are real)
+        assert sent["request"]["stream"] is True and "chunks" in sent
         assert call.exact and call.prompt_ids == list(expected_prompt) == sent["request"]["prompt"]
-    assert whole["prompt_token_ids"] == traj.calls[0].prompt_ids  # the server read the ids it was sent
-    assert traj.calls[0].output_ids == whole["token_ids"]
-    assert traj.calls[0].output_logprobs == whole["logprobs"]["token_logprobs"]
-    streamed_ids = [i for c in chunks for ch in c["choices"] for i in ch.get("token_ids") or []]
-    streamed_lps = [x for c in chunks for ch in c["choices"] for x in (ch.get("logprobs") or {}).get("token_logprobs") or []]
-    assert traj.calls[1].output_ids == streamed_ids and traj.calls[1].output_logprobs == streamed_lps
-    assert streamed_ids and len(streamed_ids) == len(streamed_lps)
+        choices = [ch for c in sent["chunks"] for ch in c["choices"]]
+        prompt_ids = next((ch["prompt_token_ids"] for ch in choices if ch.get("prompt_token_ids")), None)
+        assert prompt_ids in (None, call.prompt_ids)  # when the server echoes them: it read the ids it was sent
+        ids = [i for ch in choices for i in ch.get("token_ids") or []]
+        lps = [x for ch in choices for x in (ch.get("logprobs") or {}).get("token_logprobs") or []]
+        assert ids and call.output_ids == ids and call.output_logprobs == lps and len(ids) == len(lps)
+        assert call.first_token_s is not None and call.first_token_s <= call.latency_s
     traj.validate_segments()
 
 
@@ -231,6 +232,17 @@ async def test_a_seeded_long_prompt_beside_running_requests_leaves_the_engine_al
     await backend.aclose()
     assert len(g.output_ids) == len(g.logprobs) > 0 and all(d.output_ids for d in done)
     assert len(after.output_ids) == 4 or after.finish_reason == "stop"
+
+
+async def test_max_tokens_is_clamped_to_the_room_under_max_model_len(server, tokenizer):
+    """A prompt 8 tokens short of ``--max-model-len`` asking for 64: the server is asked for what fits
+    (vLLM refuses prompt + max_tokens over its length with a 400, an infra error), and answers."""
+    backend = _backend(server, tokenizer)
+    await backend.ready()
+    prompt = (tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 600))[: MAX_LEN - 8]
+    g = await backend.generate(prompt, SamplingParams(temperature=1.0, max_tokens=64))
+    await backend.aclose()
+    assert 0 < len(g.output_ids) <= 8 and len(g.output_ids) == len(g.logprobs)
 
 
 def _script(cmd: str) -> subprocess.CompletedProcess:

@@ -2,7 +2,8 @@
 ``harness_error`` (never trained) a policy could make its failures vanish from the data, exactly the
 bias GRPO learns to exploit. The real react harness process in a local sandbox (bwrap as ``nobody``
 when the driver is root), driven through the real proxy by a scripted policy whose tool call kills
-the harness's own process; and an ordinary harness crash, which stays ``harness_error``."""
+the harness's own process with a signal only another process sends; and an ordinary harness crash, which
+stays ``harness_error`` (a fault or abort() of the harness's own: ``test_harness_signals.py``)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ async def _rollout(rig, script, **kw):
                              launcher=launcher, proxy=proxy, store=store, **kw)
 
 
-@pytest.mark.parametrize("sig", ["KILL", "TERM", "SEGV"])
+@pytest.mark.parametrize("sig", ["KILL", "TERM", "INT", "HUP"])
 async def test_an_agent_that_kills_its_own_harness_is_trained_as_a_failure(rig, sig):
     # the shell tool's bash is a child of the harness: $PPID is the harness process itself
     traj = await _rollout(rig, {"turns": [{"shell": f"echo hello world > hello.txt; kill -{sig} $PPID"}]})

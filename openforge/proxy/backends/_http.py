@@ -3,7 +3,7 @@ third of httpx's per-request CPU cost, which matters for proxy overhead), httpx 
 
 Owns: :class:`JsonClient` — ``await request(method, url, body) -> (status, text)`` and
 ``async for lines in stream_lines(method, url, body)`` (a streamed answer's complete lines, as each
-network read brings them),
+network read brings them), a non-200 answer raised as :class:`HTTPRefused` (status and body),
 with transport errors mapped to :class:`~openforge.errors.BackendError` /
 :class:`~openforge.errors.BackendTimeout` — and :class:`SSEChunks` (the JSON chunks of an
 OpenAI-style ``data:`` stream).
@@ -20,13 +20,25 @@ from typing import Any
 from ...errors import BackendError, BackendTimeout
 from ..sse import dumps, loads
 
-__all__ = ["JsonClient", "SSEChunks"]
+__all__ = ["HTTPRefused", "JsonClient", "SSEChunks"]
 
 #: Idle keep-alive connections are reused for this long only: below the servers' own keep-alive (vLLM's
 #: uvicorn closes an idle connection after 5 s, VLLM_HTTP_TIMEOUT_KEEP_ALIVE). aiohttp's default, 15 s,
 #: reuses a connection the server is closing at that moment: the call fails "Server disconnected", and
 #: a rollout whose tool ran ~5 s between two calls became an infra error (seen against a real vLLM).
 KEEPALIVE_S = 3.0
+
+
+class HTTPRefused(BackendError):
+    """The server answered a request with a non-200 status (``status``, ``body``: its first 2,000 chars)."""
+
+    def __init__(self, message: str, *, status: int, body: str):
+        super().__init__(message)
+        self.status, self.body = status, body
+
+
+def _refused(label: str, method: str, url: str, status: int, text: str) -> HTTPRefused:
+    return HTTPRefused(f"{label} {method} {url} -> HTTP {status}: {text[:500]}", status=status, body=text[:2000])
 
 
 class JsonClient:
@@ -77,7 +89,7 @@ class JsonClient:
             if self._session is not None:
                 async with client.request(method, url, data=data) as r:
                     if r.status != 200:
-                        raise BackendError(f"{self.label} {method} {url} -> HTTP {r.status}: {(await r.text())[:500]}")
+                        raise _refused(self.label, method, url, r.status, await r.text())
                     rest = b""
                     async for data in r.content.iter_any():
                         lines = (rest + data).split(b"\n")
@@ -89,8 +101,8 @@ class JsonClient:
                 return
             async with client.stream(method, url, content=data) as r:
                 if r.status_code != 200:
-                    raise BackendError(f"{self.label} {method} {url} -> HTTP {r.status_code}: "
-                                       f"{(await r.aread()).decode('utf-8', 'replace')[:500]}")
+                    raise _refused(self.label, method, url, r.status_code,
+                                   (await r.aread()).decode("utf-8", "replace"))
                 async for line in r.aiter_lines():
                     yield [line]
 
@@ -112,7 +124,7 @@ class JsonClient:
     async def json(self, method: str, url: str, body: Any = None) -> Any:
         status, text = await self.request(method, url, body)
         if status != 200:
-            raise BackendError(f"{self.label} {method} {url} -> HTTP {status}: {text[:500]}")
+            raise _refused(self.label, method, url, status, text)
         try:
             return json.loads(text)
         except ValueError:

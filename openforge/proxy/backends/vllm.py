@@ -6,10 +6,20 @@ to ``return_tokens_as_token_ids`` ``"token_id:N"`` strings for older servers), `
 false`` and the proxy's enforced sampling, so recorded ids and logprobs are the server's own.
 The local tokenizer (SmolLM2's unless given) must be the served model's; the context length is the
 server's ``max_model_len`` (read once from ``GET /v1/models``), so an over-long prompt is refused and
-recorded as a ``context_overflow`` call rather than failing in vLLM. When the harness streams,
-the completion streams too (``/v1/completions`` has no tool parser, so vLLM #27482 — token ids lost
-in streamed tool-call chat responses — does not apply): each chunk's ids go to the harness as they
-arrive, and every chunk must carry as many logprobs as ids.
+recorded as a ``context_overflow`` call rather than failing in vLLM, and ``max_tokens`` is clamped to
+the room the prompt leaves (vLLM refuses prompt + ``max_tokens`` over its length with a 400). A server
+that does not list its length states it when it refuses: the length is learnt from that 400, the call
+sent again clamped, or, when the prompt alone does not fit, recorded as the policy's overflow
+(:class:`~openforge.errors.BackendContextOverflow`), never as a back-end failure.
+
+Every completion is streamed from the server, whether or not the harness streams (a non-streaming
+harness gets the assembled answer): the call's clock (:mod:`openforge.proxy.timing`) then sees when
+the first token came and how long the decode took, so the outcome rule counts only the wait before
+the first token as the back-end's and the decode as the policy's. A whole answer at the end would
+count the policy's decode as waiting: a verbose policy that ran out of its budget would be an
+``infra_error``, its long-windedness never penalised. ``/v1/completions`` has no tool parser, so
+vLLM #27482 — token ids lost in streamed tool-call chat responses — does not apply; each chunk's ids
+go to the harness as they arrive when it streams, and every chunk must carry as many logprobs as ids.
 
 Behaviour logprobs must be the distribution the token was sampled from. vLLM V1 returns *raw*
 logprobs (before temperature) unless the server runs with ``--logprobs-mode processed_logprobs``,
@@ -25,17 +35,21 @@ the training needs: the recorded ids and logprobs are the server's own either wa
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...errors import BackendError, ConfigError
-from ._http import JsonClient, SSEChunks
+from ...errors import BackendContextOverflow, BackendError, ConfigError
+from ._http import HTTPRefused, JsonClient, SSEChunks
 from .base import GenContext, Generation, SamplingParams, TokenBackend
 
 __all__ = ["VLLMBackend"]
 
 LogprobsMode = Literal["raw_logprobs", "processed_logprobs"]
 _MODES = ("raw_logprobs", "processed_logprobs")
+#: How vLLM states its context length when it refuses a request over it (every version since 0.2).
+_CONTEXT_RE = re.compile(r"maximum context length is (\d+) tokens")
 
 
 def _split_mode(url: str) -> tuple[str, str | None]:
@@ -125,32 +139,59 @@ class VLLMBackend(TokenBackend):
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None) -> Generation:
         self.check_sampling(params)
+        ctx = ctx if ctx is not None else GenContext()
+        await self.ready()  # the server's max_model_len, when it lists one
         body: dict[str, Any] = {
-            "model": await self._model(), "prompt": list(prompt_ids), "max_tokens": params.max_tokens,
+            "model": await self._model(), "prompt": list(prompt_ids),
+            "max_tokens": self._room(len(prompt_ids), params.max_tokens),
             "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "logprobs": 0,
             "return_token_ids": True, "return_tokens_as_token_ids": True, "skip_special_tokens": False,
-            "include_stop_str_in_output": True, "stream": False,
+            "include_stop_str_in_output": True, "stream": True,
         }
         if params.stop_token_ids:
             body["stop_token_ids"] = params.stop_token_ids
-        if ctx is not None and ctx.on_tokens is not None:
-            return await self._stream(body, ctx)
-        data = await self._request("POST", "/v1/completions", body)
         try:
-            choice = data["choices"][0]
-        except (KeyError, IndexError, TypeError) as e:
-            raise BackendError(f"vLLM response lacks choices ({type(e).__name__}: {e})") from None
-        ids, logprobs = _ids_and_logprobs(choice)
-        finish = choice.get("finish_reason") or "stop"
-        return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
+            return await self._stream(body, ctx)
+        except HTTPRefused as e:
+            if not self._learn_limit(e):
+                raise
+        # the server refused a request over its context length, which it had not listed: now known
+        body["max_tokens"] = self._room(len(prompt_ids), params.max_tokens)
+        return await self._stream(body, ctx)
+
+    def _room(self, n_prompt: int, max_tokens: int) -> int:
+        """``max_tokens`` clamped to the room the context leaves after the prompt (vLLM refuses a request
+        whose prompt plus ``max_tokens`` exceeds ``max_model_len`` with a 400: a late call of a long
+        conversation would fail as the back-end's error, not end as the policy's overflow). A prompt
+        that leaves no room is the policy's overflow (:class:`BackendContextOverflow`)."""
+        limit = self._max_context
+        if limit is None:
+            return max_tokens
+        if n_prompt >= limit:
+            raise BackendContextOverflow(f"prompt of {n_prompt} tokens leaves no room under the server's "
+                                         f"max_model_len={limit}", n_tokens=n_prompt, limit=limit)
+        return min(max_tokens, limit - n_prompt)
+
+    def _learn_limit(self, e: HTTPRefused) -> bool:
+        """A 400 that states the server's context length (vLLM: "This model's maximum context length is N
+        tokens ..."): keep N as the context (when it was not known, or is smaller) and say so."""
+        m = _CONTEXT_RE.search(e.body) if e.status == 400 else None
+        if m is None:
+            return False
+        limit = int(m.group(1))
+        if self._max_context is not None and limit >= self._max_context:
+            return False  # already clamped to it: the refusal is something else
+        self._max_context = limit
+        return True
 
     async def _stream(self, body: dict[str, Any], ctx: GenContext) -> Generation:
-        """A streamed completion: each chunk's ids are handed to the harness's response as they come."""
+        """A completion streamed from the server whether or not the harness streams: each chunk's ids go
+        to ``ctx.emit`` as they come (to the harness's response when it streams, and to the call's clock
+        either way: the wait before the first token is the server's, the decode after it the policy's)."""
         ids: list[int] = []
         logprobs: list[float] = []
         finish = None
-        stream = SSEChunks(self._client.stream_lines("POST", self.url + "/v1/completions", {**body, "stream": True}),
-                           "vLLM")
+        stream = SSEChunks(self._client.stream_lines("POST", self.url + "/v1/completions", body), "vLLM")
         async for chunks in stream:
             n = len(ids)
             for chunk in chunks:
@@ -160,12 +201,25 @@ class VLLMBackend(TokenBackend):
                     logprobs += new_lps
                     finish = choice.get("finish_reason") or finish
             ctx.emit(ids[n:], logprobs[n:])  # what this read brought, at once
-        if not stream.done and finish is None:
+        if not ids and finish is None and stream.other:  # a server that ignored "stream": one JSON body
+            ids, logprobs, finish = _whole(stream.other)
+            ctx.emit(ids, logprobs)
+        elif not stream.done and finish is None:
             raise BackendError(f"vLLM stream ended early after {len(ids)} tokens")
         return Generation(output_ids=ids, logprobs=logprobs, finish_reason="length" if finish == "length" else "stop")
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _whole(lines: list[str]) -> tuple[list[int], list[float], str | None]:
+    """The ids, logprobs and finish reason of a whole (not streamed) completion body."""
+    try:
+        choice = json.loads("\n".join(lines))["choices"][0]
+    except (KeyError, IndexError, TypeError, ValueError) as e:
+        raise BackendError(f"vLLM response lacks choices ({type(e).__name__}: {e})") from None
+    ids, logprobs = _ids_and_logprobs(choice)
+    return ids, logprobs, choice.get("finish_reason") or "stop"
 
 
 def _ids_and_logprobs(choice: dict[str, Any]) -> tuple[list[int], list[float]]:

@@ -13,14 +13,22 @@ that session (training ``rollout.*`` or validation ``val_kwargs.*``; sessions of
 one worker) and the proxy names the rollout by the same id, so every call finds its own params. A
 call for a rollout that was never opened is refused rather than served with another session's
 sampling. :meth:`close_rollout` forgets everything kept for a rollout.
+
+veRL hands each answer over whole and reports no per-request timing, so a call's decode (the policy's
+time) is estimated from its token count at the engine's decode rate measured per training step
+(:mod:`.latency`) and marked on the call's clock: only the rest of its latency counts as waiting for
+the back-end when a rollout runs out of its budget.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
-from ...errors import BackendError
+from ...errors import BackendContextOverflow, BackendError
 from ...proxy.backends.base import GenContext, Generation, SamplingParams, TokenBackend
+from .latency import DecodeRate
 
 __all__ = ["VerlServerBackend"]
 
@@ -39,6 +47,7 @@ class VerlServerBackend(TokenBackend):
         self.max_model_len = max_model_len
         self._sampling: dict[str, dict[str, Any]] = {}
         self.steps: dict[str, tuple[int, int]] = {}
+        self.decode_rate = DecodeRate()  # this engine's, per training step: splits a whole answer's latency
 
     @property
     def tokenizer(self) -> Any:
@@ -62,7 +71,8 @@ class VerlServerBackend(TokenBackend):
     def sampling_params(self, prompt_len: int, params: SamplingParams, rollout_id: str) -> dict[str, Any]:
         budget = self.max_model_len - prompt_len
         if budget < 1:
-            raise BackendError(f"prompt of {prompt_len} tokens leaves no room under max_model_len={self.max_model_len}")
+            raise BackendContextOverflow(f"prompt of {prompt_len} tokens leaves no room under max_model_len="
+                                         f"{self.max_model_len}", n_tokens=prompt_len, limit=self.max_model_len)
         opened = self._sampling.get(rollout_id)
         if opened is None:
             raise BackendError(f"rollout {rollout_id!r} has no veRL sampling params (the agent loop opens each "
@@ -78,9 +88,17 @@ class VerlServerBackend(TokenBackend):
     async def generate(self, prompt_ids: list[int], params: SamplingParams, ctx: GenContext | None = None) -> Generation:
         rid = ctx.rollout_id if ctx is not None else ""
         sp = self.sampling_params(len(prompt_ids), params, rid)
-        out = await self.server_manager.generate(request_id=rid, prompt_ids=list(prompt_ids), sampling_params=sp)
+        t0 = time.perf_counter()
+        try:
+            out = await self.server_manager.generate(request_id=rid, prompt_ids=list(prompt_ids), sampling_params=sp)
+        except asyncio.CancelledError:  # the rollout ran out of budget: was the policy still talking?
+            since = self.decode_rate.decoding_since(time.perf_counter() - t0, sp["max_tokens"])
+            if ctx is not None and since is not None:
+                ctx.timing.decoding_since(t0 + since)
+            raise
+        latency = time.perf_counter() - t0
         ids = list(out.token_ids)
-        lps = list(out.log_probs or [])
+        lps = [float(x) for x in out.log_probs or []]
         if len(lps) != len(ids):
             raise BackendError(f"veRL returned {len(lps)} logprobs for {len(ids)} tokens (is logprobs on?)")
         extra = getattr(out, "extra_fields", None) or {}
@@ -88,5 +106,8 @@ class VerlServerBackend(TokenBackend):
         if lo is not None and hi is not None:
             old = self.steps.get(rid)
             self.steps[rid] = (int(lo), int(hi)) if old is None else (min(old[0], int(lo)), max(old[1], int(hi)))
-        return Generation(output_ids=ids, logprobs=[float(x) for x in lps],
-                          finish_reason=_FINISH.get(str(out.stop_reason), "stop"))
+        # the whole answer came at once: its decode (the policy's time) is estimated at the step's rate
+        _wait, decode = self.decode_rate.split(extra.get("global_steps", hi), len(ids), latency)
+        if ctx is not None:
+            ctx.timing.whole(ids, lps, decode)
+        return Generation(output_ids=ids, logprobs=lps, finish_reason=_FINISH.get(str(out.stop_reason), "stop"))
