@@ -150,6 +150,9 @@ class _Env:
     def hidden_paths(self, task):
         return [str(self.root / task)]
 
+    def source_paths(self):
+        return []
+
 
 def test_project_paths_cover_run_stores_every_task_and_the_cache(tmp_path):
     runs, tasks, cache = tmp_path / "runs", tmp_path / "tasks", tmp_path / "cache"
