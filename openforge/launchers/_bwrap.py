@@ -194,11 +194,16 @@ def _editable_targets(site: Path) -> list[Path]:
         except (OSError, SyntaxError, ValueError):
             continue
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):
-                try:
-                    mapping = ast.literal_eval(node.value)
-                except ValueError:
-                    continue
+            # setuptools writes ``MAPPING: dict[str, str] = {...}`` (annotated); older ones a plain assignment
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            value = getattr(node, "value", None)
+            if value is None or not any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets):
+                continue
+            try:
+                mapping = ast.literal_eval(value)
+            except ValueError:
+                continue
+            if isinstance(mapping, dict):
                 out += [Path(v) for v in mapping.values() if isinstance(v, str)]
     for pth in site.glob("*.pth"):
         try:
