@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import signal
 import sys
 import time
@@ -41,6 +42,9 @@ KILL_GRACE_S = 15.0
 _MAX_SIGNAL = 64
 #: The openforge package: its own harnesses' folders are in every sandbox's view already.
 _PACKAGE_DIR = Path(__file__).resolve().parent
+log = logging.getLogger(__name__)
+#: Harness classes already warned that their default agent files lie inside the environment's package.
+_WARNED: set[type] = set()
 
 
 def tail(text: str, n: int = 1200) -> str:
@@ -277,7 +281,23 @@ class Harness(abc.ABC):
         self.check_environment_code(environment_code)
         masks = _forms([*hidden, *environment_code])
         agent = [p for p in self.agent_paths() if not any(_inside(q, m) for q in _forms([p]) for m in masks)]
+        self._warn_inside_environment(environment_code)
         return list(dict.fromkeys([*self.ro_paths(), *agent]))
+
+    def _warn_inside_environment(self, environment_code: Sequence[str]) -> None:
+        """Warn once per class when default agent files lie inside the environment's package (not
+        the environment's module itself: that one is left out as a matter of course)."""
+        cls = type(self)
+        if cls.agent_files is not None or cls in _WARNED:
+            return
+        code = _forms(environment_code)
+        inside = [p for p in self.agent_paths() if p not in code
+                  and any(_inside(q, c) and q != c for q in _forms([p]) for c in code)]
+        if inside:
+            _WARNED.add(cls)
+            log.warning("%s: its default agent files %s lie inside the environment's package, which the agent "
+                        "cannot see: they are not shown. Set %s.agent_files to files outside it if the agent "
+                        "needs them", cls.__qualname__, ", ".join(inside), cls.__qualname__)
 
     def check_environment_code(self, environment_code: Sequence[str]) -> None:
         """Raise :class:`~openforge.errors.ConfigError` if an explicitly listed :attr:`agent_files`

@@ -142,8 +142,22 @@ def test_an_agent_file_inside_the_environments_package_is_refused(tmp_path):
         async def run(self, ctx):  # pragma: no cover - not run
             raise AssertionError
 
-    with pytest.raises(ConfigError, match="helper.py"):
+    with pytest.raises(ConfigError, match=r"helper\.py"):
         Inside().check_environment_code(code)
+
+
+def test_default_agent_files_inside_the_environments_package_are_left_out_with_a_warning(tmp_path, caplog):
+    """A harness module kept in the environment's package: none of its files is shown, and the log says so."""
+    pkg = tmp_path / "myproj" / "envs"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(ENV)
+    (pkg / "harness.py").write_text(HARNESS)
+    (pkg / "agent.py").write_text("print('hi')\n")
+    code = _load(pkg / "__init__.py").ProjEnv().source_paths()
+    h = _load(pkg / "harness.py").ProjHarness()
+    with caplog.at_level("WARNING", logger="openforge.harness"):
+        assert h.sandbox_paths(environment_code=code) == []
+    assert "inside the environment's package" in caplog.text and str(pkg / "agent.py") in caplog.text
 
 
 async def test_a_rollout_of_such_a_harness_is_a_harness_error_without_a_sandbox(proj, rig, monkeypatch):
@@ -156,6 +170,18 @@ async def test_a_rollout_of_such_a_harness_is_a_harness_error_without_a_sandbox(
                              proxy=proxy, store=store)
     assert traj.status == S.HARNESS_ERROR and "environment's own code" in (traj.error or ""), traj.error
     assert started == []
+
+
+def test_the_preflight_names_a_harness_that_lists_the_environment(proj):
+    """``--dry-run``: the harness check fails on such a harness, before the run starts."""
+    from openforge.config import RunConfig
+    from openforge.preflight import _harnesses
+
+    _, env, harness = proj
+    cfg = RunConfig(harness={"name": f"{harness.__name__}:ListsEnv"})
+    with pytest.raises(ConfigError, match="environment's own code"):
+        _harnesses(cfg, [env.ProjEnv()])
+    assert "installed" in _harnesses(RunConfig(harness={"name": f"{harness.__name__}:ListsAgent"}), [env.ProjEnv()])
 
 
 class _Interactive(Environment):

@@ -139,7 +139,7 @@ def targets(proj: Path, key: str) -> dict:
 async def scenario(proj: Path, ro_bind: str | None) -> dict:
     sys.path.insert(0, str(proj))
     py_compile.compile(str(proj / "env.py"))  # its bytecode holds the answer key too
-    import env as flat_env  # noqa: E402  (the project's own modules)
+    import env as flat_env  # the project's own modules
     import harness
     import myproj.envs
 
