@@ -143,10 +143,10 @@ class Environment(abc.ABC):
 
     def source_paths(self) -> list[str]:
         """Host paths of this environment's own code, always hidden from the agent: for the class
-        and each :class:`Environment` base class outside openforge, the file of the module that defines it (with its
-        cached bytecode), or the whole package directory when that module is a package's
-        ``__init__.py``. A module ``myproj/env.py`` hides that file (not ``myproj/``); a package
-        ``myproj/envs/__init__.py`` hides ``myproj/envs/``. Classes with no file (defined
+        and each :class:`Environment` base class outside openforge, the file of the module that
+        defines it (with its cached bytecode), or the whole package directory when that module is a
+        package's ``__init__.py``. A module ``myproj/env.py`` hides that file (not ``myproj/``); a
+        package ``myproj/envs/__init__.py`` hides ``myproj/envs/``. Classes with no file (defined
         interactively) and openforge's own give nothing. A wrapper environment returns its inner
         one's."""
         classes = [k for k in type(self).__mro__ if issubclass(k, Environment)]  # not a mixin's, not abc's

@@ -28,8 +28,8 @@ the checkout around a ``.venv``, run directories, stores, task directories, cach
 rollouts are simply not there; hidden paths mask what a bound directory must not show (an
 environment's checks, a run directory under a bound path). An editable install that holds a hidden
 path (the user's own project, with its environment's code) is not bound at all
-(:func:`unshown_projects`): only the files the harness names show of it. A masked path is a mount point and so
-shows in ``/proc/self/mountinfo``; it is masked only when it would otherwise be visible.
+(:func:`unshown_projects`): only the files the harness names show of it. A masked path is a mount
+point and so shows in ``/proc/self/mountinfo``; it is masked only when it would otherwise be visible.
 """
 
 from __future__ import annotations
@@ -195,8 +195,12 @@ def _editable_targets(site: Path) -> list[Path]:
             continue
         for node in tree.body:
             # setuptools writes ``MAPPING: dict[str, str] = {...}`` (annotated); older ones a plain assignment
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-            value = getattr(node, "value", None)
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign):
+                targets, value = [node.target], node.value
+            else:
+                continue
             if value is None or not any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets):
                 continue
             try:
@@ -263,8 +267,8 @@ def _editable_dirs() -> list[Path]:
 
 def unshown_projects(hidden: Sequence[str]) -> set[str]:
     """The editable-install package directories :func:`tool_dirs` would bind that hold one of
-    ``hidden`` (or are one): the user's own project, whose environment code, task folders or run
-    directories must not show. Such a package is not bound at all (never bound whole and masked:
+    ``hidden``, are one, or lie inside one: the user's own project, whose environment code, task
+    folders or run directories must not show. Such a package is not bound at all (never bound whole and masked:
     its other modules, answer keys and data would show); the harness names what its agent needs of
     it (``agent_files``, ``ro_paths``). The openforge package is never one of them: the sandbox's
     own tooling runs from it, and its built-in environments are masked."""
@@ -277,7 +281,7 @@ def unshown_projects(hidden: Sequence[str]) -> set[str]:
         forms = {str(target), os.path.realpath(target)}
         if own in (target, Path(os.path.realpath(target))):
             continue
-        if any(_under(m, [f]) for m in masks for f in forms):
+        if any(_under(m, [f]) or _under(f, [m]) for m in masks for f in forms):
             out |= forms
     return out
 

@@ -101,6 +101,7 @@ def test_an_editable_install_holding_environment_code_is_not_bound(readme_home, 
     (site / "helper.pth").write_text(f"{lib}\n")
     hidden = [str(src / "myproj" / "env.py")]
     assert _bwrap.unshown_projects(hidden) == {str(src / "myproj")}
+    assert _bwrap.unshown_projects([str(src)]) == {str(src / "myproj")}  # inside a hidden folder: not bound on top
     argv = _bwrap._view([], hidden, [])
     binds = [dst for _, dst in _pairs(argv, "--ro-bind")]
     assert not any(b.startswith(str(src)) for b in binds), binds
