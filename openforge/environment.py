@@ -14,6 +14,12 @@ of it), and the mock services' in-driver state. A verifier that is a *program* (
 environment needs (paths to hide from the agent, services to expose) come from
 :meth:`Environment.hidden_paths` and :meth:`Environment.setup`.
 
+The environment's own code is never shown to the agent: :meth:`Environment.source_paths` (the file
+that defines the subclass, or its package directory when that file is a package's ``__init__.py``)
+is hidden from every sandbox on top of whatever :meth:`Environment.hidden_paths` returns
+(:func:`hidden_from_agent` is what the framework hides), and a harness whose listed agent files
+include it is refused (:meth:`Harness.sandbox_paths <openforge.harness.Harness.sandbox_paths>`).
+
 Missing files: :meth:`Sandbox.read_file` of a file the agent did not write raises
 :class:`~openforge.errors.SandboxFileNotFound`; a verifier that lets it escape is not broken — the
 rollout is scored 0 as ``policy_failure`` and trained. Every other exception a verifier raises (and a
@@ -25,7 +31,10 @@ from __future__ import annotations
 
 import abc
 import difflib
+import glob
 import math
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -35,10 +44,14 @@ from .launchers.base import Sandbox
 from .task import Task
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Iterator
 
 # Environment, VerifyResult, and what a verifier works with, importable from here in one line
-__all__ = ["Environment", "Sandbox", "SandboxFileNotFound", "Task", "VerifyResult"]
+__all__ = ["Environment", "Sandbox", "SandboxFileNotFound", "Task", "VerifyResult", "hidden_from_agent"]
+
+#: The openforge package: its built-in environments' code is hidden by every launcher already
+#: (``openforge/envs``), and the rest of it is the sandbox's own tooling (the react harness).
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 class VerifyResult(BaseModel):
@@ -121,8 +134,23 @@ class Environment(abc.ABC):
         return out
 
     def hidden_paths(self, task: Task) -> list[str]:
-        """Host paths the agent must not see (verifier code, answer keys)."""
-        return []
+        """Host paths the agent must not see (verifier code, answer keys, reference solutions).
+        Default: :meth:`source_paths`, this environment's own code. An override need not repeat
+        them: the framework hides :meth:`source_paths` on top of what this returns
+        (:func:`hidden_from_agent`). Name here what the environment's code reads or imports from
+        elsewhere (an answers file, a checks module beside it, a data folder)."""
+        return self.source_paths()
+
+    def source_paths(self) -> list[str]:
+        """Host paths of this environment's own code, always hidden from the agent: for the class
+        and each :class:`Environment` base class outside openforge, the file of the module that
+        defines it (with its cached bytecode), or the whole package directory when that module is a
+        package's ``__init__.py``. A module ``myproj/env.py`` hides that file (not ``myproj/``); a
+        package ``myproj/envs/__init__.py`` hides ``myproj/envs/``. Classes with no file (defined
+        interactively) and openforge's own give nothing. A wrapper environment returns its inner
+        one's."""
+        classes = [k for k in type(self).__mro__ if issubclass(k, Environment)]  # not a mixin's, not abc's
+        return list(dict.fromkeys(p for klass in classes for p in _module_paths(klass)))
 
     def harness_env(self, task: Task, sandbox: Sandbox) -> dict[str, str]:
         """Extra environment for the harness processes (e.g. ``DISPLAY``, service URLs); valid
@@ -179,3 +207,28 @@ class Environment(abc.ABC):
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "splits": self.splits(), "doc": (type(self).__doc__ or "").strip().split("\n")[0]}
 
+
+def hidden_from_agent(environment: Environment, task: Task) -> list[str]:
+    """What a rollout of ``task`` hides from the agent for ``environment``: its
+    :meth:`~Environment.hidden_paths` and, always, its :meth:`~Environment.source_paths` (an
+    override of ``hidden_paths`` cannot show the environment's own code)."""
+    return list(dict.fromkeys([*environment.hidden_paths(task), *environment.source_paths()]))
+
+
+def _module_paths(klass: type) -> Iterator[str]:
+    """The host paths of the module that defines ``klass`` (see :meth:`Environment.source_paths`)."""
+    module = sys.modules.get(klass.__module__)
+    file = getattr(module, "__file__", None)
+    if not file:
+        return
+    path = Path(file).absolute()
+    if path.resolve().is_relative_to(_PACKAGE_DIR):
+        return
+    if getattr(module, "__path__", None) is not None:  # a package: its whole folder
+        yield str(path.parent)
+        return
+    yield str(path)
+    try:  # the compiled module holds every constant of the source (an answer key too)
+        yield from sorted(str(p) for p in (path.parent / "__pycache__").glob(f"{glob.escape(path.stem)}.*.pyc"))
+    except OSError:
+        return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 import signal
 import sys
 import time
@@ -48,6 +49,9 @@ SELF_INFLICTED = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal
                             signal.SIGSYS, signal.SIGABRT, signal.SIGXCPU, signal.SIGXFSZ})
 #: The openforge package: its own harnesses' folders are in every sandbox's view already.
 _PACKAGE_DIR = Path(__file__).resolve().parent
+log = logging.getLogger(__name__)
+#: Harness classes already warned that their default agent files lie inside the environment's package.
+_WARNED: set[type] = set()
 
 
 def tail(text: str, n: int = 1200) -> str:
@@ -262,6 +266,9 @@ class Harness(abc.ABC):
     #: paths: to the module's directory); ``()``: none. A listed path that does not exist makes the
     #: rollout a ``harness_error`` saying so. Never list the project root: only what is named here
     #: is shown, and the run's directories and task folders stay hidden even under a listed folder.
+    #: The environment's own code (``Environment.source_paths``: its module, e.g. an ``env.py``
+    #: beside ``harness.py``) is never shown: left out of the default, and a listed path that is,
+    #: holds or lies inside it makes the rollout a ``harness_error`` (a ``ConfigError`` naming both).
     agent_files: ClassVar[tuple[str, ...] | None] = None
 
     @abc.abstractmethod
@@ -290,15 +297,51 @@ class Harness(abc.ABC):
         """The absolute host paths :attr:`agent_files` names (see there), those that exist."""
         return [str(p) for p in _agent_files(type(self)) if p.exists()]
 
-    def sandbox_paths(self, hidden: Sequence[str] = ()) -> list[str]:
+    def sandbox_paths(self, hidden: Sequence[str] = (), environment_code: Sequence[str] = ()) -> list[str]:
         """Every host path the rollout's sandbox shows read-only for this harness: :meth:`ro_paths`
         and :meth:`agent_paths`, less any agent path that is, or lies under, one of ``hidden`` (the
         environment's and the run's hidden paths: a harness module inside a task folder never shows
-        that task's verifier)."""
-        masks = [str(q) for h in hidden for q in dict.fromkeys((Path(h), Path(h).resolve()))]
-        agent = [p for p in self.agent_paths()
-                 if not any(q == m or q.startswith(m.rstrip("/") + "/") for q in (p, str(Path(p).resolve())) for m in masks)]
+        that task's verifier; the environment's module beside the harness module is not among the
+        default agent files).
+
+        ``environment_code``: the environment's own code
+        (:meth:`Environment.source_paths <openforge.environment.Environment.source_paths>`). An
+        explicit :attr:`agent_files` entry that is one of them, holds one, or lies inside one raises
+        :class:`~openforge.errors.ConfigError` naming both: the agent would run the verifier's code."""
+        self.check_environment_code(environment_code)
+        masks = _forms([*hidden, *environment_code])
+        agent = [p for p in self.agent_paths() if not any(_inside(q, m) for q in _forms([p]) for m in masks)]
+        self._warn_inside_environment(environment_code)
         return list(dict.fromkeys([*self.ro_paths(), *agent]))
+
+    def _warn_inside_environment(self, environment_code: Sequence[str]) -> None:
+        """Warn once per class when default agent files lie inside the environment's package (not
+        the environment's module itself: that one is left out as a matter of course)."""
+        cls = type(self)
+        if cls.agent_files is not None or cls in _WARNED:
+            return
+        code = _forms(environment_code)
+        inside = [p for p in self.agent_paths() if p not in code
+                  and any(_inside(q, c) and q != c for q in _forms([p]) for c in code)]
+        if inside:
+            _WARNED.add(cls)
+            log.warning("%s: its default agent files %s lie inside the environment's package, which the agent "
+                        "cannot see: they are not shown. Set %s.agent_files to files outside it if the agent "
+                        "needs them", cls.__qualname__, ", ".join(inside), cls.__qualname__)
+
+    def check_environment_code(self, environment_code: Sequence[str]) -> None:
+        """Raise :class:`~openforge.errors.ConfigError` if an explicitly listed :attr:`agent_files`
+        entry is, holds or lies inside one of ``environment_code`` (the environment's own code). The
+        default agent files are never refused: the environment's module is left out of them."""
+        if type(self).agent_files is None:
+            return
+        clashes = [(p, c) for p in self.agent_paths() for c in environment_code
+                   if any(_inside(a, b) or _inside(b, a) for a in _forms([p]) for b in _forms([c]))]
+        if clashes:
+            which = "; ".join(f"{p} (the environment's code: {c})" for p, c in clashes)
+            raise ConfigError(f"{type(self).__qualname__}.agent_files would show the agent the environment's own "
+                              f"code, which is hidden from it (its checks and answer keys): {which}. List only the "
+                              "files the agent runs, or keep the environment's module out of them")
 
     def check_agent_files(self) -> None:
         """Raise :class:`HarnessNotInstalled` if a path listed in :attr:`agent_files` does not exist."""
@@ -404,3 +447,13 @@ def _agent_files(cls: type[Harness]) -> list[Path]:
         return []
     return [p for p in entries if p.suffix == ".py" and not p.name.startswith(".") and not p.is_symlink()
             and p.is_file()]
+
+
+def _forms(paths: Sequence[str]) -> list[str]:
+    """Each of ``paths`` as given (absolute) and resolved (symlinks followed), without repeats."""
+    return list(dict.fromkeys(str(q) for p in paths for q in (Path(p).absolute(), Path(p).resolve())))
+
+
+def _inside(path: str, root: str) -> bool:
+    """``path`` is ``root`` or lies under it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")

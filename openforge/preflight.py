@@ -11,7 +11,8 @@ model load. The checks:
   held-out split (``eval.heldout``) and the SFT teacher's reference solutions exist when enabled;
 * model — ``model.name`` resolves (the SmolLM2 alias, a model directory, ``RUN@last``) with its
   config, weights and tokenizer files, and the tokenizer loads (no weights are loaded);
-* harness — every harness of the run is installed (``forge harness install NAME``);
+* harness — every harness of the run is installed (``forge harness install NAME``), and none lists
+  the environment's own code among its agent files;
 * prompt — each harness's first prompt plus ``rollout.max_tokens`` fits the model's context;
 * sandbox — the launcher starts (locally: the bubblewrap probe runs a real minimal sandbox).
 
@@ -135,11 +136,14 @@ def _model(cfg: RunConfig) -> str:
     return f"{name}{via}: {where}; its tokenizer loads; weights not loaded"
 
 
-def _harnesses(cfg: RunConfig) -> str:
+def _harnesses(cfg: RunConfig, env: list[Environment]) -> str:
     from .plugins import make_harness
 
+    code = env[0].source_paths() if env else []
     for name in cfg.harness.names():
-        make_harness(name, **cfg.harness.options_for(name)).check_installed()
+        harness = make_harness(name, **cfg.harness.options_for(name))
+        harness.check_installed()
+        harness.check_environment_code(code)
     return f"{', '.join(cfg.harness.names())} installed"
 
 
@@ -172,7 +176,7 @@ def preflight(cfg: RunConfig) -> list[Check]:
     box.run("model", lambda: _model(cfg))
     box.run("prompt", lambda: _prompt(cfg))
     if cfg.trainer.backend == "cpu":  # veRL runs the harnesses and sandboxes on its nodes
-        box.run("harness", lambda: _harnesses(cfg))
+        box.run("harness", lambda: _harnesses(cfg, env))
         box.run("sandbox", lambda: _sandbox(cfg))
     box.raise_any()
     return box.checks

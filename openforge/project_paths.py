@@ -6,7 +6,8 @@ Owns: :func:`project_paths`. The session hands the result to its launcher
 * the store and the run directory around it (trajectories, SFT teacher data, checkpoints, logs),
   and the other run directories beside it (siblings holding a ``trajectories.db``: ``runs/*``);
 * every path any task of the environment hides (not only the task being rolled out: a sibling
-  task's ``solution.sh`` is as much an answer key), and the task root that holds the task folders;
+  task's ``solution.sh`` is as much an answer key), the task root that holds the task folders, and
+  the environment's own code (:meth:`~openforge.environment.Environment.source_paths`);
 * the cache root (model weights, SFT warm-starts, held-out results). Harness installs inside it are
   bound on their own, on top of the mask, so the harness still runs.
 
@@ -58,6 +59,6 @@ def project_paths(*, store: str | os.PathLike[str] | None, environment: Environm
         out += [str(path), str(path.parent), *_sibling_runs(path.parent)]
     if environment is not None:
         hidden = [str(Path(h).resolve()) for t in environment.tasks() for h in environment.hidden_paths(t)]
-        out += [*hidden, *_task_roots(hidden)]
+        out += [*hidden, *_task_roots(hidden), *(str(Path(p).resolve()) for p in environment.source_paths())]
     out += [str(Path(p).expanduser().resolve()) for p in extra]
     return list(dict.fromkeys(out))

@@ -36,8 +36,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .environment import Environment, VerifyResult
-from .errors import SandboxFileNotFound
+from .environment import Environment, VerifyResult, hidden_from_agent
+from .errors import ConfigError, SandboxFileNotFound
 from .harness import Harness, HarnessResult, RolloutContext, tail
 from .harness_mix import PerGroupHarness
 from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
@@ -125,20 +125,7 @@ class _Rollout:
         rid = handle.rollout_id
         t_start = time.monotonic()
         try:
-            spec = SandboxSpec(
-                rollout_id=rid, task=task, proxy_url=proxy.url, api_key=handle.api_key,
-                proxy_uds=proxy.agent_uds, hidden_paths=environment.hidden_paths(task),
-                ro_paths=harness.sandbox_paths(hidden=[*environment.hidden_paths(task), *launcher.hidden_paths]),
-            )
-            t = time.monotonic()
-            try:
-                sandbox = await asyncio.wait_for(launcher.provision(spec), req.provision_timeout_s)
-            except asyncio.TimeoutError:
-                failure, error = S.INFRA_ERROR, (f"{launcher.name} launcher did not provide a sandbox within "
-                                                 f"{req.provision_timeout_s:.0f}s")
-            except Exception as e:
-                failure, error = _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
-            timings["provision_s"] = time.monotonic() - t
+            sandbox, failure, error = await _provision_sandbox(req, rid, handle.api_key, timings)
             if sandbox is not None:
                 meta["isolation"] = sandbox.isolation
                 t = time.monotonic()
@@ -194,6 +181,31 @@ class _Rollout:
         if cancelled:
             raise asyncio.CancelledError
         return traj
+
+
+async def _provision_sandbox(req: RolloutRequest, rid: str, api_key: str,
+                             timings: dict[str, float]) -> tuple[Sandbox | None, RolloutStatus | None, str | None]:
+    """The rollout's sandbox, showing the agent what the harness needs and none of what the environment
+    and the run hide (the environment's own code always); or the failure that stands for it."""
+    task, harness, environment, launcher, proxy = req.task, req.harness, req.environment, req.launcher, req.proxy
+    hidden = hidden_from_agent(environment, task)
+    try:
+        ro_paths = harness.sandbox_paths(hidden=[*hidden, *launcher.hidden_paths],
+                                         environment_code=environment.source_paths())
+    except ConfigError as e:  # agent files that name the environment's code: no sandbox for them
+        return None, S.HARNESS_ERROR, f"{harness.name} is misconfigured: {e}"
+    spec = SandboxSpec(rollout_id=rid, task=task, proxy_url=proxy.url, api_key=api_key,
+                       proxy_uds=proxy.agent_uds, hidden_paths=hidden, ro_paths=ro_paths)
+    t = time.monotonic()
+    try:
+        return await asyncio.wait_for(launcher.provision(spec), req.provision_timeout_s), None, None
+    except asyncio.TimeoutError:
+        return None, S.INFRA_ERROR, (f"{launcher.name} launcher did not provide a sandbox within "
+                                     f"{req.provision_timeout_s:.0f}s")
+    except Exception as e:
+        return None, _launch_status(e), f"{launcher.name} launcher could not provision a sandbox: {_err(e)}"
+    finally:
+        timings["provision_s"] = time.monotonic() - t
 
 
 def _launch_status(e: BaseException, default: RolloutStatus = S.INFRA_ERROR) -> RolloutStatus:

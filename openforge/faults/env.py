@@ -64,6 +64,9 @@ class FaultyEnvironment(Environment):
     def hidden_paths(self, task: Task) -> list[str]:
         return self.inner.hidden_paths(task)
 
+    def source_paths(self) -> list[str]:
+        return self.inner.source_paths()
+
     def instruction(self, task: Task, sandbox: Sandbox) -> str:
         return self.inner.instruction(task, sandbox)
 

