@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..types import RolloutStatus
+from ._hostile_read import DEFAULT_MAX_BYTES
 from .base import ExecResult, Sandbox, SandboxFailure, VerifierView
 
 if TYPE_CHECKING:
@@ -100,8 +101,8 @@ class PodVerifierSandbox(Sandbox):
         env = {"HOME": str(self.home), "TMPDIR": str(self.home), **(env or {})}
         return await self.pod.exec(argv, env=env, cwd=cwd or self.workdir, timeout_s=timeout_s, stdin=stdin)
 
-    async def read_file(self, path: str | Path) -> bytes:
-        return await self.pod.read_file(path)
+    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        return await self.pod.read_file(path, max_bytes=max_bytes)
 
     async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
         raise SandboxFailure("a verifier's sandbox takes no files from the driver", RolloutStatus.ENV_ERROR)

@@ -7,7 +7,13 @@ request must carry the per-rollout token (``X-Openforge-Token``; given to the po
 
 Routes: ``GET /healthz``; ``POST /exec`` ``{argv, env, cwd, timeout_s, stdin_b64, grace_s}`` → ``{returncode,
 stdout, stderr, duration_s, timed_out}`` (own process group; on timeout SIGTERM then SIGKILL of the
-group); ``GET /file?path=`` → bytes; ``PUT /file?path=&mode=`` (raw bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar.
+group); ``GET /file?path=&root=&max_bytes=`` → bytes (read as a hostile file by ``_hostile_read``: no
+link below ``root`` followed, regular files only, never blocking, at most ``max_bytes``; 404 with
+``"missing": true`` when absent, 403 with ``"refused": true`` otherwise); ``PUT /file?path=&mode=`` (raw
+bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar.
+
+``_hostile_read`` is imported as a sibling when this file runs as a script; the source shipped to the
+pod has that module's source in place of the import line (``k8s_manifests.agent_source``).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import tarfile
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
+
+from _hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile  # inlined in the pod (agent_source)
 
 TOKEN = os.environ.pop("OPENFORGE_AGENT_TOKEN", "")
 
@@ -94,15 +102,20 @@ class Handler(BaseHTTPRequestHandler):
             return None
         try:
             if url.path.endswith("/file"):
-                with open(q["path"], "rb") as f:
-                    return self._reply(200, f.read(), "application/octet-stream")
+                root = q.get("root") or os.path.dirname(q["path"])
+                data = read_hostile(q["path"], root=root, max_bytes=int(q.get("max_bytes", DEFAULT_MAX_BYTES)))
+                return self._reply(200, data, "application/octet-stream")
             if url.path.endswith("/tar"):
                 buf = io.BytesIO()
                 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
                     tar.add(q["path"], arcname=".")
                 return self._reply(200, buf.getvalue(), "application/gzip")
+        except FileRefused as e:  # the agent left a FIFO, a link, a huge file: a distinct answer
+            return self._reply(403, json.dumps({"error": e.why, "refused": True}).encode())
         except (FileNotFoundError, NotADirectoryError) as e:  # the agent did not write it: a distinct answer
             return self._reply(404, json.dumps({"error": str(e), "missing": True}).encode())
+        except ValueError as e:
+            return self._reply(400, json.dumps({"error": str(e)}).encode())
         except (OSError, KeyError) as e:
             return self._reply(404, json.dumps({"error": str(e)}).encode())
         return self._reply(404, b'{"error": "no such route"}')

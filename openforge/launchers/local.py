@@ -39,9 +39,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import SandboxError, SandboxFileNotFound
+from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
 from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
 from ._fwd import bridge, to_tcp, to_unix
+from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
 from ._output import DEFAULT_HEAD, BoundedOutput, drain
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
@@ -294,14 +295,30 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"path {path} is outside the sandbox {self.root}")
         return real
 
-    async def read_file(self, path: str | Path) -> bytes:
-        p = self._resolve(path)
+    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        """See :meth:`Sandbox.read_file`: read with :func:`~._hostile_read.read_hostile` from the
+        sandbox's own directory (or, for a verifier's sandbox, the rollout's intact workdir)."""
+        p = Path(path)
+        p = p if p.is_absolute() else self.workdir / p
+        root = self._read_root(p, path)
         try:
-            return await asyncio.to_thread(p.read_bytes)
+            return await asyncio.to_thread(read_hostile, p, root=root, max_bytes=max_bytes, shown=str(path))
+        except FileRefused as e:
+            raise SandboxFileRefused(f"refused to read {path} in the sandbox: {e.why}", str(path), e.why) from e
         except (FileNotFoundError, NotADirectoryError) as e:
             raise SandboxFileNotFound(f"no file {path} in the sandbox (the agent did not write it)", str(path)) from e
         except OSError as e:
             raise SandboxError(f"cannot read {path} in the sandbox: {e.strerror or e}") from e
+
+    def _read_root(self, p: Path, asked: str | Path) -> Path:
+        """The driver's directory a read of ``p`` walks from (nothing below it is followed)."""
+        for root in (self.root, *([self.workdir] if self.spec.view_workdir else [])):
+            if _lexically_under(p, root):
+                if root == self.workdir and not intact_dir(root):
+                    raise SandboxFileRefused(f"refused to read {asked}: the workdir is not the launcher's "
+                                             "directory any more", str(asked), "the workdir was replaced")
+                return root
+        raise SandboxError(f"path {asked} is outside the sandbox {self.root}")
 
     async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
         p = self._resolve(path)
@@ -448,19 +465,18 @@ async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, ou
     await proc.wait()
 
 
+def _lexically_under(p: Path, root: Path) -> bool:
+    rel = os.path.relpath(os.path.normpath(p), root)
+    return rel != ".." and not rel.startswith("../")
+
+
 def _read_owner(d: Path) -> int | None:
-    """The driver pid recorded in a sandbox dir's ``.owner`` (inside the agent's directory: read
-    without following a link or blocking on a FIFO, at most 32 bytes), or None."""
+    """The driver pid recorded in a sandbox dir's ``.owner`` (inside the agent's directory: read as a
+    hostile file, at most 32 bytes), or None."""
     try:
-        fd = os.open(d / ".owner", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        text = read_hostile(".owner", root=d, max_bytes=32)
+    except (OSError, ValueError, FileRefused):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        text = os.read(fd, 32)
-    finally:
-        os.close(fd)
     return int(text) if text.strip().isdigit() else None
 
 
