@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import stat
 import time
 import tracemalloc
 import uuid
@@ -54,10 +55,11 @@ async def sbx(tmp_path):
 def _unblock(where: Path) -> None:
     """Release any driver thread still blocked opening a FIFO under ``where`` (only on a regression)."""
     for _ in range(3):
-        for p in where.rglob("*"):
-            with contextlib.suppress(OSError):
-                if p.is_fifo():
-                    os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))
+        for d, _dirs, files in os.walk(where):  # errors (a dir removed meanwhile) are skipped
+            for name in files:
+                with contextlib.suppress(OSError):
+                    if stat.S_ISFIFO(os.lstat(os.path.join(d, name)).st_mode):
+                        os.close(os.open(os.path.join(d, name), os.O_WRONLY | os.O_NONBLOCK))
         time.sleep(0.1)
 
 
@@ -180,13 +182,22 @@ class Shell(Harness):
 @pytest.mark.parametrize("command", ["mkfifo answer.txt", "truncate -s 4G answer.txt", "ln -s /etc/shadow answer.txt"])
 async def test_the_rollout_is_the_policys_failure(rig, command):
     proxy, launcher, store = await rig({"turns": [{"text": "ok"}]})
-    rollout = run_rollout(harness=Shell(command), environment=Answers(), task=TASK, launcher=launcher, proxy=proxy,
-                          store=store)
+
+    async def rescue() -> None:  # a regression must fail, not hang: free a read blocked on the FIFO
+        while not any(Path(launcher.base_dir).glob("*/work/answer.txt")):
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(PROMPT_S)
+        while True:
+            await asyncio.to_thread(_unblock, Path(launcher.base_dir))
+            await asyncio.sleep(0.5)
+
+    rescuer = asyncio.ensure_future(rescue())
     try:
-        traj = await asyncio.wait_for(rollout, 60)
+        traj = await run_rollout(harness=Shell(command), environment=Answers(), task=TASK, launcher=launcher,
+                                 proxy=proxy, store=store)
     finally:
-        for d in (Path(launcher.base_dir)).glob("*/work"):
-            _unblock(d)
+        rescuer.cancel()
+    assert traj.metrics["verify_s"] < PROMPT_S, "the verifier's read blocked"
     assert traj.status == S.POLICY_FAILURE and traj.reward == 0.0 and traj.trainable, (traj.status, traj.error)
     assert traj.metadata["verify_refused_file"] == "answer.txt"
     assert "refused" in traj.metadata["verify_detail"]
@@ -195,7 +206,7 @@ async def test_the_rollout_is_the_policys_failure(rig, command):
 # -- a claw check and the workdir copy of a host verifier ----------------------------------------------
 
 @pytest.mark.parametrize("script", ["mkfifo hello.txt", "truncate -s 4G hello.txt", "ln -s /etc/hostname hello.txt",
-                                    "echo 'Hello, World!' > real.txt; ln -s real.txt hello.txt"])
+                                    "echo 'hello world' > real.txt; ln -s real.txt hello.txt"])
 async def test_a_claw_check_reads_through_the_same_reader(tmp_path, script):
     from openforge.envs.claw import ClawEnvironment
 
