@@ -45,7 +45,7 @@ _KINDS = ((stat.S_ISLNK, "a symbolic link (not followed)"), (stat.S_ISDIR, "a di
           (stat.S_ISBLK, "a block device"))
 
 
-class FileRefused(Exception):
+class FileRefused(ValueError):
     """A file the agent left that the driver will not read: not a regular file (a symlink, FIFO, socket,
     device or directory), larger than the cap, or made unreadable. ``path`` is the path as asked for,
     ``why`` the reason in plain words."""
@@ -53,6 +53,9 @@ class FileRefused(Exception):
     def __init__(self, path: str, why: str):
         super().__init__(f"{path}: {why}")
         self.path, self.why = path, why
+
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
+        return type(self), (self.path, self.why)
 
 
 def _kind(mode: int) -> str:

@@ -12,8 +12,9 @@ link below ``root`` followed, regular files only, never blocking, at most ``max_
 ``"missing": true`` when absent, 403 with ``"refused": true`` otherwise); ``PUT /file?path=&mode=`` (raw
 bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar.
 
-``_hostile_read`` is imported as a sibling when this file runs as a script; the source shipped to the
-pod has that module's source in place of the import line (``k8s_manifests.agent_source``).
+``_hostile_read`` is imported (from the package, or as a sibling when this file runs as a script); the
+source shipped to the pod has that module's source in place of the import
+(``k8s_manifests.agent_source``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,12 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from _hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile  # inlined in the pod (agent_source)
+# >>> _hostile_read (the pod gets that module's source here: k8s_manifests.agent_source)
+try:
+    from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
+except ImportError:  # run as a script, beside it
+    from _hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile  # type: ignore[no-redef]
+# <<< _hostile_read
 
 TOKEN = os.environ.pop("OPENFORGE_AGENT_TOKEN", "")
 
