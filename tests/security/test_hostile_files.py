@@ -285,3 +285,50 @@ async def test_the_pod_agent_refuses_the_same(cluster, tmp_path, script, read, w
         _unblock(tmp_path / "pods")
         await s.close()
         await la.aclose()
+
+
+# -- a normal-user driver: the agent is the driver's own uid and can take its own file's read bit -------
+
+READ_AS_USER = """
+import sys
+ns = {"__name__": "hostile_read"}
+exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), ns)
+for rel in sys.argv[3:]:
+    try:
+        ns["read_hostile"](rel, root=sys.argv[2], max_bytes=100)
+        print(rel, "read")
+    except ns["FileRefused"] as e:
+        print(rel, "refused:", e.why)
+"""
+
+
+def test_a_file_made_unreadable_is_refused_not_an_error_for_a_normal_user_driver():
+    """Under a non-root driver, ``chmod 000`` is the agent's to do: a refusal (its failure), not an
+    ``OSError`` that would make the rollout the environment's."""
+    import subprocess
+
+    from .test_sandbox_escapes import TEST_UID, _user_python
+
+    py = _user_python()
+    if py is None or os.geteuid() != 0:
+        pytest.skip("needs root and a system Python of this version to run as a normal user")
+    base = REPO / ".pytest-security" / f"hread-{uuid.uuid4().hex[:8]}"
+    try:
+        (base / "d").mkdir(parents=True)
+        (base / "answer.txt").write_text("42\n")
+        (base / "ok.txt").write_text("42\n")
+        (base / "d" / "x.txt").write_text("42\n")
+        for p in (base, base / "d", base / "answer.txt", base / "ok.txt", base / "d" / "x.txt"):
+            os.chown(p, TEST_UID, TEST_UID)
+        (base / "answer.txt").chmod(0)
+        (base / "d").chmod(0)
+        src = Path(__file__).resolve().parents[2] / "openforge" / "launchers" / "_hostile_read.py"
+        r = subprocess.run(["setpriv", f"--reuid={TEST_UID}", f"--regid={TEST_UID}", "--clear-groups", py, "-I", "-S",
+                            "-c", READ_AS_USER, str(src), str(base), "answer.txt", "d/x.txt", "ok.txt"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        lines = r.stdout.splitlines()
+        assert lines[0].startswith("answer.txt refused: not readable") and lines[1].startswith("d/x.txt refused:")
+        assert lines[2] == "ok.txt read"
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
