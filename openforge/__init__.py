@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import ConfigError, ForgeError, SandboxError, SandboxFileNotFound, StoreError
+from .errors import ConfigError, ForgeError, SandboxError, SandboxFileNotFound, SandboxFileRefused, StoreError
 from .harness import Harness, HarnessResult, RolloutContext
 from .task import Task
 from .trajectory import (
@@ -31,6 +31,7 @@ __all__ = [
     "RolloutStatus",
     "SandboxError",
     "SandboxFileNotFound",
+    "SandboxFileRefused",
     "Segment",
     "SegmentValidationError",
     "StoreError",

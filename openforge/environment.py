@@ -20,8 +20,10 @@ is hidden from every sandbox on top of whatever :meth:`Environment.hidden_paths`
 (:func:`hidden_from_agent` is what the framework hides), and a harness whose listed agent files
 include it is refused (:meth:`Harness.sandbox_paths <openforge.harness.Harness.sandbox_paths>`).
 
-Missing files: :meth:`Sandbox.read_file` of a file the agent did not write raises
-:class:`~openforge.errors.SandboxFileNotFound`; a verifier that lets it escape is not broken — the
+Missing and hostile files: :meth:`Sandbox.read_file` of a file the agent did not write raises
+:class:`~openforge.errors.SandboxFileNotFound`, and of one the driver will not read (a FIFO, socket,
+device, directory or symlink, or a file over the read's size cap)
+:class:`~openforge.errors.SandboxFileRefused`; a verifier that lets either escape is not broken — the
 rollout is scored 0 as ``policy_failure`` and trained. Every other exception a verifier raises (and a
 verdict that is not a finite number) is ``env_error``: discarded, never trained. The whole surface,
 with a worked example, is in ``docs/sdk.md``.
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import ConfigError, SandboxFileNotFound
+from .errors import ConfigError, SandboxFileNotFound, SandboxFileRefused
 from .launchers.base import Sandbox
 from .task import Task
 
@@ -47,7 +49,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 # Environment, VerifyResult, and what a verifier works with, importable from here in one line
-__all__ = ["Environment", "Sandbox", "SandboxFileNotFound", "Task", "VerifyResult", "hidden_from_agent"]
+__all__ = ["Environment", "Sandbox", "SandboxFileNotFound", "SandboxFileRefused", "Task", "VerifyResult",
+           "hidden_from_agent"]
 
 #: The openforge package: its built-in environments' code is hidden by every launcher already
 #: (``openforge/envs``), and the rest of it is the sandbox's own tooling (the react harness).
@@ -179,7 +182,8 @@ class Environment(abc.ABC):
         service's records). Return a :class:`VerifyResult`: a reward at or above the run's
         ``success_threshold`` (``RolloutSettings``; 1.0 by default) is ``success``, below it
         ``policy_failure``; both are trained. Letting :class:`~openforge.errors.SandboxFileNotFound` escape (the agent did not
-        write a file you read) is the same as returning reward 0. Any other exception, running over
+        write a file you read) or :class:`~openforge.errors.SandboxFileRefused` (it left a FIFO, a
+        link, a huge file there) is the same as returning reward 0. Any other exception, running over
         the limit, or a NaN / infinite reward is ``env_error``: the rollout is discarded, its
         traceback kept in ``metadata["verifier_traceback"]``."""
 

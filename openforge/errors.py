@@ -20,8 +20,11 @@ still catches it; and each survives ``pickle`` with its fields (``status``, ``co
     │   └── HarnessNotInstalled
     ├── EnvError               RuntimeError environment setup or verifier failed (→ env_error); alias EnvironmentError_
     ├── SandboxError           RuntimeError launcher could not provision / a pod was lost (→ infra_error)
-    │   └── SandboxFileNotFound FileNotFoundError  ``Sandbox.read_file`` of a file that is not there (a
-    │                                       verifier that lets it escape scores the rollout 0: policy_failure)
+    │   ├── SandboxFileNotFound FileNotFoundError  ``Sandbox.read_file`` of a file that is not there (a
+    │   │                                   verifier that lets it escape scores the rollout 0: policy_failure)
+    │   └── SandboxFileRefused              ``Sandbox.read_file`` of a file the driver will not read: a FIFO,
+    │                                       socket, device, directory or symlink, or one over the size cap
+    │                                       (the agent's doing: policy_failure, reward 0, like a missing file)
     └── ProxyError             RuntimeError wire-level problem, carries an HTTP status and the API's error shape
         └── ContextOverflow    ValueError   a prompt longer than the policy's context (a 400)
 """
@@ -47,6 +50,7 @@ __all__ = [
     "ProxyError",
     "SandboxError",
     "SandboxFileNotFound",
+    "SandboxFileRefused",
     "StoreCorrupt",
     "StoreError",
     "StoreForeign",
@@ -172,6 +176,19 @@ class SandboxFileNotFound(SandboxError, FileNotFoundError):
     def __init__(self, message: str, path: str = ""):
         super().__init__(message)
         self.path = path
+
+
+class SandboxFileRefused(SandboxError):
+    """:meth:`Sandbox.read_file <openforge.launchers.base.Sandbox.read_file>` of a path where the agent
+    left something the driver will not read: not a regular file (a FIFO, socket, device, directory, or
+    a symbolic link anywhere on the path: links are never followed), a file larger than the read's
+    ``max_bytes``, or one made unreadable. Like a missing file it is the agent's doing: a verifier that
+    lets it escape scores the rollout 0 as a ``policy_failure``. ``path`` is the path as the verifier
+    asked for it, ``why`` the reason."""
+
+    def __init__(self, message: str, path: str = "", why: str = ""):
+        super().__init__(message)
+        self.path, self.why = path, why
 
 
 class ProxyError(ForgeError, RuntimeError):

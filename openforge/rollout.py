@@ -11,7 +11,8 @@ status             real cause                                                   
 success            verifier reward ≥ ``success_threshold``                          yes
 policy_failure     the agent ended normally, verifier reward below it (or the         yes (as is)
                    verifier read a file the agent did not write:
-                   ``SandboxFileNotFound``, reward 0)
+                   ``SandboxFileNotFound``, or one it left that the
+                   driver will not read: ``SandboxFileRefused``; reward 0)
 timeout            the wall-clock budget ran out; the harness was killed             yes (0)
 harness_error      the harness crashed, was not installed or misconfigured          no
 env_error          environment setup or the verifier failed (or raised)             no
@@ -37,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .environment import Environment, VerifyResult, hidden_from_agent
-from .errors import ConfigError, SandboxFileNotFound
+from .errors import ConfigError, SandboxFileNotFound, SandboxFileRefused
 from .harness import Harness, HarnessResult, RolloutContext, tail
 from .harness_mix import PerGroupHarness
 from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
@@ -274,6 +275,9 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
     except SandboxFileNotFound as e:  # the agent did not write what the verifier reads: its failure, trained
         meta["verify_missing_file"] = e.path
         return VerifyResult(reward=0.0, detail=f"a file the verifier reads is missing: {e}"), None, None
+    except SandboxFileRefused as e:  # a FIFO, a link, a huge file where the verifier reads: the agent's doing
+        meta["verify_refused_file"] = e.path
+        return VerifyResult(reward=0.0, detail=f"a file the verifier reads was refused: {e}"), None, None
     except ValueError as e:  # pydantic's ValidationError too: a verdict that is not a valid score
         return None, S.ENV_ERROR, f"verifier of {task.id} gave an invalid result: {_err(e)}"
     except Exception as e:

@@ -19,7 +19,9 @@ class Resources(BaseModel):
     max_processes: int = 256
     max_open_files: int = 1024
     #: Disk the rollout may fill (its workdir, HOME and tmp together): a root driver's local launcher
-    #: gives each rollout a tmpfs of this size; otherwise no single file may grow beyond it
+    #: gives each rollout a tmpfs of this size; otherwise no single file may grow beyond it. The bubblewrap
+    #: sandbox's scratch mounts (``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm``, fresh for each command)
+    #: are memory-backed tmpfs of a quarter of it each
     disk_mb: int = Field(4096, ge=1)
 
 

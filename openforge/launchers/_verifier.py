@@ -1,6 +1,7 @@
 """What a verifier may take from the agent's files, on the launcher side: a workdir that is still the
 directory the driver made (not a symlink the agent put in its place), and a copy of it *as data*
-(regular files and directories only, bounded in size and depth) for a verifier that runs on the host.
+(regular files and directories only, read with the hostile-file reader ``_hostile_read``, bounded in
+size and depth) for a verifier that runs on the host.
 
 Owns: :func:`intact_dir`, :func:`copy_as_data` (-> :class:`CopyReport`), :class:`WorkdirTooLarge`,
 :data:`VERIFIER_WEAK_MODE_RISKS`.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EnvironmentError_
+from ._hostile_read import FileRefused, open_dir_at, open_regular_at
 
 __all__ = ["VERIFIER_WEAK_MODE_RISKS", "CopyReport", "WorkdirTooLarge", "copy_as_data", "intact_dir"]
 
@@ -51,30 +53,71 @@ class CopyReport:
 
 
 def copy_as_data(src: Path, dst: Path, *, max_bytes: int, max_depth: int = 64) -> CopyReport:
-    """Copy ``src`` to ``dst`` as data: directories and regular files (opened without following
-    links, never blocking on a FIFO); symlinks, devices, FIFOs and sockets are left out, so nothing
-    in the copy points outside it. Raises :class:`WorkdirTooLarge` past ``max_bytes``."""
+    """Copy ``src`` to ``dst`` as data, reading with ``_hostile_read``: directories and regular files,
+    each opened relative to its parent without following a link (``src`` itself too: a workdir the
+    agent replaced by a link is copied as an empty one) and never blocking on a FIFO; symlinks,
+    devices, FIFOs and sockets are left out, so nothing in the copy points outside it. Raises
+    :class:`WorkdirTooLarge` past ``max_bytes``."""
     rep = CopyReport()
     dst.mkdir(mode=0o700)
-    stack: list[tuple[Path, Path, int]] = [(src, dst, 0)]  # iterative: any depth, no RecursionError
-    while stack:
-        s_dir, d_dir, depth = stack.pop()
-        try:
-            entries = list(os.scandir(s_dir))
-        except OSError:
-            rep.skipped += 1
-            continue
-        for e in entries:
-            kind = _kind(e)
-            if kind == "dir" and depth < max_depth:
-                (d_dir / e.name).mkdir(mode=0o700)
-                stack.append((Path(e.path), d_dir / e.name, depth + 1))
-            elif kind == "file":
-                rep.bytes += _copy_file(Path(e.path), d_dir / e.name, max_bytes - rep.bytes, max_bytes)
-                rep.files += 1
-            else:
+    src = Path(os.path.abspath(src))
+    parent = os.open(src.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        top = open_dir_at(src.name, parent, str(src))
+    except (OSError, FileRefused):
+        rep.skipped += 1
+        return rep
+    finally:
+        os.close(parent)
+    try:
+        stack: list[tuple[tuple[str, ...], Path]] = [((), dst)]  # iterative: any depth, no RecursionError
+        while stack:
+            parts, d_dir = stack.pop()
+            try:
+                dfd = _open_below(top, parts)
+            except (OSError, FileRefused):
                 rep.skipped += 1
+                continue
+            try:
+                stack += _copy_dir(dfd, parts, d_dir, rep, max_bytes, max_depth)
+            finally:
+                os.close(dfd)
+    finally:
+        os.close(top)
     return rep
+
+
+def _open_below(top: int, parts: tuple[str, ...]) -> int:
+    """A descriptor of ``top/parts...``, each step without following a link (one open descriptor at a
+    time, however wide the tree)."""
+    fd = os.dup(top)
+    for name in parts:
+        try:
+            nxt = open_dir_at(name, fd, "/".join(parts))
+        finally:
+            os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _copy_dir(dfd: int, parts: tuple[str, ...], d_dir: Path, rep: CopyReport, max_bytes: int,
+              max_depth: int) -> list[tuple[tuple[str, ...], Path]]:
+    """Copy the regular files of the directory ``dfd`` into ``d_dir``; return its subdirectories to visit."""
+    sub: list[tuple[tuple[str, ...], Path]] = []
+    try:
+        entries = [(e.name, _kind(e)) for e in os.scandir(dfd)]
+    except OSError:
+        rep.skipped += 1
+        return sub
+    for name, kind in entries:
+        if kind == "dir" and len(parts) < max_depth:
+            (d_dir / name).mkdir(mode=0o700)
+            sub.append(((*parts, name), d_dir / name))
+        elif kind == "file" and _copy_file(dfd, name, d_dir / name, rep, max_bytes):
+            rep.files += 1
+        else:
+            rep.skipped += 1
+    return sub
 
 
 def _kind(e: os.DirEntry) -> str | None:
@@ -88,20 +131,17 @@ def _kind(e: os.DirEntry) -> str | None:
         return None
 
 
-def _copy_file(src: Path, dst: Path, budget: int, limit: int) -> int:
+def _copy_file(dfd: int, name: str, dst: Path, rep: CopyReport, limit: int) -> bool:
+    """Copy the regular file ``name`` of ``dfd`` within what is left of ``limit``; False: not copied."""
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return 0
-    n = 0
-    with os.fdopen(fd, "rb") as fin:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return 0
-        with open(dst, "wb") as fout:
-            while chunk := fin.read(_CHUNK):
-                n += len(chunk)
-                if n > budget:
-                    raise WorkdirTooLarge(f"the workdir holds more than {limit // _CHUNK} MB (at {src.name!r}): "
-                                          "too much to copy for a verifier that runs on the host")
-                fout.write(chunk)
-    return n
+        fd, _ = open_regular_at(name, dfd, name)
+    except (OSError, FileRefused):
+        return False
+    with os.fdopen(fd, "rb") as fin, open(dst, "wb") as fout:
+        while chunk := fin.read(_CHUNK):
+            rep.bytes += len(chunk)
+            if rep.bytes > limit:
+                raise WorkdirTooLarge(f"the workdir holds more than {limit // _CHUNK} MB (at {name!r}): "
+                                      "too much to copy for a verifier that runs on the host")
+            fout.write(chunk)
+    return True

@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import SandboxError, SandboxFileNotFound
 from ..task import Task
 from ..types import RolloutStatus
+from ._hostile_read import DEFAULT_MAX_BYTES
 
 __all__ = ["ExecResult", "Launcher", "Sandbox", "SandboxFailure", "SandboxSpec", "VerifierView"]
 
@@ -69,7 +70,8 @@ class Sandbox(abc.ABC):
 
     What an environment and a harness get: :meth:`exec` (run a command inside, with a budget; the
     whole process group is killed at the end), :meth:`read_file` / :meth:`write_file` (relative paths
-    are under :attr:`workdir`; a missing file is :class:`~openforge.errors.SandboxFileNotFound`),
+    are under :attr:`workdir`; a missing file is :class:`~openforge.errors.SandboxFileNotFound`, a
+    hostile one :class:`~openforge.errors.SandboxFileRefused`),
     :meth:`exists`, :meth:`expose` (a host Unix-socket service reachable inside as
     ``http://127.0.0.1:PORT``), :meth:`share_path` (a host path shown read-only), :meth:`pull_workdir`
     (the workdir on the host, for a file-based verifier), and the attributes below. The framework
@@ -104,19 +106,26 @@ class Sandbox(abc.ABC):
         group (SIGTERM, then SIGKILL) and return ``timed_out=True``."""
 
     @abc.abstractmethod
-    async def read_file(self, path: str | Path) -> bytes:
-        """The bytes of the file at ``path`` (relative: to :attr:`workdir`) as the agent left it.
+    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        """The bytes of the file at ``path`` (relative: to :attr:`workdir`) as the agent left it, at
+        most ``max_bytes`` (16 MiB by default: meant for verifiers' result files).
+
+        The file is hostile and read as such: a symbolic link anywhere below the sandbox's own
+        directory is not followed, only a regular file is opened (never blocking: a FIFO is not
+        waited on), and no more than ``max_bytes + 1`` bytes are read.
 
         Raises :class:`~openforge.errors.SandboxFileNotFound` (a :class:`SandboxError` and a
-        ``FileNotFoundError``) when there is no file there — the agent did not write it; a verifier
-        that lets it escape scores the rollout 0 as ``policy_failure``. Any other failure (a path
-        outside the sandbox, a directory, a lost pod) is a plain :class:`SandboxError`: ``env_error``
-        or ``infra_error``, never trained. To treat a missing file as something else, catch it
-        (``except FileNotFoundError``) or ask :meth:`exists` first."""
+        ``FileNotFoundError``) when there is no file there — the agent did not write it — and
+        :class:`~openforge.errors.SandboxFileRefused` when the agent left something the driver will
+        not read there (a symlink, FIFO, socket, device or directory, a file larger than
+        ``max_bytes``, or one made unreadable); a verifier that lets either escape scores the rollout
+        0 as ``policy_failure``. Any other failure (a path outside the sandbox, a lost pod) is a plain
+        :class:`SandboxError`: ``env_error`` or ``infra_error``, never trained. To treat a missing file
+        as something else, catch it (``except FileNotFoundError``) or ask :meth:`exists` first."""
 
     async def exists(self, path: str | Path) -> bool:
         """Whether :meth:`read_file` of ``path`` would find a file (reads it; meant for verifiers'
-        small result files). Any error but a missing file propagates."""
+        small result files). Any error but a missing file propagates (a refused one too)."""
         try:
             await self.read_file(path)
         except SandboxFileNotFound:

@@ -35,7 +35,18 @@ __all__ = ["AGENT_PORT", "LABELS", "PodLayout", "PodResources", "build_network_p
 
 AGENT_PORT = 8790
 LABELS = {"app.kubernetes.io/managed-by": "openforge", "openforge.dev/role": "rollout"}
-AGENT_SOURCE = (Path(__file__).with_name("_podagent.py")).read_text()
+def agent_source() -> str:
+    """The pod agent's source as shipped in the pod's command: ``_podagent.py`` with its import of
+    ``_hostile_read`` (between the ``# >>>`` and ``# <<<`` lines) replaced by that module's source (the
+    pod has no openforge), so the pod reads the agent's files with the driver's own checks."""
+    here = Path(__file__).parent
+    reader = (here / "_hostile_read.py").read_text().split("from __future__ import annotations\n", 1)[1]
+    agent = (here / "_podagent.py").read_text()
+    head, rest = agent.split("# >>> _hostile_read", 1)
+    return head + reader + rest.split("# <<< _hostile_read\n", 1)[1]
+
+
+AGENT_SOURCE = agent_source()
 
 IMAGE_ERRORS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
                 "CreateContainerConfigError", "CreateContainerError"}

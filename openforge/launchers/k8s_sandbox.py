@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlparse
 
-from ..errors import ConfigError, SandboxError, SandboxFileNotFound
+from ..errors import ConfigError, SandboxError, SandboxFileNotFound, SandboxFileRefused
 from ..types import RolloutStatus
+from ._hostile_read import DEFAULT_MAX_BYTES
 from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
 from .base import ExecResult, Sandbox, SandboxFailure, SandboxSpec, VerifierView
 from .k8s_checks import ip_literal
@@ -193,13 +195,29 @@ class KubernetesSandbox(Sandbox):
         p = Path(path)
         return str(p if p.is_absolute() else self.workdir / p)
 
-    async def read_file(self, path: str | Path) -> bytes:
-        code, data = await self._agent("GET", "file", query={"path": self._abs(path)})
+    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        """See :meth:`Sandbox.read_file`: the pod agent reads it with the driver's checks
+        (``_hostile_read``), from the parent of the workdir (or of home) down, following nothing."""
+        full = self._abs(path)
+        code, data = await self._agent("GET", "file", query={"path": full, "root": self._read_root(full),
+                                                             "max_bytes": str(max_bytes)},
+                                       max_bytes=max_bytes + 4096, what=f"the reply for {path}")
         if code == 404 and b'"missing": true' in data:
             raise SandboxFileNotFound(f"no file {path} in pod {self.pod} (the agent did not write it)", str(path))
+        if code == 403 and b'"refused": true' in data:
+            why = str(json.loads(data).get("error", "refused"))
+            raise SandboxFileRefused(f"refused to read {path} in pod {self.pod}: {why}", str(path), why)
         if code != 200:
             raise SandboxError(f"cannot read {path} in pod {self.pod}: {data[:200]!r}")
         return data
+
+    def _read_root(self, full: str) -> str:
+        """Where the pod agent's walk starts: the parent of the workdir or home holding ``full`` (so a
+        workdir swapped for a link is refused too), else ``full``'s own directory."""
+        for base in (self.workdir, self.home):
+            if full == str(base) or full.startswith(str(base).rstrip("/") + "/"):
+                return str(base.parent)
+        return os.path.dirname(full)
 
     async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
         import base64

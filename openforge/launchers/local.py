@@ -39,10 +39,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import SandboxError, SandboxFileNotFound
-from ._bwrap import BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list
+from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
+from ._bwrap import UNSIZED_SCRATCH, BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list, scratch_bytes
 from ._fwd import bridge, to_tcp, to_unix
-from ._isolation import CgroupSet, OomWatch, detect_isolation, limits_prefix, scrub_env
+from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
+from ._isolation import CgroupSet, OomWatch, detect_isolation, limits_prefix, rlimit_memory_gaps, scrub_env
 from ._output import DEFAULT_HEAD, BoundedOutput, drain
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
 from ._verifier import VERIFIER_WEAK_MODE_RISKS, intact_dir
@@ -96,6 +97,8 @@ class LocalLauncher(Launcher):
                     "Weaker modes run only when named (isolation='unshare' or 'none'), and in them an agent "
                     "can forge its own reward")
             self.isolation, self.bwrap = "bwrap", bw
+            if not bw.sized:
+                log.warning("local launcher: %s %s", bw.binary, UNSIZED_SCRATCH)
         elif isolation in ("unshare", "none"):
             mode, why = detect_isolation()
             if isolation == "unshare" and mode == "none":
@@ -117,6 +120,7 @@ class LocalLauncher(Launcher):
         #: the driver is root; a per-file size limit otherwise (see ``LocalSandbox.disk``)
         self.disk_quota = disk_quota
         self._reaper: subprocess.Popen | None = None
+        self._warned_rlimit_memory = False
         self._lock = threading.Lock()
         self._sandboxes: set[LocalSandbox] = set()
         self.sweep_stale()
@@ -168,6 +172,7 @@ class LocalLauncher(Launcher):
         (root / ".owner").write_text(str(os.getpid()))
         sbx = LocalSandbox(self, spec, root)
         sbx.disk = "tmpfs" if quota else "file-size"
+        self._warn_rlimit_memory(sbx)
         self._sandboxes.add(sbx)
         try:
             await sbx._init()
@@ -175,6 +180,17 @@ class LocalLauncher(Launcher):
             await sbx.close()
             raise
         return sbx
+
+    def _warn_rlimit_memory(self, sbx: LocalSandbox) -> None:
+        """Once per launcher: say what ``memory_mb`` leaves open when no memory cgroup enforces it."""
+        if self._warned_rlimit_memory or sbx.limits["memory"] != "rlimit":
+            return
+        self._warned_rlimit_memory = True
+        res = sbx.spec.task.resources
+        scratch = (f"{scratch_bytes(res.disk_mb) >> 20} MB each" if self.bwrap is not None and self.bwrap.sized
+                   else "unbounded" if self.bwrap is not None else "in the rollout directory")
+        log.warning("local launcher: %s", rlimit_memory_gaps(res.memory_mb, res.max_processes, scratch,
+                                                             res.disk_mb if sbx.disk == "tmpfs" else None))
 
     async def aclose(self) -> None:
         for sbx in list(self._sandboxes):
@@ -294,14 +310,30 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"path {path} is outside the sandbox {self.root}")
         return real
 
-    async def read_file(self, path: str | Path) -> bytes:
-        p = self._resolve(path)
+    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+        """See :meth:`Sandbox.read_file`: read with :func:`~._hostile_read.read_hostile` from the
+        sandbox's own directory (or, for a verifier's sandbox, the rollout's intact workdir)."""
+        p = Path(path)
+        p = p if p.is_absolute() else self.workdir / p
+        root = self._read_root(p, path)
         try:
-            return await asyncio.to_thread(p.read_bytes)
+            return await asyncio.to_thread(read_hostile, p, root=root, max_bytes=max_bytes, shown=str(path))
+        except FileRefused as e:
+            raise SandboxFileRefused(f"refused to read {path} in the sandbox: {e.why}", str(path), e.why) from e
         except (FileNotFoundError, NotADirectoryError) as e:
             raise SandboxFileNotFound(f"no file {path} in the sandbox (the agent did not write it)", str(path)) from e
         except OSError as e:
             raise SandboxError(f"cannot read {path} in the sandbox: {e.strerror or e}") from e
+
+    def _read_root(self, p: Path, asked: str | Path) -> Path:
+        """The driver's directory a read of ``p`` walks from (nothing below it is followed)."""
+        for root in (self.root, *([self.workdir] if self.spec.view_workdir else [])):
+            if _lexically_under(p, root):
+                if root == self.workdir and not intact_dir(root):
+                    raise SandboxFileRefused(f"refused to read {asked}: the workdir is not the launcher's "
+                                             "directory any more", str(asked), "the workdir was replaced")
+                return root
+        raise SandboxError(f"path {asked} is outside the sandbox {self.root}")
 
     async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
         p = self._resolve(path)
@@ -325,7 +357,7 @@ class LocalSandbox(Sandbox):
             self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared],
             hidden=[*_ALWAYS_HIDDEN, *self._run_hidden(), *self.spec.hidden_paths],
             rw=[str(self.root), *(s for _, s in self._maps)],
-            cwd=cwd, maps=maps, network=self.spec.network, argv=argv,
+            cwd=cwd, maps=maps, network=self.spec.network, argv=argv, disk_mb=self.spec.task.resources.disk_mb,
         )
 
     def _run_hidden(self) -> list[str]:
@@ -451,19 +483,18 @@ async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, ou
     await proc.wait()
 
 
+def _lexically_under(p: Path, root: Path) -> bool:
+    rel = os.path.relpath(os.path.normpath(p), root)
+    return rel != ".." and not rel.startswith("../")
+
+
 def _read_owner(d: Path) -> int | None:
-    """The driver pid recorded in a sandbox dir's ``.owner`` (inside the agent's directory: read
-    without following a link or blocking on a FIFO, at most 32 bytes), or None."""
+    """The driver pid recorded in a sandbox dir's ``.owner`` (inside the agent's directory: read as a
+    hostile file, at most 32 bytes), or None."""
     try:
-        fd = os.open(d / ".owner", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        text = read_hostile(".owner", root=d, max_bytes=32)
+    except (OSError, ValueError, FileRefused):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        text = os.read(fd, 32)
-    finally:
-        os.close(fd)
     return int(text) if text.strip().isdigit() else None
 
 

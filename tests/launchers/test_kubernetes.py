@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from openforge.errors import SandboxError, SandboxFileNotFound
+from openforge.errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.k8s_checks import same_quantities
 from openforge.launchers.k8s_manifests import (
@@ -144,7 +144,7 @@ async def test_pod_exec_files_logs_and_cleanup(cluster, tmp_path):
     assert r.timed_out and r.returncode is None
     with pytest.raises(SandboxFileNotFound, match=r"no file nope\.txt"):  # the agent did not write it: distinct
         await sbx.read_file("nope.txt")
-    with pytest.raises(SandboxError, match="cannot read") as e:  # anything else is a plain SandboxError
+    with pytest.raises(SandboxFileRefused, match="a directory") as e:  # the agent's doing, and not "missing"
         await sbx.read_file(sbx.workdir / "a")
     assert not isinstance(e.value, SandboxFileNotFound)
     assert any(p.startswith("of-r-exec") for p in cluster.pods())

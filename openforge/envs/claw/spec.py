@@ -13,10 +13,12 @@ in :func:`intact`). ``sh`` without an expected output checks only an exit code a
 from the caller. No helper turns a guard into progress (:func:`intact` only makes guards), and
 partial credit (:mod:`openforge.envs.claw.credit`) pays only for progress checks.
 
-The workdir is the agent's output, read by the driver: a file is read only when it resolves inside a
-workdir that is still the directory the launcher made (not a symlink the agent put in its place, to
-another rollout's workdir say), and at most :data:`MAX_READ_BYTES` of it (a larger file fails its
-check: the agent's output, not the environment's fault). Commands run with a fixed ``PATH`` and git
+The workdir is the agent's output, read by the driver as a hostile file (``launchers._hostile_read``,
+the reader ``Sandbox.read_file`` uses): only inside a workdir that is still the directory the launcher
+made (not a symlink the agent put in its place, to another rollout's workdir say), following no link
+below it, opening regular files only (a FIFO never blocks the driver), and at most
+:data:`MAX_READ_BYTES` (a larger file is not read: it fails its check, the agent's output, not the
+environment's fault). Commands run with a fixed ``PATH`` and git
 ignoring the repository's ``core.fsmonitor`` and hooks.
 """
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...launchers._hostile_read import FileRefused, read_hostile
 from ...launchers._verifier import intact_dir
 from ...launchers.base import Sandbox
 from ..verifier_sandbox import verifier_env
@@ -65,16 +68,15 @@ class CheckContext:
         return intact_dir(self.workdir) and os.path.lexists(self.workdir / rel)
 
     def text(self, rel: str) -> str | None:
-        p = self.path(rel)
-        if p is None or not p.is_file():
+        """The text of the regular file ``rel`` (``None``, failing the check: absent, not a regular
+        file, a link anywhere below the workdir, more than :data:`MAX_READ_BYTES`)."""
+        if not intact_dir(self.workdir):
             return None
         try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+            data = read_hostile(rel, root=self.workdir, max_bytes=MAX_READ_BYTES)
+        except (OSError, ValueError, FileRefused):
             return None
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_READ_BYTES + 1)
-        return None if len(data) > MAX_READ_BYTES else data.decode(errors="replace")
+        return data.decode(errors="replace")
 
     async def sh(self, cmd: str) -> tuple[int | None, str]:
         env = verifier_env(sys.executable, {"GIT_CONFIG_NOSYSTEM": "1", **_GIT_ENV})
