@@ -267,6 +267,7 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
     """The verdict, or the failure that stands for it (``env_error`` for a broken verifier)."""
     t = time.monotonic()
     try:
+        await sandbox.end_agent()  # nothing the agent left running may change what the verifier reads
         verdict = await asyncio.wait_for(environment.verify(task, sandbox), task.verify_timeout_s)
         verdict.check_finite()  # NaN/Infinity is a broken verifier, never a score (nor "success")
         return verdict, None, None

@@ -155,6 +155,14 @@ class Sandbox(abc.ABC):
         sandbox cannot (then the caller falls back to what it did without)."""
         return None
 
+    async def end_agent(self) -> None:
+        """End every process the agent left running, so that what a verifier then reads stays as the agent
+        left it. The framework calls it once, after the harness stopped and before
+        :meth:`Environment.verify <openforge.environment.Environment.verify>`. Here: nothing to do (a
+        local bwrap sandbox runs each command as the child of its own pid namespace's first process, and
+        the kernel ends the namespace with it, so nothing the agent started outlives its command); a
+        Kubernetes pod ends them through its pod agent."""
+
     async def pull_workdir(self) -> Path:
         """Make :attr:`workdir` on the host reflect the sandbox's files (a no-op locally; a copy out
         of the pod for Kubernetes) and return it; called before a file-based verifier runs."""

@@ -254,3 +254,61 @@ async def test_pull_workdir_ends_what_the_agent_left(cluster, tmp_path):
     finally:
         await sbx.close()
         await la.aclose()
+
+
+#: Left running by the agent: ignores the polite signals, beats, and after a second (once the verifier
+#: has started) writes the right answer to out.txt, again and again.
+ANSWER_LATER = r"""
+import os, signal, sys, time
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(s, signal.SIG_IGN)
+alive, t0, n = sys.argv[1], time.monotonic(), 0
+while True:
+    n += 1
+    with open(alive, "w") as f:
+        f.write(str(n))
+    if time.monotonic() - t0 > 1.0:
+        with open("out.txt.tmp", "w") as f:
+            f.write("42\n")
+        os.replace("out.txt.tmp", "out.txt")
+    time.sleep(0.02)
+"""
+
+
+async def test_a_custom_verifier_reads_the_workdir_as_the_agent_left_it(cluster, tmp_path):
+    """A Python environment whose verify() only calls ``read_file`` (no ``pull_workdir``, no task-dir
+    verifier): the rollout ends every process the agent left before verifying, so a leftover that writes
+    the right answer while the verifier runs does not get it scored."""
+    import asyncio
+
+    from openforge.environment import Environment, VerifyResult
+    from openforge.rollout import _verify
+
+    class ReadsOne(Environment):
+        name = "reads-one"
+
+        def tasks(self):
+            return [Task(id="t", instruction="Write 42 to out.txt.")]
+
+        async def verify(self, task, sandbox):
+            await asyncio.sleep(2.0)  # a slow check: time for a leftover to act
+            return VerifyResult(reward=float((await sandbox.read_file("out.txt")).strip() == b"42"))
+
+    env = ReadsOne()
+    task = env.tasks()[0]
+    la = make_launcher(cluster, tmp_path, "k-custom")
+    sbx = await la.start(SandboxSpec(rollout_id="r-custom", task=task, proxy_url="http://127.0.0.1:9", api_key="k"))
+    try:
+        await sbx.write_file("later.py", ANSWER_LATER.encode())
+        alive = Path(str(sbx.workdir)) / "alive"
+        r = await sbx.exec(["sh", "-c", f"echo 41 > out.txt; setsid python3 later.py {alive} </dev/null >/dev/null "
+                                        f"2>&1 & while [ ! -s {alive} ]; do sleep 0.05; done"],
+                           timeout_s=30)
+        assert r.returncode == 0, r.stderr
+        verdict, status, why = await _verify(env, task, sbx, {}, {})
+        assert status is None, why
+        assert verdict.reward == 0.0, "a process the agent left wrote the answer while the verifier ran"
+        assert not await _beats(alive, 1.0), "the leftover was ended before the verifier ran"
+    finally:
+        await sbx.close()
+        await la.aclose()

@@ -219,3 +219,31 @@ async def test_tcp_only_proxy_is_bridged_and_other_ports_stay_closed(launcher):
     finally:
         proxy.close()
         other.close()
+
+
+async def test_nothing_the_agent_starts_outlives_its_command(launcher):
+    """What ``Sandbox.end_agent`` relies on locally: a double-forked, setsid'd process the agent starts
+    is gone once the command that started it returned (the command's pid namespace ends with it), so
+    nothing of the agent's runs while its verifier reads the workdir."""
+    import uuid
+
+    if launcher.isolation != "bwrap":
+        pytest.skip("only bwrap gives each command its own pid namespace")
+    marker = f"leftover-{uuid.uuid4().hex}"
+    script = ("import os, sys, time\n"
+              "if os.fork() == 0:\n"
+              "    os.setsid()\n"
+              "    if os.fork() == 0:\n"
+              f"        os.execvp(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\n"
+              "    os._exit(0)\n"
+              "time.sleep(0.5)\n")
+    sbx = await launcher.start(spec("r-left"))
+    try:
+        r = await sbx.exec([sys.executable, "-c", script], timeout_s=30)
+        assert r.returncode == 0, r.stderr
+        await sbx.end_agent()
+        await asyncio.sleep(0.2)
+        alive = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+        assert not alive, f"the agent's process {alive} outlived its command"
+    finally:
+        await sbx.close()
