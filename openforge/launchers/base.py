@@ -162,6 +162,7 @@ class Sandbox(abc.ABC):
         local bwrap sandbox runs each command as the child of its own pid namespace's first process, and
         the kernel ends the namespace with it, so nothing the agent started outlives its command); a
         Kubernetes pod ends them through its pod agent."""
+        return None
 
     async def pull_workdir(self) -> Path:
         """Make :attr:`workdir` on the host reflect the sandbox's files (a no-op locally; a copy out
