@@ -6,7 +6,8 @@ image with ``python3`` works. The driver reaches it through the API server's pod
 request must carry the per-rollout token (``X-Openforge-Token``; given to the pod through a Secret).
 
 Routes: ``GET /healthz``; ``POST /exec`` ``{argv, env, cwd, timeout_s, stdin_b64, grace_s}`` → ``{returncode,
-stdout, stderr, duration_s, timed_out}`` (own process group; on timeout SIGTERM then SIGKILL of the
+stdout, stderr, duration_s, timed_out, oom_kills}`` (``oom_kills``: the pod's memory cgroup's OOM kills just before
+the command died, :class:`OomWatch`) (own process group; on timeout SIGTERM then SIGKILL of the
 group); ``GET /file?path=&root=&max_bytes=`` → bytes (read as a hostile file by ``_hostile_read``: no
 link below ``root`` followed, regular files only, never blocking, at most ``max_bytes``; 404 with
 ``"missing": true`` when absent, 403 with ``"refused": true`` otherwise); ``PUT /file?path=&mode=`` (raw
@@ -39,6 +40,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 import zlib  # noqa: F401
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -56,6 +58,57 @@ TOKEN = ""  # set by main() from OPENFORGE_AGENT_TOKEN, which it removes from th
 SWEEP_S = 10.0
 
 
+#: Where the pod's memory cgroup counts its OOM kills (``oom_kill N``): cgroup v2, then v1.
+OOM_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+#: Kills counted this long before a command died are its death's cause (as the local launcher's OomWatch).
+OOM_WINDOW_S = 2.0
+
+
+def oom_count() -> int | None:
+    """The pod's memory cgroup's ``oom_kill`` count (None: not counted here)."""
+    for path in OOM_EVENTS:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and value.strip().isdigit():
+                        return int(value)
+        except OSError:
+            continue
+    return None
+
+
+class OomWatch(threading.Thread):
+    """Polls :func:`oom_count` while ``proc`` runs, noting when it changed and when ``proc`` died, so
+    :meth:`at_death` counts only the kills of the last :data:`OOM_WINDOW_S` before its death (an older
+    kill of the agent's own command followed by the agent killing its harness is not an OOM death)."""
+
+    def __init__(self, proc: subprocess.Popen, interval_s: float = 0.25) -> None:
+        super().__init__(daemon=True)
+        self.proc, self.interval_s = proc, interval_s
+        first = oom_count()
+        self.samples = [] if first is None else [(time.monotonic(), first)]
+        self.died: float | None = None
+
+    def run(self) -> None:
+        while self.samples and self.died is None:
+            time.sleep(self.interval_s)
+            n = oom_count()
+            if n is not None and n != self.samples[-1][1]:
+                self.samples.append((time.monotonic(), n))
+            if self.proc.poll() is not None:
+                self.died = time.monotonic()
+
+    def at_death(self) -> int:
+        if not self.samples:
+            return 0
+        self.join(timeout=2 * self.interval_s + 1)
+        end = self.died if self.died is not None else time.monotonic()
+        last = [c for t, c in self.samples if t <= end][-1]
+        before = [c for t, c in self.samples if t <= end - OOM_WINDOW_S] or [self.samples[0][1]]
+        return max(0, last - before[-1])
+
+
 def run(req: dict, base_env: dict[str, str]) -> dict:
     t0 = time.monotonic()
     env = dict(base_env)
@@ -68,7 +121,8 @@ def run(req: dict, base_env: dict[str, str]) -> dict:
     except OSError as e:
         return {"returncode": 127, "stdout": "", "stderr": f"cannot run {req['argv'][0]!r}: {e}",
                 "duration_s": time.monotonic() - t0, "timed_out": False}
-    timed_out = False
+    timed_out, ooms = False, OomWatch(proc)
+    ooms.start()
     try:
         out, err = proc.communicate(stdin, timeout=req.get("timeout_s"))
     except subprocess.TimeoutExpired:
@@ -88,7 +142,8 @@ def run(req: dict, base_env: dict[str, str]) -> dict:
     except OSError:
         pass
     return {"returncode": None if timed_out else proc.returncode, "stdout": out.decode(errors="replace"),
-            "stderr": err.decode(errors="replace"), "duration_s": time.monotonic() - t0, "timed_out": timed_out}
+            "stderr": err.decode(errors="replace"), "duration_s": time.monotonic() - t0, "timed_out": timed_out,
+            "oom_kills": ooms.at_death()}
 
 
 def _live_others() -> list[int]:

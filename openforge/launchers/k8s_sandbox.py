@@ -189,7 +189,8 @@ class KubernetesSandbox(Sandbox):
                                   timed_out=self.lost_status == RolloutStatus.TIMEOUT)
             raise SandboxError(f"pod {self.pod}: {route} refused ({code}): {data[:300]!r}")
         r = json.loads(data)
-        return ExecResult(r["returncode"], r["stdout"], r["stderr"], r["duration_s"], timed_out=r["timed_out"])
+        return ExecResult(r["returncode"], r["stdout"], r["stderr"], r["duration_s"], timed_out=r["timed_out"],
+                          oom_kills=int(r.get("oom_kills") or 0))
 
     def _abs(self, path: str | Path) -> str:
         p = Path(path)
