@@ -16,7 +16,9 @@ environment needs (paths to hide from the agent, services to expose) come from
 
 Missing files: :meth:`Sandbox.read_file` of a file the agent did not write raises
 :class:`~openforge.errors.SandboxFileNotFound`; a verifier that lets it escape is not broken — the
-rollout is scored 0 as ``policy_failure`` and trained. Every other exception a verifier raises (and a
+rollout is scored 0 as ``policy_failure`` and trained; so is
+:class:`~openforge.errors.AgentOutputError`, which a verifier raises when the agent's output is
+unusable (a wrong type in its answer, a file it cannot load). Every other exception a verifier raises (and a
 verdict that is not a finite number) is ``env_error``: discarded, never trained. The whole surface,
 with a worked example, is in ``docs/sdk.md``.
 """
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import ConfigError, SandboxFileNotFound
+from .errors import AgentOutputError, ConfigError, SandboxFileNotFound
 from .launchers.base import Sandbox
 from .task import Task
 
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 # Environment, VerifyResult, and what a verifier works with, importable from here in one line
-__all__ = ["Environment", "Sandbox", "SandboxFileNotFound", "Task", "VerifyResult"]
+__all__ = ["AgentOutputError", "Environment", "Sandbox", "SandboxFileNotFound", "Task", "VerifyResult"]
 
 
 class VerifyResult(BaseModel):
@@ -151,7 +153,9 @@ class Environment(abc.ABC):
         service's records). Return a :class:`VerifyResult`: a reward at or above the run's
         ``success_threshold`` (``RolloutSettings``; 1.0 by default) is ``success``, below it
         ``policy_failure``; both are trained. Letting :class:`~openforge.errors.SandboxFileNotFound` escape (the agent did not
-        write a file you read) is the same as returning reward 0. Any other exception, running over
+        write a file you read) is the same as returning reward 0, and so is raising
+        :class:`~openforge.errors.AgentOutputError` when what the agent left is unusable (say why: it
+        is the detail; never for your own bug). Any other exception, running over
         the limit, or a NaN / infinite reward is ``env_error``: the rollout is discarded, its
         traceback kept in ``metadata["verifier_traceback"]``."""
 

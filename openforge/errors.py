@@ -22,6 +22,7 @@ still catches it; and each survives ``pickle`` with its fields (``status``, ``co
     ├── SandboxError           RuntimeError launcher could not provision / a pod was lost (→ infra_error)
     │   └── SandboxFileNotFound FileNotFoundError  ``Sandbox.read_file`` of a file that is not there (a
     │                                       verifier that lets it escape scores the rollout 0: policy_failure)
+    ├── AgentOutputError       ValueError   a verifier found the agent's output unusable (→ policy_failure, reward 0)
     └── ProxyError             RuntimeError wire-level problem, carries an HTTP status and the API's error shape
         └── ContextOverflow    ValueError   a prompt longer than the policy's context (a 400)
 """
@@ -31,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AgentOutputError",
     "BackendError",
     "BackendTimeout",
     "ConfigError",
@@ -160,6 +162,14 @@ class SandboxFileNotFound(SandboxError, FileNotFoundError):
     def __init__(self, message: str, path: str = ""):
         super().__init__(message)
         self.path = path
+
+
+class AgentOutputError(ForgeError, ValueError):
+    """A verifier found the agent's output unusable (a wrong type in its JSON answer, a file too large
+    or not a regular file, data the verifier could not load): the agent's failure, not the verifier's.
+    A verifier that raises it (or a task directory's verifier that exits 3) scores the rollout 0 as a
+    ``policy_failure`` (trained), never an ``env_error``; the message is its detail. Raise it only
+    for what the agent left, never for the verifier's own bug: that must stay an ``env_error``."""
 
 
 class ProxyError(ForgeError, RuntimeError):

@@ -124,5 +124,7 @@ async def pod_verifier_view(pod: KubernetesSandbox, ro_paths: Sequence[str]) -> 
         raise SandboxFailure(f"cannot copy the verifier's files into pod {pod.pod}: {res.stderr[-300:]}",
                              RolloutStatus.ENV_ERROR)
     view = PodVerifierSandbox(pod, base)
-    await pod.exec(["mkdir", "-p", str(view.home)], timeout_s=60)
-    return VerifierView(view, paths={host: f"{base}/{name}" for host, name in names.items()}, python="python3")
+    await pod.exec(["sh", "-c", 'mkdir -p "$1" && mkdir -m 0700 "$2"', "sh", str(view.home), f"{base}/verdict"],
+                   timeout_s=60)
+    return VerifierView(view, paths={host: f"{base}/{name}" for host, name in names.items()}, python="python3",
+                        verdict_dir=f"{base}/verdict")
