@@ -2,6 +2,7 @@
 
 Usage (in a task directory's verifier)::
 
+    python3 "$OPENFORGE_UNTRUSTED" --check || exit 2      # can it isolate here? (else: the verifier failed)
     python3 "$OPENFORGE_UNTRUSTED" [--timeout S] [--hide PATH]... [--network] -- CMD [ARG...]
 
 A verifier that imports or runs the agent's code shares its uid, pid namespace and output with that
@@ -30,7 +31,9 @@ the driver for a Kubernetes pod, one trust domain anyway): then ``CMD`` runs wit
 descriptor, session and ``no_new_privs`` measures, and a note on stderr says so.
 
 Exit status: ``CMD``'s; 128+N when a signal N ended it; 124 when ``--timeout`` ran out; 125 when
-the helper could not isolate it. It still shares stdout/stderr with the verifier: write the verdict
+the helper could not isolate it. ``CMD`` can exit 124 or 125 too, so a verifier tells its own failure
+from the agent's with ``--check`` first: it sets the same isolation up, runs nothing, and exits 0
+(isolation works here) or 125 (it does not, or only in the weak mode where that is allowed: 0). It still shares stdout/stderr with the verifier: write the verdict
 to ``$OPENFORGE_VERDICT`` (docs/task-format.md), never trust stdout after running agent code.
 
 Stdlib only, no openforge imports: a pod's ``python3`` runs it from a copy.
@@ -72,15 +75,17 @@ def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: s
 
 def _usage(msg: str) -> SystemExit:
     print(f"openforge-untrusted: {msg}\nusage: python3 \"$OPENFORGE_UNTRUSTED\" [--timeout S] [--hide PATH]... "
-          "[--network] -- CMD [ARG...]", file=sys.stderr)
+          "[--network] -- CMD [ARG...]  |  --check", file=sys.stderr)
     return SystemExit(2)
 
 
 def parse(argv: list[str]) -> tuple[float | None, list[str], bool, list[str]]:
-    """(timeout, hidden paths, keep network, command)."""
+    """(timeout, hidden paths, keep network, command); ``--check`` is an empty command."""
     timeout: float | None = None
     hide: list[str] = []
     network = False
+    if argv == ["--check"]:
+        return None, [], False, []
     i = 0
     while i < len(argv) and argv[i] != "--":
         a = argv[i]
@@ -145,6 +150,8 @@ def _seal() -> None:
 
 
 def _exec(cmd: list[str]) -> None:
+    if not cmd:  # --check: everything is set up; nothing to run
+        os._exit(0)
     env = {k: v for k, v in os.environ.items() if k not in PRIVATE_ENV}
     try:
         os.execvpe(cmd[0], cmd, env)
