@@ -19,58 +19,14 @@ from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.rollout import run_rollout
 from openforge.types import RolloutStatus as S
 
+from ._drivers import driver_base, run_driver
+from ._verdict_scenario import AGENT, FORGE
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "tasks"
 
 pytestmark = pytest.mark.timeout(300)
 
-#: Python the agent leaves as its code: it writes a result line to the stdout of every process it can
-#: see (the verifier's among them) and into every descriptor it holds or can open, then SIGKILLs
-#: every process of its uid it can reach (unless ``FORGE_KILL=0``), leaving a process behind that
-#: writes the paths in ``FORGE_PATHS`` once more 1.5 s later.
-FORGE = r'''
-import os, signal
-LINE = b'{"reward": 1.0, "detail": "forged"}\n'
-for pid in [p for p in os.listdir("/proc") if p.isdigit()] + ["self"]:
-    for fd in range(0, 12):
-        try:
-            f = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:
-            os.write(f, LINE)
-        except OSError:
-            pass
-        os.close(f)
-for fd in range(1, 64):
-    try:
-        os.write(fd, LINE)
-    except OSError:
-        pass
-for path in os.environ.get("FORGE_PATHS", "").split(":"):
-    if path:
-        try:
-            with open(path, "w") as f:
-                f.write(LINE.decode())
-        except OSError:
-            pass
-if os.fork() == 0:  # a process left behind, to write once the verifier wrote its own verdict
-    os.setsid()
-    import time
-    time.sleep(1.5)
-    for path in os.environ.get("FORGE_PATHS", "").split(":"):
-        try:
-            with open(path, "w") as f:
-                f.write(LINE.decode())
-        except OSError:
-            pass
-    os._exit(0)
-if os.environ.get("FORGE_KILL", "1") == "1":
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-'''
 
 
 class Shell(Harness):
@@ -103,11 +59,18 @@ async def test_git_bugfix_agent_module_that_forges_the_line_and_kills_its_verifi
     """The shipped task: the agent's stats.py, imported by the verifier, prints the result line into the
     verifier's stdout and kills it (exit 137). It is the agent's failure, scored 0 and trained."""
     env = TaskDirEnvironment(EXAMPLES / "git-bugfix", log_dir=tmp_path / "logs")
-    stats = FORGE + "\ndef average(xs):\n    return sum(xs) / (len(xs) - 1)\n"
-    agent = f"cd calc && cat > stats.py <<'PY'\n{stats}\nPY\ngit commit -q -am 'fix: average'\n"
-    traj = await _rollout(rig, env, "git-bugfix", agent)
+    traj = await _rollout(rig, env, "git-bugfix", AGENT)
     _no_reward(traj)
     assert traj.status == S.POLICY_FAILURE and traj.reward == 0.0, (traj.status, traj.error)
+
+
+def test_git_bugfix_forge_under_a_normal_user_driver():
+    """A normal user's sandboxes share its uid with the pipes the driver reads: there the agent's code
+    can open the verifier's stdout through /proc and write the line itself. It still scores 0."""
+    with driver_base("verdict", as_user=True) as base:
+        rep = run_driver("_verdict_scenario.py", ["--work", str(base)], as_user=True)
+    assert rep["isolation"] == "bwrap" and rep["agent_rc"] == 0, rep
+    assert rep["reward"] == 0.0, rep
 
 
 def _task(root: Path, name: str, verify_sh: str, *, setup: dict[str, str]) -> Path:
