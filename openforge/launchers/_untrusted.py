@@ -62,6 +62,11 @@ class SetupError(Exception):
     """The isolation could not be set up (nothing of the agent's has run)."""
 
 
+class NoNamespaces(SetupError):
+    """The namespaces cannot be made here (no user namespaces, no CAP_SYS_ADMIN): the one failure
+    after which a weaker mode may run the command."""
+
+
 def _call(rc: int, what: str) -> None:
     if rc != 0:
         err = ctypes.get_errno()
@@ -132,6 +137,24 @@ def _own_proc() -> None:
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     except SetupError:
         _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+
+
+def _recheck_cwd() -> None:
+    """Enter the cwd again by its path: a cwd inside a hidden path would otherwise still show it."""
+    cwd = os.getcwd()
+    try:
+        os.chdir(cwd)
+    except OSError:
+        raise SetupError(f"the command's directory {cwd} is inside a hidden path") from None
+
+
+def _close_inherited() -> None:
+    """Every descriptor but 0-2 (the verifier's verdict, pipes, directories), however high."""
+    try:
+        high = [int(f) for f in os.listdir("/proc/self/fd") if f.isdigit()]
+    except OSError:
+        high = []
+    os.closerange(3, max([1 << 16, os.sysconf("SC_OPEN_MAX"), *(f + 1 for f in high)]))
 
 
 def _become_nobody() -> None:
@@ -207,6 +230,7 @@ def _pid1(cmd: list[str], hide: list[str], root: bool, report: int) -> None:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         _own_proc()
         _hide(hide)
+        _recheck_cwd()
         if root:
             _become_nobody()
         os.setsid()
@@ -234,7 +258,7 @@ def _in_namespaces(cmd: list[str], hide: list[str], network: bool, timeout: floa
         try:
             _call(_libc.unshare(flags), "unshare")
         except SetupError as e:
-            _report(c2h_w, e)
+            _report(c2h_w, SetupError(f"N{e}"))
             os._exit(EXIT_SETUP)
         os.write(c2h_w, b"u")
         if _read_all(h2c_r) != b"mapped":
@@ -259,6 +283,8 @@ def _in_namespaces(cmd: list[str], hide: list[str], network: bool, timeout: floa
     first = os.read(c2h_r, 4096)
     if first != b"u":
         os.waitpid(pid, 0)
+        if first.startswith(b"N"):
+            raise NoNamespaces(first[1:].decode(errors="replace"))
         raise SetupError(first.decode(errors="replace") or "the namespace child died")
     try:
         if not root:
@@ -269,7 +295,7 @@ def _in_namespaces(cmd: list[str], hide: list[str], network: bool, timeout: floa
     except OSError as e:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-        raise SetupError(f"cannot map the user namespace: {e}") from None
+        raise NoNamespaces(f"cannot map the user namespace: {e}") from None
     finally:
         os.close(h2c_w)
     rest = _read_all(c2h_r)
@@ -308,13 +334,16 @@ def _plain(cmd: list[str], timeout: float | None, root: bool) -> int:
 
 def main(argv: list[str]) -> int:
     timeout, extra, network, cmd = parse(argv)
-    os.closerange(3, 1 << 16)  # the verifier's descriptors (its verdict, pipes) stay with the verifier
+    _close_inherited()
     hide = hidden_paths(extra)
     root = os.geteuid() == 0
     try:
         return _in_namespaces(cmd, hide, network, timeout)
-    except SetupError as e:
+    except NoNamespaces as e:
         why = str(e)
+    except SetupError as e:
+        print(f"openforge-untrusted: cannot isolate the agent's code ({e}); nothing was run", file=sys.stderr)
+        return EXIT_SETUP
     if root:
         print(f"openforge-untrusted: no namespaces here ({why}): running the agent's code as nobody in this pid "
               "namespace, the hidden paths readable if others may read them", file=sys.stderr)
