@@ -224,3 +224,16 @@ async def test_agent_output_error_from_a_python_verifier_is_a_policy_failure(rig
     traj = await _rollout(rig, Typed(), Typed.TASK, AGENT)
     assert traj.status == S.POLICY_FAILURE and traj.reward == 0.0 and traj.trainable, (traj.status, traj.error)
     assert "not an integer" in traj.metadata["verify_agent_fault"]
+
+
+def test_helper_refuses_a_cwd_inside_a_hidden_path(shared_dir):
+    """Run from inside the task directory, the code would still see it through its cwd: refused, nothing run."""
+    tdir = shared_dir / "task"
+    (tdir / "sub").mkdir(parents=True)
+    marker = shared_dir / "ran"
+    r = subprocess.run([sys.executable, str(UNTRUSTED_HELPER), "--", "sh", "-c", f"touch {marker}"], cwd=tdir / "sub",
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "OPENFORGE_TASK_DIR": str(tdir)})
+    if _helper("--check").returncode != 0:
+        pytest.skip("no namespaces for the helper here")
+    assert r.returncode == 125 and "inside a hidden path" in r.stderr, (r.returncode, r.stderr)
+    assert not marker.exists()
