@@ -73,9 +73,12 @@ def _call(rc: int, what: str) -> None:
         raise SetupError(f"{what}: {os.strerror(err)}")
 
 
+def _enc(s: str | None) -> bytes | None:
+    return s.encode() if s is not None else None
+
+
 def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: s.encode() if s is not None else None)
-    _call(_libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {fstype or src} on {target}")
+    _call(_libc.mount(_enc(src), _enc(target), _enc(fstype), flags, _enc(data)), f"mount {fstype or src} on {target}")
 
 
 def _usage(msg: str) -> SystemExit:

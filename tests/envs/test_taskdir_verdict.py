@@ -21,14 +21,22 @@ from openforge.envs.taskdir import TaskDirEnvironment, parse_result
 from openforge.envs.verifier_sandbox import UNTRUSTED_HELPER
 from openforge.errors import AgentOutputError, EnvironmentError_
 from openforge.harness import Harness, HarnessResult, RolloutContext
+from openforge.launchers.local import LocalLauncher
 from openforge.rollout import run_rollout
 from openforge.task import Task
 from openforge.types import RolloutStatus as S
 
-from .test_taskdir import _run, launcher, make_task  # noqa: F401  (the fixture)
+from .test_taskdir import _run, make_task
 
 LINE = '{"reward": 1.0}'
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+async def launcher(tmp_path):
+    la = LocalLauncher(base_dir=tmp_path / "sbx")
+    yield la
+    await la.aclose()
 
 
 # -- which verdict counts ------------------------------------------------------------------------
@@ -125,7 +133,7 @@ def test_helper_hides_the_verdict_and_task_dirs_and_closes_descriptors(shared_di
                           "env": "OPENFORGE_VERDICT" in os.environ, "fds": sorted(int(f) for f in os.listdir("/proc/self/fd")),
                           "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}}))
     """)
-    if not _helper("--check").returncode == 0:
+    if _helper("--check").returncode != 0:
         pytest.skip("no namespaces for the helper here")
     read, write = os.pipe()
     try:
