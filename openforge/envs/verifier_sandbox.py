@@ -202,6 +202,9 @@ async def _on_host(task: Task, sandbox: Sandbox, group: ServiceGroup | None) -> 
         await asyncio.to_thread(copy_as_data, src, data, max_bytes=VERIFY_COPY_MAX_BYTES)
         home.mkdir()
         vdir.mkdir(mode=0o700)
+        if os.geteuid() == 0:  # $OPENFORGE_UNTRUSTED runs the agent's code as nobody: let it reach the scratch
+            os.chmod(tmp, 0o711)
+            home.chmod(0o755)
         extra = {"HOME": str(home), "TMPDIR": str(home), "OPENFORGE_WORKDIR": str(data),
                  "OPENFORGE_TASK_DIR": task.metadata["task_dir"], "OPENFORGE_UNTRUSTED": str(UNTRUSTED_HELPER),
                  "OPENFORGE_VERDICT": str(vdir / _VERDICT_NAME), **(group.host_env if group else {})}

@@ -25,7 +25,8 @@ helper runs ``CMD`` so that it cannot:
   it writes) by all. Without ``CAP_SYS_ADMIN`` (a pod) it then shares the pid namespace, but as
   another user it can signal, trace or write nothing of the verifier's.
 
-Where none of that can be set up (a non-root verifier where user namespaces are disabled) it exits
+``--check`` (run from the directory the command will run in) exits 125 too when a root verifier's
+``nobody`` cannot enter that directory. Where none of that can be set up (a non-root verifier where user namespaces are disabled) it exits
 :data:`EXIT_SETUP` (125) without running anything, unless ``OPENFORGE_UNTRUSTED_WEAK_OK=1`` (set by
 the driver for a Kubernetes pod, one trust domain anyway): then ``CMD`` runs with only the
 descriptor, session and ``no_new_privs`` measures, and a note on stderr says so.
@@ -142,13 +143,14 @@ def _own_proc() -> None:
         _mount("tmpfs", "/proc", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
 
 
-def _recheck_cwd() -> None:
-    """Enter the cwd again by its path: a cwd inside a hidden path would otherwise still show it."""
+def _recheck_cwd(why: str = "it is inside a hidden path") -> None:
+    """Enter the cwd again by its path: a cwd inside a hidden path would otherwise still show it,
+    and the agent's code (``nobody`` under a root verifier) must be able to enter it."""
     cwd = os.getcwd()
     try:
         os.chdir(cwd)
     except OSError:
-        raise SetupError(f"the command's directory {cwd} is inside a hidden path") from None
+        raise SetupError(f"cannot run in {cwd}: {why}") from None
 
 
 def _close_inherited() -> None:
@@ -196,21 +198,23 @@ def _wait(pid: int, timeout: float | None) -> int:
     """Wait for ``pid``; SIGKILL it when ``timeout`` runs out (→ 124)."""
     expired = []
 
-    def on_alarm(_s: int, _f: object) -> None:
+    def kill(*_: object) -> None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # gone already
+            pass
+
+    def on_alarm(*_: object) -> None:
         expired.append(True)
-        os.kill(pid, signal.SIGKILL)
+        kill()
 
     if timeout:
         signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(s, lambda *_: os.kill(pid, signal.SIGKILL))
-    while True:
-        try:
-            _, st = os.waitpid(pid, 0)
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries
-            continue
+        signal.signal(s, kill)
+    _, st = os.waitpid(pid, 0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
     return EXIT_TIMEOUT if expired else _status(st)
 
 
@@ -236,6 +240,7 @@ def _pid1(cmd: list[str], hide: list[str], root: bool, report: int) -> None:
         _recheck_cwd()
         if root:
             _become_nobody()
+            _recheck_cwd("nobody cannot enter it: chmod -R a+rX it and its parents")
         os.setsid()
         _seal()
     except (SetupError, OSError) as e:
@@ -321,6 +326,7 @@ def _plain(cmd: list[str], timeout: float | None, root: bool) -> int:
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if root:
                 _become_nobody()
+                _recheck_cwd("nobody cannot enter it: chmod -R a+rX it and its parents")
             os.setsid()
             _seal()
         except (SetupError, OSError) as e:

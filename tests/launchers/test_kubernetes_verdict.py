@@ -18,6 +18,7 @@ VERIFY_SH = """\
 set -u
 test -f "$OPENFORGE_UNTRUSTED" || exit 2
 case "$OPENFORGE_UNTRUSTED" in /tmp/openforge-verify-*) ;; *) exit 2 ;; esac
+scratch=$(mktemp -d) && cp out.txt "$scratch/" && chmod -R a+rX "$scratch" && cd "$scratch" || exit 2
 python3 "$OPENFORGE_UNTRUSTED" --check || exit 2
 out=$(python3 "$OPENFORGE_UNTRUSTED" --timeout 20 -- cat out.txt)
 echo "{\\"reward\\": $([ "$out" = 42 ] && echo 0.75 || echo 0), \\"detail\\": \\"verdict file\\"}" > "$OPENFORGE_VERDICT"

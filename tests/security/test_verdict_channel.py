@@ -9,6 +9,7 @@ whose verifier runs the agent's code through ``$OPENFORGE_UNTRUSTED``, in the lo
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
@@ -127,3 +128,31 @@ async def test_a_process_the_agent_code_left_cannot_overwrite_the_verdict(rig, t
     traj = await _rollout(rig, env, "after", "true")
     _no_reward(traj)
     assert traj.status == S.POLICY_FAILURE and traj.metadata["verify_detail"] == "verifier", (traj.status, traj.error)
+
+
+@pytest.mark.parametrize("agent, reward", [("solution", 1.0), ("forge", 0.0)])
+async def test_git_bugfix_on_the_host(tmp_path, agent, reward):
+    """``verify_on_host = true``: the helper runs the agent's code on the host (as nobody under a root
+    driver); the reference solution still scores 1.0 and the forging module 0."""
+    from openforge.launchers.base import SandboxSpec
+    from openforge.launchers.local import LocalLauncher
+
+    tasks = tmp_path / "tasks"
+    shutil.copytree(EXAMPLES / "git-bugfix", tasks / "git-bugfix")
+    toml = tasks / "git-bugfix" / "task.toml"
+    toml.write_text(toml.read_text() + "verify_on_host = true\n")
+    env = TaskDirEnvironment(tasks, log_dir=tmp_path / "logs")
+    task = env.task("git-bugfix")
+    la = LocalLauncher(base_dir=tmp_path / "sbx")
+    sbx = await la.start(SandboxSpec(rollout_id="host", task=task, proxy_url="", api_key="k",
+                                     hidden_paths=env.hidden_paths(task)))
+    try:
+        await env.setup(task, sbx)
+        script = env.reference_solution(task)[0] if agent == "solution" else AGENT
+        assert (await sbx.exec(["bash", "-c", script], timeout_s=60)).returncode == 0
+        res = await env.verify(task, sbx)
+        assert res.reward == reward and "forged" not in res.model_dump_json(), res
+    finally:
+        await env.teardown(task, sbx)
+        await sbx.close()
+        await la.aclose()

@@ -7,8 +7,8 @@
 # The agent's stats.py runs through $OPENFORGE_UNTRUSTED: in namespaces of its own, it cannot print
 # into this script's output, signal it, or see the task directory; its stdout is only compared.
 set -u
+cd "$OPENFORGE_WORKDIR" || exit 2  # the cwd already, except with verify_on_host = true
 [ -d calc/.git ] && [ ! -L calc ] && [ ! -L calc/.git ] || { echo "calc/ is not a git repository"; exit 1; }
-python3 "$OPENFORGE_UNTRUSTED" --check || { echo "cannot isolate the agent's code here" >&2; exit 2; }
 scratch="$(mktemp -d)"
 repo="$scratch/calc"
 cp -R calc "$repo" 2>/dev/null || { echo "cannot copy calc/"; exit 1; }
@@ -22,6 +22,8 @@ $git log -1 --format=%s | grep -q '^fix:' || { echo "last commit is not a fix: c
 seed=$((RANDOM * 32768 + RANDOM))
 want=$(python3 -I -B "$OPENFORGE_TASK_DIR/check_stats.py" --expected "$seed")
 cp "$OPENFORGE_TASK_DIR/check_stats.py" "$scratch/" && chmod -R a+rX "$scratch"  # a root verifier runs it as nobody
+# can the agent's code be isolated here, in this directory? (else this verifier failed: not a 0 for the agent)
+python3 "$OPENFORGE_UNTRUSTED" --check || { echo "cannot isolate the agent's code here" >&2; exit 2; }
 # the agent's stats.py runs here: one that hangs (or is a FIFO) fails the check, it does not time out the verifier
 got=$(python3 "$OPENFORGE_UNTRUSTED" --timeout 20 -- python3 -E -s -B "$scratch/check_stats.py" --actual "$seed" \
       2>/dev/null </dev/null | tail -n 1)
