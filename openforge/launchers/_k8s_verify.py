@@ -7,7 +7,8 @@ Owns: :func:`pod_verifier_view` (-> a :class:`VerifierView` over :class:`PodVeri
 The view puts copies of the host paths the verifier needs (the task directory, the services' state)
 into the pod under a fresh ``/tmp/openforge-verify-*`` directory (one gzip tar, unpacked by the
 pod's ``python3`` with tarfile's ``data`` filter), and runs the verifier there with ``HOME`` and
-``TMPDIR`` of its own, in the rollout's workdir. A pod is one trust domain: the verifier is as
+``TMPDIR`` of its own, in the rollout's workdir, and a ``0700`` ``verdict/`` directory for its verdict
+file (``VerifierView.verdict_dir``). A pod is one trust domain: the verifier is as
 isolated from the driver as the agent was, but a process the agent left running in the pod can still
 see it.
 """

@@ -74,17 +74,14 @@ AGENT = ("cd calc && cat > stats.py <<'PY'\n" + FORGE + "\ndef average(xs):\n   
          "PY\ngit commit -q -am 'fix: average'\n")
 
 
-async def main(work: Path) -> dict:
-    shutil.copytree(EXAMPLES / "git-bugfix", work / "tasks" / "git-bugfix")
-    env = TaskDirEnvironment(work / "tasks", log_dir=work / "logs")
-    launcher = LocalLauncher(base_dir=work / "sbx")
+async def _verify(env: TaskDirEnvironment, launcher: LocalLauncher, script: str, rid: str) -> dict:
     task = env.task("git-bugfix")
-    sbx = await launcher.start(SandboxSpec(rollout_id="forge", task=task, proxy_url="", api_key="k",
+    sbx = await launcher.start(SandboxSpec(rollout_id=rid, task=task, proxy_url="", api_key="k",
                                            hidden_paths=env.hidden_paths(task)))
-    out: dict = {"driver_uid": os.getuid(), "isolation": launcher.isolation}
+    out: dict = {}
     try:
         await env.setup(task, sbx)
-        r = await sbx.exec(["bash", "-c", AGENT], timeout_s=60)
+        r = await sbx.exec(["bash", "-c", script], timeout_s=60)
         out["agent_rc"] = r.returncode
         try:
             res = await env.verify(task, sbx)
@@ -94,6 +91,19 @@ async def main(work: Path) -> dict:
     finally:
         await env.teardown(task, sbx)
         await sbx.close()
+    return out
+
+
+async def main(work: Path) -> dict:
+    """The forging agent, and the reference solution (which must still pass under this driver)."""
+    shutil.copytree(EXAMPLES / "git-bugfix", work / "tasks" / "git-bugfix")
+    env = TaskDirEnvironment(work / "tasks", log_dir=work / "logs")
+    launcher = LocalLauncher(base_dir=work / "sbx")
+    try:
+        out = {"driver_uid": os.getuid(), "isolation": launcher.isolation,
+               **await _verify(env, launcher, AGENT, "forge")}
+        out["solution"] = await _verify(env, launcher, env.reference_solution(env.task("git-bugfix"))[0], "solution")
+    finally:
         await launcher.aclose()
     return out
 

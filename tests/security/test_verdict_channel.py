@@ -72,6 +72,7 @@ def test_git_bugfix_forge_under_a_normal_user_driver():
         rep = run_driver("_verdict_scenario.py", ["--work", str(base)], as_user=True)
     assert rep["isolation"] == "bwrap" and rep["agent_rc"] == 0, rep
     assert rep["reward"] == 0.0, rep
+    assert rep["solution"]["reward"] == 1.0, rep["solution"]
 
 
 def _task(root: Path, name: str, verify_sh: str, *, setup: dict[str, str]) -> Path:
