@@ -250,42 +250,59 @@ def _pid1(cmd: list[str], hide: list[str], root: bool, report: int) -> None:
     _exec(cmd)
 
 
+def _maker(cmd: list[str], hide: list[str], root: bool, flags: int, timeout: float | None,
+           to_host: int, from_host: int) -> None:
+    """The forked namespace maker: unshare (→ ``u``, or ``N<why>``: no namespaces here), wait for the
+    helper to write its id maps, then fork pid 1, relay its setup report and wait for it. Never returns."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        _call(_libc.unshare(flags), "unshare")
+    except SetupError as e:
+        _report(to_host, SetupError(f"N{e}"))
+        os._exit(EXIT_SETUP)
+    os.write(to_host, b"u")
+    if _read_all(from_host) != b"mapped":
+        os._exit(EXIT_SETUP)
+    try:
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    except SetupError as e:
+        _report(to_host, e)
+        os._exit(EXIT_SETUP)
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(r)
+        os.close(to_host)
+        _pid1(cmd, hide, root, w)
+    os.close(w)
+    msg = _read_all(r)
+    _report(to_host, None if msg == b"ok" else SetupError(msg.decode(errors="replace")))
+    os._exit(_wait(child, timeout))
+
+
+def _map_ids(pid: int, root: bool) -> None:
+    """Map the helper's own uid/gid into ``pid``'s new user namespace (none when root: no userns)."""
+    if root:
+        return
+    uid, gid = os.geteuid(), os.getegid()
+    _write(f"/proc/{pid}/setgroups", "deny")
+    _write(f"/proc/{pid}/uid_map", f"{uid} {uid} 1")
+    _write(f"/proc/{pid}/gid_map", f"{gid} {gid} 1")
+
+
 def _in_namespaces(cmd: list[str], hide: list[str], network: bool, timeout: float | None) -> int:
     """The isolated run: this process forks a child that makes the namespaces (a user namespace too
-    unless root), whose own child is pid 1 there and runs ``cmd``."""
+    unless root), whose own child is pid 1 there and runs ``cmd``. :class:`NoNamespaces` when they
+    cannot be made here, :class:`SetupError` when anything else of the isolation fails."""
     root = os.geteuid() == 0
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if network else CLONE_NEWNET) | (0 if root else CLONE_NEWUSER)
     c2h_r, c2h_w = os.pipe()
     h2c_r, h2c_w = os.pipe()
-    uid, gid = os.geteuid(), os.getegid()
     pid = os.fork()
-    if pid == 0:  # the namespace maker
+    if pid == 0:
         os.close(c2h_r)
         os.close(h2c_w)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        try:
-            _call(_libc.unshare(flags), "unshare")
-        except SetupError as e:
-            _report(c2h_w, SetupError(f"N{e}"))
-            os._exit(EXIT_SETUP)
-        os.write(c2h_w, b"u")
-        if _read_all(h2c_r) != b"mapped":
-            os._exit(EXIT_SETUP)
-        r, w = os.pipe()
-        try:
-            _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        except SetupError as e:
-            _report(c2h_w, e)
-            os._exit(EXIT_SETUP)
-        child = os.fork()
-        if child == 0:
-            os.close(r)
-            os.close(c2h_w)
-            _pid1(cmd, hide, root, w)
-        os.close(w)
-        msg = _read_all(r)
-        _report(c2h_w, None if msg == b"ok" else SetupError(msg.decode(errors="replace")))
-        os._exit(_wait(child, timeout))
+        _maker(cmd, hide, root, flags, timeout, c2h_w, h2c_r)
     os.close(c2h_w)
     os.close(h2c_r)
     first = os.read(c2h_r, 4096)
@@ -295,10 +312,7 @@ def _in_namespaces(cmd: list[str], hide: list[str], network: bool, timeout: floa
             raise NoNamespaces(first[1:].decode(errors="replace"))
         raise SetupError(first.decode(errors="replace") or "the namespace child died")
     try:
-        if not root:
-            _write(f"/proc/{pid}/setgroups", "deny")
-            _write(f"/proc/{pid}/uid_map", f"{uid} {uid} 1")
-            _write(f"/proc/{pid}/gid_map", f"{gid} {gid} 1")
+        _map_ids(pid, root)
         os.write(h2c_w, b"mapped")
     except OSError as e:
         os.kill(pid, signal.SIGKILL)
