@@ -59,7 +59,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
 
 
-class SetupError(Exception):
+class SetupError(RuntimeError):
     """The isolation could not be set up (nothing of the agent's has run)."""
 
 
