@@ -134,7 +134,8 @@ async def test_a_process_the_agent_code_left_cannot_overwrite_the_verdict(rig, t
 @pytest.mark.parametrize("agent, reward", [("solution", 1.0), ("forge", 0.0)])
 async def test_git_bugfix_on_the_host(tmp_path, agent, reward):
     """``verify_on_host = true``: the helper runs the agent's code on the host (as nobody under a root
-    driver); the reference solution still scores 1.0 and the forging module 0."""
+    driver); the reference solution still scores 1.0 and the forging module 0. (The forging module
+    does not kill here: on the host, run unisolated, its ``kill(-1)`` would reach the driver's uid.)"""
     from openforge.launchers.base import SandboxSpec
     from openforge.launchers.local import LocalLauncher
 
@@ -149,7 +150,8 @@ async def test_git_bugfix_on_the_host(tmp_path, agent, reward):
                                      hidden_paths=env.hidden_paths(task)))
     try:
         await env.setup(task, sbx)
-        script = env.reference_solution(task)[0] if agent == "solution" else AGENT
+        script = env.reference_solution(task)[0] if agent == "solution" else \
+            AGENT.replace('os.environ.get("FORGE_KILL", "1")', '"0"')
         assert (await sbx.exec(["bash", "-c", script], timeout_s=60)).returncode == 0
         res = await env.verify(task, sbx)
         assert res.reward == reward and "forged" not in res.model_dump_json(), res
