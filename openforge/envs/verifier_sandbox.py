@@ -147,10 +147,7 @@ async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None) -
         res = await vs.exec(argv, env=verifier_env(view.python, extra), timeout_s=task.verify_timeout_s)
         text = None
         if verdict and not res.timed_out:
-            try:
-                text = _verdict_text(task, await vs.read_file(verdict))
-            except SandboxFileNotFound:
-                text = None
+            text = await _read_view_verdict(task, view, verdict)
         return _run(res, text)
     finally:
         for b in bridges:
@@ -178,6 +175,15 @@ def _verdict_text(task: Task, data: bytes) -> str:
         raise EnvironmentError_(f"verifier of {task.id} wrote a verdict of {len(data)} bytes (at most "
                                 f"{VERDICT_MAX_BYTES}): write one JSON object to $OPENFORGE_VERDICT")
     return data.decode(errors="replace")
+
+
+async def _read_view_verdict(task: Task, view: VerifierView, path: str) -> str | None:
+    if view.verdict_on_host:
+        return await asyncio.to_thread(_read_host_verdict, task, Path(path))
+    try:
+        return _verdict_text(task, await view.sandbox.read_file(path))
+    except SandboxFileNotFound:
+        return None
 
 
 def _read_host_verdict(task: Task, path: Path) -> str | None:

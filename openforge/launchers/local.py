@@ -270,7 +270,7 @@ class LocalSandbox(Sandbox):
         verdict = vs.root / "verdict"  # in its own rollout dir: writable by the verifier, by no rollout
         verdict.mkdir(mode=0o700)
         vs._own(verdict)
-        return VerifierView(vs, verdict_dir=str(verdict))
+        return VerifierView(vs, verdict_dir=str(verdict), verdict_on_host=True)
 
     def share_path(self, host_path: str | Path) -> str | None:
         path = str(host_path)

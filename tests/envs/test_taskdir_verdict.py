@@ -5,6 +5,7 @@ Attacks by the agent's code on the channel: tests/security/test_verdict_channel.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -245,3 +246,16 @@ def test_helper_refuses_a_cwd_inside_a_hidden_path(shared_dir):
         pytest.skip("no namespaces for the helper here")
     assert r.returncode == 125 and "inside a hidden path" in r.stderr, (r.returncode, r.stderr)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("make, what", [
+    ('mkfifo "$OPENFORGE_VERDICT"', "not a regular file"),
+    ('ln -s /etc/passwd "$OPENFORGE_VERDICT"', "cannot read its verdict file"),
+])
+async def test_a_verdict_file_that_is_no_file_is_an_error_not_a_hang(tmp_path, launcher, make, what):
+    """What a verifier (or code it ran without the helper) left at $OPENFORGE_VERDICT is read without
+    following a link or blocking on a FIFO."""
+    d = make_task(tmp_path / "tasks", "odd", verify_sh=f"{make}\necho '{LINE}'\n")
+    env = TaskDirEnvironment(d)
+    with pytest.raises(EnvironmentError_, match=what):
+        await asyncio.wait_for(_run(env, env.tasks()[0], launcher, []), 60)
