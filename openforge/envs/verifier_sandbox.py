@@ -19,7 +19,7 @@ reading neither a system nor a global config, and ``verify.py`` run as ``python 
 
 The verdict channel: ``$OPENFORGE_VERDICT`` names a file in a directory private to the verifier
 (:attr:`VerifierView.verdict_dir`; on the host a temp dir of its own); what the verifier writes there
-is its verdict (:func:`read_verdict`), and its stdout is then a log only. ``$OPENFORGE_UNTRUSTED`` is
+is its verdict (read without following a link or blocking on a FIFO where the driver can), and its stdout is then a log only. ``$OPENFORGE_UNTRUSTED`` is
 the helper that runs the agent's code out of the verifier's reach (``launchers/_untrusted.py``: own
 namespaces, the verdict, task and service directories hidden), copied into a pod with the task.
 """
@@ -134,7 +134,7 @@ async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None) -
         verdict = f"{view.verdict_dir}/{_VERDICT_NAME}" if view.verdict_dir else None
         if verdict:
             extra["OPENFORGE_VERDICT"] = verdict
-        if vs.isolation == "pod":  # one trust domain (docs/kubernetes.md): the helper may run without a userns
+        if vs.isolation == "pod":  # one trust domain (launchers/_k8s_verify): the helper may run without a userns
             extra["OPENFORGE_UNTRUSTED_WEAK_OK"] = "1"
         if group is not None:
             extra["OPENFORGE_SERVICE_DIR"] = view.inside(group.state_dir)
