@@ -19,9 +19,10 @@ reading neither a system nor a global config, and ``verify.py`` run as ``python 
 
 The verdict channel: ``$OPENFORGE_VERDICT`` names a file in a directory private to the verifier
 (:attr:`VerifierView.verdict_dir`; on the host a temp dir of its own); what the verifier writes there
-is its verdict (read without following a link or blocking on a FIFO where the driver can), and its stdout is then a log only. ``$OPENFORGE_UNTRUSTED`` is
-the helper that runs the agent's code out of the verifier's reach (``launchers/_untrusted.py``: own
-namespaces, the verdict, task and service directories hidden), copied into a pod with the task.
+is its verdict (read without following a link or blocking on a FIFO where the driver reads it
+itself), and its stdout is then a log only. ``$OPENFORGE_UNTRUSTED`` is the helper that runs the
+agent's code out of the verifier's reach (``launchers/_untrusted.py``: own namespaces, the verdict,
+task and service directories hidden), copied into a pod with the task.
 """
 
 from __future__ import annotations
