@@ -7,7 +7,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import ConfigError, ForgeError, SandboxError, SandboxFileNotFound, SandboxFileRefused, StoreError
+from .errors import (AgentOutputError, ConfigError, ForgeError, SandboxError, SandboxFileNotFound, SandboxFileRefused,
+                     StoreError)
 from .harness import Harness, HarnessResult, RolloutContext
 from .task import Task
 from .trajectory import (
@@ -20,6 +21,7 @@ from .trajectory import (
 from .types import BreakReason, CallStatus, ModelCall, RolloutStatus, Segment
 
 __all__ = [
+    "AgentOutputError",
     "BreakReason",
     "CallStatus",
     "ConfigError",

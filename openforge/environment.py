@@ -24,7 +24,9 @@ Missing and hostile files: :meth:`Sandbox.read_file` of a file the agent did not
 :class:`~openforge.errors.SandboxFileNotFound`, and of one the driver will not read (a FIFO, socket,
 device, directory or symlink, or a file over the read's size cap)
 :class:`~openforge.errors.SandboxFileRefused`; a verifier that lets either escape is not broken — the
-rollout is scored 0 as ``policy_failure`` and trained. Every other exception a verifier raises (and a
+rollout is scored 0 as ``policy_failure`` and trained; so is
+:class:`~openforge.errors.AgentOutputError`, which a verifier raises when the agent's output is
+unusable (a wrong type in its answer, a file it cannot load). Every other exception a verifier raises (and a
 verdict that is not a finite number) is ``env_error``: discarded, never trained. The whole surface,
 with a worked example, is in ``docs/sdk.md``.
 """
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import ConfigError, SandboxFileNotFound, SandboxFileRefused
+from .errors import AgentOutputError, ConfigError, SandboxFileNotFound, SandboxFileRefused
 from .launchers.base import Sandbox
 from .task import Task
 
@@ -49,8 +51,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 # Environment, VerifyResult, and what a verifier works with, importable from here in one line
-__all__ = ["Environment", "Sandbox", "SandboxFileNotFound", "SandboxFileRefused", "Task", "VerifyResult",
-           "hidden_from_agent"]
+__all__ = ["AgentOutputError", "Environment", "Sandbox", "SandboxFileNotFound", "SandboxFileRefused", "Task",
+           "VerifyResult", "hidden_from_agent"]
 
 #: The openforge package: its built-in environments' code is hidden by every launcher already
 #: (``openforge/envs``), and the rest of it is the sandbox's own tooling (the react harness).
@@ -183,7 +185,9 @@ class Environment(abc.ABC):
         ``success_threshold`` (``RolloutSettings``; 1.0 by default) is ``success``, below it
         ``policy_failure``; both are trained. Letting :class:`~openforge.errors.SandboxFileNotFound` escape (the agent did not
         write a file you read) or :class:`~openforge.errors.SandboxFileRefused` (it left a FIFO, a
-        link, a huge file there) is the same as returning reward 0. Any other exception, running over
+        link, a huge file there) is the same as returning reward 0, and so is raising
+        :class:`~openforge.errors.AgentOutputError` when what the agent left is unusable (say why: it
+        is the detail; never for your own bug). Any other exception, running over
         the limit, or a NaN / infinite reward is ``env_error``: the rollout is discarded, its
         traceback kept in ``metadata["verifier_traceback"]``."""
 

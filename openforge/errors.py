@@ -25,6 +25,7 @@ still catches it; and each survives ``pickle`` with its fields (``status``, ``co
     │   └── SandboxFileRefused              ``Sandbox.read_file`` of a file the driver will not read: a FIFO,
     │                                       socket, device, directory or symlink, or one over the size cap
     │                                       (the agent's doing: policy_failure, reward 0, like a missing file)
+    ├── AgentOutputError       ValueError   a verifier found the agent's output unusable (→ policy_failure, reward 0)
     └── ProxyError             RuntimeError wire-level problem, carries an HTTP status and the API's error shape
         └── ContextOverflow    ValueError   a prompt longer than the policy's context (a 400)
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AgentOutputError",
     "BackendContextOverflow",
     "BackendError",
     "BackendTimeout",
@@ -189,6 +191,12 @@ class SandboxFileRefused(SandboxError):
     def __init__(self, message: str, path: str = "", why: str = ""):
         super().__init__(message)
         self.path, self.why = path, why
+class AgentOutputError(ForgeError, ValueError):
+    """A verifier found the agent's output unusable (a wrong type in its JSON answer, a file too large
+    or not a regular file, data the verifier could not load): the agent's failure, not the verifier's.
+    A verifier that raises it (or a task directory's verifier that exits 3) scores the rollout 0 as a
+    ``policy_failure`` (trained), never an ``env_error``; the message is its detail. Raise it only
+    for what the agent left, never for the verifier's own bug: that must stay an ``env_error``."""
 
 
 class ProxyError(ForgeError, RuntimeError):

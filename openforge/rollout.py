@@ -12,7 +12,9 @@ success            verifier reward ≥ ``success_threshold``                    
 policy_failure     the agent ended normally, verifier reward below it (or the         yes (as is)
                    verifier read a file the agent did not write:
                    ``SandboxFileNotFound``, or one it left that the
-                   driver will not read: ``SandboxFileRefused``; reward 0)
+                   driver will not read: ``SandboxFileRefused``, or found
+                   the agent's output unusable: ``AgentOutputError``;
+                   reward 0)
 timeout            the wall-clock budget ran out; the harness was killed             yes (0)
 harness_error      the harness crashed, was not installed or misconfigured          no
 env_error          environment setup or the verifier failed (or raised)             no
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .environment import Environment, VerifyResult, hidden_from_agent
-from .errors import ConfigError, SandboxFileNotFound, SandboxFileRefused
+from .errors import AgentOutputError, ConfigError, SandboxFileNotFound, SandboxFileRefused
 from .harness import Harness, HarnessResult, RolloutContext, tail
 from .harness_mix import PerGroupHarness
 from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
@@ -279,6 +281,9 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
     except SandboxFileRefused as e:  # a FIFO, a link, a huge file where the verifier reads: the agent's doing
         meta["verify_refused_file"] = e.path
         return VerifyResult(reward=0.0, detail=f"a file the verifier reads was refused: {e}"), None, None
+    except AgentOutputError as e:  # the verifier found the agent's output unusable: its failure, trained
+        meta["verify_agent_fault"] = str(e)[:2000]
+        return VerifyResult(reward=0.0, detail=f"the agent's output is unusable: {e}"[:4000]), None, None
     except ValueError as e:  # pydantic's ValidationError too: a verdict that is not a valid score
         return None, S.ENV_ERROR, f"verifier of {task.id} gave an invalid result: {_err(e)}"
     except Exception as e:

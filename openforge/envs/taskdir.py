@@ -20,11 +20,19 @@ verifier → services stopped. The verifier never runs on the host with the agen
 after the agent stopped, in a fresh sandbox of the same launcher (``verifier_sandbox``), with the
 agent's workdir read-only as its cwd (also ``$OPENFORGE_WORKDIR`` and its first argument), the task
 directory read-only as ``$OPENFORGE_TASK_DIR``, ``$OPENFORGE_SERVICE_DIR`` and each service's
-``${NAME}_URL``, a clean environment, and the task's limits; ``verify_on_host = true`` (opt-in) runs
-it on the host on a copy of the workdir as data instead. Its last stdout line is a JSON object
-``{"reward": x, "subscores" | "rewards": {...}, "detail": "...", ...}``; other keys are kept as
-metadata. Without such a line it is an error (``env_error``) unless ``exit_code_reward = true``
-(exit 0 → 1.0, exit 1 → 0.0). Any other exit code, or a Python traceback, means the verifier failed.
+``${NAME}_URL``, ``$OPENFORGE_VERDICT`` and ``$OPENFORGE_UNTRUSTED``, a clean environment, and the
+task's limits; ``verify_on_host = true`` (opt-in) runs it on the host on a copy of the workdir as data
+instead.
+
+Its verdict (:func:`parse_result`) is one JSON object ``{"reward": x, "subscores" | "rewards": {...},
+"detail": "...", ...}`` (other keys are kept as metadata), written to the file ``$OPENFORGE_VERDICT``
+(the channel the agent's code cannot reach when run with ``$OPENFORGE_UNTRUSTED``), or else printed
+as its last stdout line (forgeable by any agent code it runs unisolated). Either counts only when the
+verifier exits 0, and a stdout line only with no Python traceback on stderr. With
+``exit_code_reward = true`` and no verdict: exit 0 → 1.0, exit 1 → 0.0 (whatever it printed; a
+traceback on stderr still means it crashed). Exit
+:data:`AGENT_FAULT_EXIT` (3) says the agent's output is unusable: reward 0, ``policy_failure``. Any
+other exit status, a traceback, or no verdict means the verifier failed (``env_error``).
 """
 
 from __future__ import annotations
@@ -38,38 +46,61 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..environment import Environment, VerifyResult
-from ..errors import ConfigError, EnvironmentError_
+from ..errors import AgentOutputError, ConfigError, EnvironmentError_
 from ..launchers.base import Sandbox
 from ..task import Task
 from .services import ServiceGroup, ServiceWrapper
 from .taskdir_format import load_task_dir, taskdir_extras
 from .verifier_sandbox import run_verifier
 
-__all__ = ["TaskDirEnvironment", "load_task_dir", "parse_result"]
+__all__ = ["AGENT_FAULT_EXIT", "TaskDirEnvironment", "load_task_dir", "parse_result"]
 
 _RESULT_KEYS = ("reward", "rewards", "subscores", "detail")
+#: A verifier's exit status meaning "the agent's output is unusable" (→ reward 0, ``policy_failure``).
+AGENT_FAULT_EXIT = 3
+_TRACEBACK = "Traceback (most recent call last)"
 
 
-def parse_result(task_id: str, out: str, err: str, returncode: int | None, *,
-                 exit_code_reward: bool = False) -> VerifyResult:
-    """A verifier's stdout/stderr/exit status → its verdict; :class:`EnvironmentError_` if it failed."""
+def parse_result(task_id: str, out: str, err: str, returncode: int | None, *, exit_code_reward: bool = False,
+                 verdict: str | None = None) -> VerifyResult:
+    """A verifier's stdout/stderr/exit status and verdict file (``verdict``: its text, ``None`` when
+    it wrote none) → its verdict (see the module docstring for the rules). :class:`AgentOutputError`
+    when it said the agent's output is unusable, :class:`EnvironmentError_` when it failed."""
     text = out.strip()
+    if returncode == AGENT_FAULT_EXIT:
+        why = (err.strip() or text)[-800:] or "no reason given"
+        raise AgentOutputError(f"the verifier of {task_id} found the agent's output unusable (exit 3): {why}")
+    if returncode == 1 and exit_code_reward and _TRACEBACK not in err:
+        return VerifyResult(reward=0.0, detail=(text or err)[-500:])
+    if returncode == 1 and not exit_code_reward and _TRACEBACK not in err:
+        raise _no_verdict(task_id, returncode, text, "; a verdict counts only with exit 0")
+    if returncode != 0:
+        raise EnvironmentError_(f"verifier of {task_id} crashed (exit {returncode}); a verdict counts only with "
+                                f"exit 0: {(err or text)[-800:]}")
+    if verdict is not None and verdict.strip():
+        return _result_line(task_id, verdict.strip(), detail=text[-500:],
+                            source="wrote an invalid verdict to $OPENFORGE_VERDICT:")
+    if _TRACEBACK in err:
+        raise EnvironmentError_(f"verifier of {task_id} crashed (a traceback on stderr): {err[-800:]}")
     last = text.splitlines()[-1].strip() if text else ""
     if last.startswith("{"):
         return _result_line(task_id, last)
-    if returncode not in (0, 1) or "Traceback (most recent call last)" in err:
-        raise EnvironmentError_(f"verifier of {task_id} crashed (exit {returncode}): {err[-800:]}")
     if not exit_code_reward:
-        raise EnvironmentError_(
-            f"verifier of {task_id} printed no result line (exit {returncode}, stdout {text[-200:]!r}): print "
-            '{"reward": ..., "subscores": {...}} as its last line, or set exit_code_reward = true in task.toml '
-            "to score by exit status")
-    return VerifyResult(reward=1.0 if returncode == 0 else 0.0, detail=(text or err)[-500:])
+        raise _no_verdict(task_id, returncode, text, "")
+    return VerifyResult(reward=1.0, detail=(text or err)[-500:])
 
 
-def _result_line(task_id: str, line: str) -> VerifyResult:
+def _no_verdict(task_id: str, returncode: int, text: str, note: str) -> EnvironmentError_:
+    return EnvironmentError_(
+        f"verifier of {task_id} printed no result line (exit {returncode}, stdout {text[-200:]!r}){note}: write "
+        '{"reward": ..., "subscores": {...}} to the file $OPENFORGE_VERDICT (or print it as the last line of '
+        "stdout), or set exit_code_reward = true in task.toml to score by exit status")
+
+
+def _result_line(task_id: str, line: str, *, detail: str = "", source: str = "printed an invalid result line"
+                 ) -> VerifyResult:
     def bad(why: str) -> EnvironmentError_:
-        return EnvironmentError_(f"verifier of {task_id} printed an invalid result line {line[:200]!r}: {why}")
+        return EnvironmentError_(f"verifier of {task_id} {source} {line[:200]!r}: {why}")
 
     try:  # NaN / Infinity parse as floats here and are refused by VerifyResult (→ env_error)
         obj = json.loads(line)
@@ -85,6 +116,8 @@ def _result_line(task_id: str, line: str) -> VerifyResult:
     if "detail" in fields and not isinstance(fields["detail"], str):
         fields["detail"] = json.dumps(fields["detail"])
     fields["metadata"] = {k: v for k, v in obj.items() if k not in _RESULT_KEYS}
+    if detail and "detail" not in fields:
+        fields["detail"] = detail
     try:
         return VerifyResult.model_validate(fields)
     except ValidationError as e:
@@ -194,10 +227,11 @@ class TaskDirEnvironment(Environment):
         if group is not None:
             group.check_alive()  # a service that died under the agent: its state is gone, no verdict
         on_host = bool((task.metadata.get("taskdir") or {}).get("verify_on_host"))
-        out, err, rc = await run_verifier(task, sandbox, group=group, on_host=on_host)
+        run = await run_verifier(task, sandbox, group=group, on_host=on_host)
         if group is not None:
             group.check_alive()
-        res = parse_result(task.id, out, err, rc, exit_code_reward=exit_code_reward)
+        res = parse_result(task.id, run.stdout, run.stderr, run.returncode, exit_code_reward=exit_code_reward,
+                           verdict=run.verdict)
         return _link_subgoals(res, links)
 
     async def teardown(self, task: Task, sandbox: Sandbox) -> None:

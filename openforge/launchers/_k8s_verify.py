@@ -14,7 +14,9 @@ directory ``/tmp/openforge-verify-*``; each time it checks that the tree there h
 files sent, and runs the verifier in the rollout's workdir with exactly the environment the driver
 gives (``HOME`` and ``TMPDIR`` of its own under that directory; nothing of the pod's environment).
 The verifier is then as isolated from the driver as the agent was, and the agent's only influence on
-it is the workdir it left: its files, never its processes.
+it is the workdir it left: its files, never its processes. The verifier writes its verdict file
+(``$OPENFORGE_VERDICT``) in ``verdict/``, a 0700 directory the pod agent makes there with the unpacked
+files (``VerifierView.verdict_dir``).
 """
 
 from __future__ import annotations
@@ -142,4 +144,5 @@ async def pod_verifier_view(pod: KubernetesSandbox, ro_paths: Sequence[str]) -> 
     names = {str(p): f"ro{i}" for i, p in enumerate(ro_paths)}
     packed, digest = await asyncio.to_thread(_pack, names)  # up to MAX_UPLOAD_BYTES read: off the loop
     view = PodVerifierSandbox(pod, base, packed, digest)
-    return VerifierView(view, paths={host: f"{base}/{name}" for host, name in names.items()}, python="python3")
+    return VerifierView(view, paths={host: f"{base}/{name}" for host, name in names.items()}, python="python3",
+                        verdict_dir=f"{base}/verdict")

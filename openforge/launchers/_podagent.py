@@ -197,7 +197,7 @@ def tree_digest(entries: list[tuple[str, str, str]]) -> str:
     return h.hexdigest()
 
 
-def tree_entries(root: str, skip: tuple[str, ...] = ("home",)) -> list[tuple[str, str, str]]:
+def tree_entries(root: str, skip: tuple[str, ...] = ("home", "verdict")) -> list[tuple[str, str, str]]:
     """:func:`tree_digest`'s entries for the tree under ``root`` (not following links; a link or any
     other irregular entry is its own kind ``o``), leaving out ``skip`` at the top."""
     out = []
@@ -218,7 +218,8 @@ def tree_entries(root: str, skip: tuple[str, ...] = ("home",)) -> list[tuple[str
 
 
 def _unpack(base: str, data: bytes) -> None:
-    """Unpack the verifier's files into ``base``, a new directory of ours (0700), and its HOME beside them."""
+    """Unpack the verifier's files into ``base``, a new directory of ours (0700), and its HOME and verdict
+    directory beside them."""
     os.mkdir(base, 0o700)  # fails if anything is there already
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
         try:
@@ -227,6 +228,7 @@ def _unpack(base: str, data: bytes) -> None:
             t.extractall(base, members=[m for m in t.getmembers() if (m.isreg() or m.isdir())
                                         and not m.name.startswith("/") and ".." not in m.name.split("/")])
     os.mkdir(os.path.join(base, "home"), 0o700)
+    os.mkdir(os.path.join(base, "verdict"), 0o700)  # $OPENFORGE_VERDICT's directory
 
 
 def verify(req: dict) -> tuple[int, dict]:

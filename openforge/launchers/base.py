@@ -184,11 +184,16 @@ class Sandbox(abc.ABC):
 class VerifierView:
     """A verifier's sandbox (:meth:`Sandbox.verifier_view`) and where each host path given to it is
     seen inside (``paths[host path] = path inside``; the same path for the local launcher, a copy
-    for a pod), and the Python that runs ``verify.py`` there."""
+    for a pod), the Python that runs ``verify.py`` there, and ``verdict_dir``: an empty directory
+    inside, private to the verifier, for its verdict file (``$OPENFORGE_VERDICT``; ``None`` where the
+    launcher has none); ``verdict_on_host``: that directory is the same path on the driver's host (the
+    driver reads the file itself, without following a link or blocking on a FIFO)."""
 
     sandbox: Sandbox
     paths: dict[str, str] = field(default_factory=dict)
     python: str = field(default_factory=lambda: sys.executable)
+    verdict_dir: str | None = None
+    verdict_on_host: bool = False
 
     def inside(self, host_path: str | Path) -> str:
         """Where ``host_path`` (one of the paths given, or a file under one) is seen in the sandbox."""

@@ -282,7 +282,11 @@ class LocalSandbox(Sandbox):
         work = str(self.workdir) if intact_dir(self.workdir) else None
         spec = SandboxSpec(rollout_id=f"{self.spec.rollout_id}-verify", task=self.spec.task, proxy_url="",
                            api_key="", ro_paths=[*([work] if work else []), *ro_paths], view_workdir=work)
-        return VerifierView(await self.launcher.start(spec))
+        vs = await self.launcher.start(spec)
+        verdict = vs.root / "verdict"  # in its own rollout dir: writable by the verifier, by no rollout
+        verdict.mkdir(mode=0o700)
+        vs._own(verdict)
+        return VerifierView(vs, verdict_dir=str(verdict), verdict_on_host=True)
 
     def share_path(self, host_path: str | Path) -> str | None:
         path = str(host_path)
