@@ -7,8 +7,15 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .errors import (AgentOutputError, ConfigError, ForgeError, SandboxError, SandboxFileNotFound, SandboxFileRefused,
-                     StoreError)
+from .errors import (
+    AgentOutputError,
+    ConfigError,
+    ForgeError,
+    SandboxError,
+    SandboxFileNotFound,
+    SandboxFileRefused,
+    StoreError,
+)
 from .harness import Harness, HarnessResult, RolloutContext
 from .task import Task
 from .trajectory import (
