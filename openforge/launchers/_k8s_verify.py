@@ -9,7 +9,7 @@ to the pod agent (``POST /verify``, :func:`openforge.launchers._podagent.verify`
 agent's able to run between its parts: the pod agent, the pod's PID 1, first ends every process the
 agent left (``kill(-1, SIGKILL)`` until none is left: a ``setsid`` or double-forked process, one
 forking meanwhile); on the first command it then unpacks copies of the host paths the verifier needs
-(the task directory, the services' state; one gzip tar, tarfile's ``data`` filter) into a new 0700
+(the task directory, the services' state; one gzip tar, tarfile's ``data`` filter) into a new 0711
 directory ``/tmp/openforge-verify-*``; each time it checks that the tree there has the sha256 of the
 files sent, and runs the verifier in the rollout's workdir with exactly the environment the driver
 gives (``HOME`` and ``TMPDIR`` of its own under that directory; nothing of the pod's environment).

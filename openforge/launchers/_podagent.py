@@ -221,6 +221,9 @@ def _unpack(base: str, data: bytes) -> None:
     """Unpack the verifier's files into ``base``, a new directory of ours (0700), and its HOME and verdict
     directory beside them."""
     os.mkdir(base, 0o700)  # fails if anything is there already
+    # others may pass through (not list): a root verifier's $OPENFORGE_UNTRUSTED runs the agent's code as
+    # nobody in a scratch directory under HOME
+    os.chmod(base, 0o711)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as t:
         try:
             t.extractall(base, filter="data")
@@ -228,6 +231,7 @@ def _unpack(base: str, data: bytes) -> None:
             t.extractall(base, members=[m for m in t.getmembers() if (m.isreg() or m.isdir())
                                         and not m.name.startswith("/") and ".." not in m.name.split("/")])
     os.mkdir(os.path.join(base, "home"), 0o700)
+    os.chmod(os.path.join(base, "home"), 0o711)
     os.mkdir(os.path.join(base, "verdict"), 0o700)  # $OPENFORGE_VERDICT's directory
 
 
@@ -245,7 +249,7 @@ def verify(req: dict) -> tuple[int, dict]:
         if req.get("tar_b64") is not None:
             _unpack(base, base64.b64decode(req["tar_b64"]))
         st = os.lstat(base)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o066:
             return 409, {"error": f"{base} is not the verifier's own directory"}
         digest = tree_digest(tree_entries(base))
     except (OSError, tarfile.TarError, ValueError) as e:

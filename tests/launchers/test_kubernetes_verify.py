@@ -37,7 +37,8 @@ import json, os, sys
 print(json.dumps({"reward": float(open("out.txt").read().strip() == "42"), "cwd": os.getcwd(),
                   "workdir": os.environ["OPENFORGE_WORKDIR"], "task_dir": os.environ["OPENFORGE_TASK_DIR"],
                   "home": os.environ["HOME"], "pythonpath": os.environ.get("PYTHONPATH"),
-                  "pod_env": [k for k in os.environ if k.startswith("OPENFORGE_") and "DIR" not in k],
+                  "pod_env": [k for k in os.environ if k.startswith("OPENFORGE_") and "DIR" not in k
+                              and k not in ("OPENFORGE_VERDICT", "OPENFORGE_UNTRUSTED", "OPENFORGE_UNTRUSTED_WEAK_OK")],
                   "seed": open(os.path.join(os.environ["OPENFORGE_TASK_DIR"], "seed.txt")).read().strip()}))
 """
 

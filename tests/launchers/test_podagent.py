@@ -145,7 +145,7 @@ def test_a_non_root_pod_agent_ends_what_the_agent_left_then_verifies(shared_dir)
         assert "OPENFORGE_API_KEY" not in verdict["env"] and "OPENFORGE_AGENT_TOKEN" not in verdict["env"], \
             "the verifier's environment is what the driver gave, nothing of the pod's"
         st = os.stat(base)
-        assert st.st_uid == NOBODY and st.st_mode & 0o777 == 0o700, "a new directory of the pod agent's own"
+        assert st.st_uid == NOBODY and st.st_mode & 0o777 == 0o711, "a new directory of the pod agent's own"
         # a second command of the same verifier: checked again, and refused when the tree is not the one sent
         assert _post(port, "verify", _verify_req(py, task, work, first=False, base=base))[0] == 200
         code, r = _post(port, "verify", _verify_req(py, task, work, first=False, base=base, digest="0" * 64))
