@@ -191,6 +191,8 @@ class SandboxFileRefused(SandboxError):
     def __init__(self, message: str, path: str = "", why: str = ""):
         super().__init__(message)
         self.path, self.why = path, why
+
+
 class AgentOutputError(ForgeError, ValueError):
     """A verifier found the agent's output unusable (a wrong type in its JSON answer, a file too large
     or not a regular file, data the verifier could not load): the agent's failure, not the verifier's.

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..types import RolloutStatus
 from ._hostile_read import DEFAULT_MAX_BYTES
 from ._podagent import tree_digest
+from ._verifier import WorkdirTooLarge
 from .base import ExecResult, Sandbox, SandboxFailure, VerifierView
 
 if TYPE_CHECKING:
@@ -44,30 +45,36 @@ __all__ = ["PodVerifierSandbox", "extract_capped", "pod_verifier_view", "read_ca
 MAX_UPLOAD_BYTES = 256 << 20
 
 
-def _too_large(what: str, limit: int) -> SandboxFailure:
+def _too_large(what: str, limit: int, *, agents: bool = False) -> Exception:
+    """More than ``limit`` of ``what``: the agent's failure when it is what the agent left (``agents``:
+    its workdir, :class:`WorkdirTooLarge`, ``policy_failure``), else the environment's (``env_error``)."""
+    if agents:
+        return WorkdirTooLarge(f"{what} is larger than {limit >> 20} MB, more than a verifier may copy out of "
+                               "the pod (the launcher's max_workdir_mb): the agent's failure")
     return SandboxFailure(f"{what} is larger than {limit >> 20} MB: an env_error (the environment cannot check "
                           "it), not the policy's failure; raise the limit if the task needs that much",
                           RolloutStatus.ENV_ERROR)
 
 
-def read_capped(stream: Any, limit: int, what: str) -> bytes:
-    """Read a streamed response body (``urllib3``'s ``read(n)``) up to ``limit`` bytes, else fail."""
+def read_capped(stream: Any, limit: int, what: str, *, agents: bool = False) -> bytes:
+    """Read a streamed response body (``urllib3``'s ``read(n)``) up to ``limit`` bytes, else fail
+    (``agents``: the body is what the agent left, see :func:`_too_large`)."""
     buf = bytearray()
     while chunk := stream.read(1 << 20):
         buf += chunk
         if len(buf) > limit:
             stream.close()
-            raise _too_large(what, limit)
+            raise _too_large(what, limit, agents=agents)
     return bytes(buf)
 
 
-def extract_capped(data: bytes, dest: Path, limit: int, what: str) -> None:
+def extract_capped(data: bytes, dest: Path, limit: int, what: str, *, agents: bool = False) -> None:
     """Unpack a gzip tar into ``dest``: no absolute paths, links out or devices (tarfile's ``data``
     filter), and at most ``limit`` bytes unpacked (a small archive of zeros cannot fill the disk)."""
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         members = tar.getmembers()
         if sum(m.size for m in members if m.isreg()) > limit:
-            raise _too_large(what, limit)
+            raise _too_large(what, limit, agents=agents)
         try:
             tar.extractall(dest, members=members, filter="data")
         except TypeError:  # pragma: no cover - Python without extraction filters

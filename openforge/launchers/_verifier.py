@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EnvironmentError_
+from ..errors import AgentOutputError
 from ._hostile_read import FileRefused, open_dir_at, open_regular_at
 
 __all__ = ["VERIFIER_WEAK_MODE_RISKS", "CopyReport", "WorkdirTooLarge", "copy_as_data", "intact_dir"]
@@ -40,9 +40,12 @@ def intact_dir(path: Path) -> bool:
         return False
 
 
-class WorkdirTooLarge(EnvironmentError_):
-    """The workdir holds more than a verifier's copy may take (``env_error``: the environment cannot
-    check it; the limit is the task's, not the policy's)."""
+class WorkdirTooLarge(AgentOutputError):
+    """The workdir the agent left holds more than a verifier's copy may take: the agent's failure
+    (``policy_failure``, reward 0, trained), like any other output a verifier cannot use. An agent may
+    fill its workdir up to its disk budget (``resources.disk_mb``), so treating this as the
+    environment's (``env_error``, discarded) would let it take a failing rollout out of training. A
+    task whose own files come near the limit raises the limit instead."""
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ from ..errors import ConfigError, SandboxError, SandboxFileNotFound, SandboxFile
 from ..types import RolloutStatus
 from ._hostile_read import DEFAULT_MAX_BYTES
 from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
+from ._verifier import WorkdirTooLarge
 from .base import ExecResult, Sandbox, SandboxFailure, SandboxSpec, VerifierView
 from .k8s_checks import ip_literal
 from .k8s_manifests import (
@@ -104,7 +106,8 @@ class KubernetesSandbox(Sandbox):
         return self.lost_status is not None
 
     def _call(self, method: str, path: str, *, query: dict[str, str] | None = None, body: Any = None,
-              timeout: float = 60.0, max_bytes: int | None = None, what: str = "a reply") -> tuple[int, bytes]:
+              timeout: float = 60.0, max_bytes: int | None = None, what: str = "a reply",
+              agents: bool = False) -> tuple[int, bytes]:
         la = self.launcher
         q = ("?" + "&".join(f"{k}={quote(str(v), safe='')}" for k, v in query.items())) if query else ""
         headers = {"X-Openforge-Token": self.token}
@@ -116,7 +119,7 @@ class KubernetesSandbox(Sandbox):
             header_params=headers, body=body, auth_settings=["BearerToken"])
         resp = la.api.call_api(m, url + q, header_params=hdrs, body=ser_body, _request_timeout=timeout)
         if max_bytes is not None:  # streamed, never more than max_bytes in memory
-            return resp.status, read_capped(resp.response, max_bytes, what)
+            return resp.status, read_capped(resp.response, max_bytes, what, agents=agents)
         resp.read()
         return resp.status, resp.data
 
@@ -138,7 +141,7 @@ class KubernetesSandbox(Sandbox):
             waiter.cancel()
         try:
             return call.result()
-        except SandboxFailure:  # a reply over its size limit: it says what it means
+        except (SandboxFailure, WorkdirTooLarge):  # a reply over its size limit: it says what it means
             raise
         except Exception as e:
             if await self._await_loss(5.0):
@@ -243,14 +246,14 @@ class KubernetesSandbox(Sandbox):
 
     async def pull_workdir(self) -> Path:
         """A local copy of the pod's workdir, at most ``max_workdir_mb`` (packed and unpacked); more is
-        a :class:`SandboxFailure` with ``env_error``. Called by verifiers, after the agent stopped: every
+        :class:`~openforge.launchers._verifier.WorkdirTooLarge`, the agent's failure (``policy_failure``). Called by verifiers, after the agent stopped: every
         process the agent left is ended first (:meth:`end_agent`), so the copy, and any command a check
         runs in the pod afterwards, sees the workdir as the agent left it."""
         await self.end_agent()
         limit = self.launcher.max_workdir_mb << 20
         what = f"the workdir of pod {self.pod}"
         code, data = await self._agent("GET", "tar", query={"path": str(self.workdir)}, timeout=300,
-                                       max_bytes=limit, what=f"{what} (as sent)")
+                                       max_bytes=limit, what=f"{what} (as sent)", agents=True)
         if code != 200:
             raise SandboxError(f"cannot copy the workdir out of pod {self.pod}: {data[:200]!r}")
         if self._local is None:
@@ -258,7 +261,7 @@ class KubernetesSandbox(Sandbox):
         dest = self._local / "work"
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir()
-        await asyncio.to_thread(extract_capped, data, dest, limit, f"{what} (unpacked)")
+        await asyncio.to_thread(functools.partial(extract_capped, data, dest, limit, f"{what} (unpacked)", agents=True))
         return dest
 
     async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str:

@@ -259,3 +259,24 @@ async def test_a_verdict_file_that_is_no_file_is_an_error_not_a_hang(tmp_path, l
     env = TaskDirEnvironment(d)
     with pytest.raises(EnvironmentError_, match=what):
         await asyncio.wait_for(_run(env, env.tasks()[0], launcher, []), 60)
+
+
+# -- a workdir too large to copy for a host verifier: the agent's failure ----------------------------
+
+async def test_a_workdir_too_large_for_the_host_verifiers_copy_is_the_agents_failure(tmp_path, launcher,
+                                                                                      monkeypatch):
+    """An agent may fill its workdir up to its disk budget; a workdir a ``verify_on_host`` copy cannot
+    take (``VERIFY_COPY_MAX_BYTES``) is what the agent left, so it is ``AgentOutputError``
+    (``policy_failure``), not ``env_error``: otherwise filling the disk would take a failing rollout out of
+    training."""
+    from openforge.envs import verifier_sandbox
+    from openforge.launchers._verifier import WorkdirTooLarge
+
+    monkeypatch.setattr(verifier_sandbox, "VERIFY_COPY_MAX_BYTES", 1 << 20)
+    d = make_task(tmp_path / "tasks", "big", verify_py="print('{\"reward\": 1.0}')\n",
+                  toml='split = "train"\nverify_on_host = true\n')
+    env = TaskDirEnvironment(d)
+    task = env.tasks()[0]
+    with pytest.raises(WorkdirTooLarge) as e:
+        await _run(env, task, launcher, ["head -c 3000000 /dev/zero > big.bin"])
+    assert isinstance(e.value, AgentOutputError)

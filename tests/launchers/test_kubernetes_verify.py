@@ -1,6 +1,7 @@
 """The Kubernetes launcher's verifier side (emulated cluster, ``kcluster``): a task directory's
 verifier runs in the rollout's pod, in the pod's workdir, never on a copy pulled to the driver; and
-what ``pull_workdir`` does copy out of a pod is bounded, packed and unpacked (an ``env_error``)."""
+what ``pull_workdir`` does copy out of a pod is bounded, packed and unpacked (more is the agent's failure:
+it left a workdir too large to check)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from openforge.environment import Environment, VerifyResult
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.launchers.base import SandboxFailure, SandboxSpec
+from openforge.launchers._verifier import WorkdirTooLarge
+from openforge.launchers.base import SandboxSpec
+from openforge.rollout import _verify
 from openforge.task import Resources, Task
-from openforge.types import RolloutStatus as S
 
 from .kcluster import Cluster
 
@@ -71,6 +74,19 @@ async def test_task_dir_verifier_runs_in_the_pod(cluster, tmp_path, monkeypatch)
         await la.aclose()
 
 
+class _PullsWorkdir(Environment):
+    """A file-checking environment: its verifier copies the workdir out of the pod."""
+
+    name = "pulls-workdir"
+
+    def tasks(self):
+        return []
+
+    async def verify(self, task, sandbox):
+        await sandbox.pull_workdir()
+        return VerifyResult(reward=1.0)
+
+
 @pytest.mark.parametrize("what, cmd, where", [
     ("incompressible", "head -c 3000000 /dev/urandom > big.bin", "as sent"),  # never read whole
     ("a small archive of zeros", "head -c 30000000 /dev/zero > zeros.bin", "unpacked"),
@@ -82,10 +98,12 @@ async def test_pull_workdir_is_bounded(cluster, tmp_path, what, cmd, where):
                                      api_key="k"))
     try:
         assert (await sbx.exec(["sh", "-c", cmd], timeout_s=60)).returncode == 0
-        with pytest.raises(SandboxFailure, match=rf"\({where}\) is larger than 1 MB") as e:
+        with pytest.raises(WorkdirTooLarge, match=rf"\({where}\) is larger than 1 MB"):
             await sbx.pull_workdir()
-        assert e.value.status == S.ENV_ERROR
         assert not list((sbx._local or tmp_path / "none").rglob("*.bin")), f"{what}: nothing unpacked"
+        # what the agent left is too large to check: its failure, trained (not a discarded env_error)
+        verdict, status, _ = await _verify(_PullsWorkdir(), task, sbx, meta := {}, {})
+        assert status is None and verdict.reward == 0.0 and "larger than 1 MB" in meta["verify_agent_fault"]
     finally:
         await sbx.close()
         await la.aclose()
