@@ -9,6 +9,7 @@ so a format probe passing (a file exists, holds an integer or a colon, the tag e
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import random
 import re
@@ -112,7 +113,8 @@ def launcher(tmp_path_factory):
 
 
 async def _run(launcher, env: ClawEnvironment, task: Task, agent: str, commands: list[str]):
-    spec = SandboxSpec(rollout_id=f"junk-{agent}-{task.id}", task=task, proxy_url="http://127.0.0.1:9",
+    rid = "junk-" + hashlib.sha256(f"{agent}/{task.id}".encode()).hexdigest()[:10]  # short: AF_UNIX paths ≤ 108
+    spec = SandboxSpec(rollout_id=rid, task=task, proxy_url="http://127.0.0.1:9",
                        api_key="k", hidden_paths=env.hidden_paths(task))
     sbx = await launcher.start(spec)
     try:
