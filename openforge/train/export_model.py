@@ -1,6 +1,7 @@
 """``forge export model``: a run's checkpoint as a Hugging Face model directory with a model card.
 
-Owns: :func:`export_model` (CPU-trainer runs: copy a checkpoint without its resume-only files; veRL
+Owns: :func:`export_model` (CPU-trainer runs: copy a checkpoint without its resume-only files, a LoRA
+checkpoint's adapter merged into its base (:func:`openforge.train.lora.load_merged`); veRL
 runs: merge the sharded FSDP/Megatron checkpoint with ``python -m verl.model_merger``), completing a
 checkpoint that lacks tokenizer / chat template / ``openforge.json`` (written before checkpoints were
 complete) from the run's base model, and :func:`verl_merge_command`.
@@ -26,6 +27,8 @@ from ..atomicdir import publish_dir, staging_dir
 from ..errors import ConfigError
 from ..extras import pip_install
 from ..modeldir import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
     CHAT_TEMPLATE_FILE,
     META_FILE,
     TRAINER_ONLY_FILES,
@@ -60,7 +63,8 @@ def _run_config(run: Path) -> Any:
 
 def _split(run_dir: Path) -> tuple[Path, Path | None]:
     """``(run directory, checkpoint)`` of an argument that is a run or one of its checkpoints."""
-    if (run_dir / "config.json").is_file() and run_dir.parent.name == "checkpoints":
+    is_model = (run_dir / "config.json").is_file() or (run_dir / ADAPTER_CONFIG).is_file()
+    if is_model and run_dir.parent.name == "checkpoints":
         return run_dir.parent.parent, run_dir
     return run_dir, None
 
@@ -118,8 +122,12 @@ def export_model(run_dir: str | Path, out: str | Path, *, step: int | None = Non
     n = meta.step if meta is not None else int(trainer.get("grpo_step", step or 0))
     tmp = _fresh_out(out)
     try:
+        adapter = (ck / ADAPTER_CONFIG).is_file()
+        if adapter:
+            _merge_adapter(ck, tmp)
         for f in ck.iterdir():
-            if f.is_file() and f.name not in TRAINER_ONLY_FILES and f.name != "README.md":
+            skip = TRAINER_ONLY_FILES + ((ADAPTER_CONFIG, ADAPTER_WEIGHTS) if adapter else ())
+            if f.is_file() and f.name not in skip and f.name != "README.md":
                 shutil.copy2(f, tmp / f.name)
         added = _complete(tmp, cfg, run, n, tokenizer_from=cfg.model.name)
         _finish(tmp, out, run)
@@ -127,6 +135,14 @@ def export_model(run_dir: str | Path, out: str | Path, *, step: int | None = Non
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Exported(out=out, source=ck, step=n, completed=added)
+
+
+def _merge_adapter(ck: Path, tmp: Path) -> None:
+    """A LoRA checkpoint's base with its adapter merged in, saved as plain weights + config into ``tmp``."""
+    from .lora import load_merged
+
+    model, _ = load_merged(ck)
+    model.save_pretrained(tmp)
 
 
 # ------------------------------------------------------------------------------------ veRL

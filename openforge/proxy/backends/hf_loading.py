@@ -118,7 +118,8 @@ def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
 
 def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
     """``smollm2-135m`` (and aliases), a local HF model directory, or ``RUN@last`` / ``@best`` / ``@N`` /
-    ``@base`` (a run's checkpoint, :func:`openforge.modeldir.resolve_model_name`) → ``(model, tokenizer)``."""
+    ``@base`` (a run's checkpoint, :func:`openforge.modeldir.resolve_model_name`) → ``(model, tokenizer)``.
+    A LoRA checkpoint loads as its base with the adapter merged in (:func:`openforge.train.lora.load_merged`)."""
     from ...modeldir import check_model_dir, resolve_model_name
 
     name_or_path = resolve_model_name(name_or_path)
@@ -133,6 +134,12 @@ def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
             f"({', '.join(sorted(SMOLLM2_ALIASES))}); openforge never downloads models"
         )
     check_model_dir(p)  # what is missing, named, instead of transformers' traceback
+    from ...train.lora import is_adapter_dir
+
+    if is_adapter_dir(p):  # a LoRA checkpoint: its base with the adapter merged in
+        from ...train.lora import load_merged
+
+        return load_merged(p, dtype)
     try:
         tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), local_files_only=True)

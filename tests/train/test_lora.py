@@ -1,0 +1,197 @@
+"""LoRA in the CPU trainer (``trainer.cpu.lora``): AdamW holds only the adapter, checkpoints hold only the
+adapter (and name their base), ``RUN@last`` and ``forge export model`` give base + adapter with the trained
+logits, a resumed trainer continues the adapter, the back-end samples the updated adapter, and bad settings
+get errors in the config's terms.
+
+Real pieces: ``peft``, the CPU trainer on a tiny random llama, the real checkpoint writer, loader, exporter
+and TransformersBackend (its prefix KV cache on)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from openforge.config import CPUTrainerConfig, LoraConfig, dump_config, load_config  # noqa: E402
+from openforge.errors import ConfigError  # noqa: E402
+from openforge.train.cpu import CPUTrainer  # noqa: E402
+from openforge.train.grpo import TrainSample  # noqa: E402
+
+LORA = {"rank": 2, "alpha": 8.0}
+
+
+def _sample(ids=(3, 5, 7, 9, 11, 13), adv=1.0):
+    mask = [0, 0] + [1] * (len(ids) - 2)
+    return TrainSample(input_ids=list(ids), loss_mask=mask, old_logprobs=[-4.0 * m for m in mask], advantage=adv,
+                       token_weights=[m / sum(mask) for m in mask])
+
+
+def _logits(model, ids=(3, 5, 7, 9, 11, 13, 17, 19)):
+    with torch.no_grad():
+        return model(torch.tensor([list(ids)])).logits
+
+
+def test_optimizer_state_holds_only_the_adapter(tiny_llama):
+    base = {n: p.detach().clone() for n, p in tiny_llama.named_parameters()}
+    tr = CPUTrainer(tiny_llama, CPUTrainerConfig(lr=1e-2, lora=LoraConfig(**LORA)))
+    before = _logits(tiny_llama)
+    tr.step([_sample()])
+    tr.step([_sample(adv=-1.0)])
+    names = {id(p): n for n, p in tiny_llama.named_parameters()}
+    state = [names[id(p)] for p in tr.optimizer.state]
+    assert state and all(".lora_A." in n or ".lora_B." in n for n in state)
+    assert len(state) == sum(1 for n in names.values() if "lora_" in n)
+    for n, p in tiny_llama.named_parameters():  # the base did not move; the policy did
+        if "lora_" not in n:
+            assert torch.equal(p, base[n.replace(".base_layer", "")]), n
+    assert not torch.allclose(_logits(tiny_llama), before)
+
+
+@pytest.fixture
+def lora_run(tmp_path, tiny_llama, tokenizer):
+    """A run directory whose starting model is a saved tiny llama, trained two LoRA steps, checkpointed."""
+    from openforge.proxy.render import hermes_template
+    from openforge.train.checkpoint import Checkpoints
+
+    base = tmp_path / "base"
+    tiny_llama.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    full_bytes = (base / "model.safetensors").stat().st_size
+    cfg = load_config({"recipe": "lora-test", "model": {"name": str(base)},
+                       "trainer": {"steps": 2, "cpu": {"lr": 1e-2, "kl_coef": 0.1, "lora": LORA}}})
+    run = tmp_path / "run"
+    run.mkdir()
+    dump_config(cfg, run / "config.yaml")
+    tr = CPUTrainer(tiny_llama, cfg.trainer.cpu)
+    ck = Checkpoints(run, cfg, trainer=tr, tokenizer=tokenizer, template=hermes_template(), parser="hermes")
+    for step in (1, 2):
+        tr.step([_sample(adv=1.0 if step == 1 else -0.5)])
+        ck.after_step(step, {"reward_mean": 0.5, "rollouts": 4, "gradient_step": True}, due=True)
+    return run, tr, full_bytes
+
+
+def test_checkpoint_holds_the_adapter_and_names_its_base(lora_run):
+    import json
+
+    run, _, full_bytes = lora_run
+    d = run / "checkpoints" / "step-2"
+    names = {f.name for f in d.iterdir()}
+    assert {"adapter_config.json", "adapter_model.safetensors", "trainer_state.pt", "reference.safetensors",
+            "tokenizer_config.json", "chat_template.jinja", "openforge.json"} <= names
+    assert "model.safetensors" not in names and "config.json" not in names
+    assert (d / "adapter_model.safetensors").stat().st_size < 0.3 * full_bytes
+    assert (d / "reference.safetensors").stat().st_size < 0.3 * full_bytes  # the KL reference: an adapter too
+    assert json.loads((d / "adapter_config.json").read_text())["base_model_name_or_path"] == str(run.parent / "base")
+
+
+def test_run_last_and_export_are_base_plus_adapter(lora_run, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from openforge.proxy.backends.hf_loading import load_model
+    from openforge.train.export_model import export_model
+
+    run, tr, _ = lora_run
+    trained = _logits(tr.model)
+    base, _ = load_model(str(run.parent / "base"))
+    assert not torch.allclose(_logits(base), trained, atol=1e-4)  # the adapter matters
+
+    loaded, tok = load_model(f"{run}@last")
+    assert not any("lora_" in n for n, _ in loaded.named_parameters())  # merged: a plain model
+    torch.testing.assert_close(_logits(loaded), trained, atol=1e-5, rtol=1e-5)
+    assert tok.eos_token == "<|im_end|>"
+
+    out = tmp_path / "exported"
+    export_model(run, out)
+    assert not (out / "adapter_config.json").exists() and (out / "config.json").is_file()
+    plain = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    torch.testing.assert_close(_logits(plain), trained, atol=1e-5, rtol=1e-5)
+
+
+def test_resume_continues_the_adapter_and_its_optimizer(lora_run, tiny_llama):
+    from openforge.proxy.backends.hf_loading import load_model
+
+    run, tr, _ = lora_run
+    fresh, _ = load_model(str(run.parent / "base"))
+    tr2 = CPUTrainer(fresh, tr.config)
+    tr2.load(run / "checkpoints" / "step-2")
+    torch.testing.assert_close(_logits(fresh), _logits(tr.model), atol=0, rtol=0)
+    assert tr2.step_count == tr.step_count and len(tr2.optimizer.state) == len(tr.optimizer.state)
+    torch.testing.assert_close(_logits(tr2.ref_model), _logits(tr.ref_model), atol=0, rtol=0)
+
+    full = CPUTrainer(copy.deepcopy(tiny_llama), CPUTrainerConfig())
+    with pytest.raises(ConfigError, match="holds a LoRA adapter but trainer.cpu.lora is not set"):
+        full.load(run / "checkpoints" / "step-2")
+
+
+async def test_backend_samples_the_updated_adapter(tiny_llama):
+    """The back-end serves the trainer's module: after a LoRA step its recorded logprobs are the trained
+    policy's, also for a prompt whose prefix it cached before the step."""
+    from openforge.proxy.backends.base import SamplingParams
+    from openforge.proxy.backends.transformers import TransformersBackend
+    from openforge.train.logprobs import token_logprobs
+
+    backend = TransformersBackend(tiny_llama, tokenizer=None)
+    tr = CPUTrainer(tiny_llama, CPUTrainerConfig(lr=5e-2, lora=LoraConfig(**LORA)))
+    prompt = [(7 * i) % 90 + 3 for i in range(40)]
+
+    async def gen(ids):
+        g = await backend.generate(ids, SamplingParams(temperature=1.0, max_tokens=4, seed=1))
+        return g.output_ids, g.logprobs
+
+    def trainer_logprobs(ids, n):
+        t = torch.tensor([ids])
+        with torch.no_grad():
+            return token_logprobs(tr.model, t, torch.ones_like(t))[0, -n:].tolist()
+
+    out, _ = await gen(prompt)
+    nxt = prompt + out + [4, 5, 6]
+    await gen(nxt)
+    assert backend.prefix is not None and backend.prefix.hits > 0  # the prefix is served from the cache
+    for _ in range(3):
+        tr.step([_sample(ids=nxt[:20], adv=1.0)])
+    hits = backend.prefix.hits
+    out2, lp2 = await gen(nxt)
+    assert backend.prefix.hits == hits  # the keys/values of the old adapter were not reused
+    torch.testing.assert_close(torch.tensor(lp2), torch.tensor(trainer_logprobs(nxt + out2, len(out2))),
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(("cpu", "message"), [
+    ({"lora": {"rank": 0}}, "trainer.cpu.lora.rank: Input should be greater than or equal to 1"),
+    ({"lora": {"alpha": -1}}, "trainer.cpu.lora.alpha: Input should be greater than 0"),
+    ({"lora": {"dropout": 1.0}}, "trainer.cpu.lora.dropout: Input should be less than 1"),
+    ({"lora": {"target_modules": "everything"}}, "target_modules: expected 'all-linear' or a list of module names"),
+    ({"lora": {"target_modules": []}}, "target_modules: the list of module names is empty"),
+    ({"lora": {"rank": 4, "r": 4}}, "trainer.cpu.lora.r: unknown key"),
+    ({"lora": {}, "trainable_layers": 1}, "lora and trainable_layers are exclusive"),
+])
+def test_config_errors(cpu, message):
+    with pytest.raises(ConfigError) as e:
+        load_config({"trainer": {"cpu": cpu}})
+    assert message in str(e.value)
+
+
+def test_config_off_by_default_and_overrides():
+    assert load_config({}).trainer.cpu.lora is None
+    cfg = load_config({}, overrides=["trainer.cpu.lora.rank=8", "trainer.cpu.lora.target_modules=[q_proj,v_proj]"])
+    assert cfg.trainer.cpu.lora == LoraConfig(rank=8, target_modules=["q_proj", "v_proj"])
+
+
+def test_unknown_target_modules_are_named(tiny_llama):
+    with pytest.raises(ConfigError, match="trainer.cpu.lora: .*no_such_proj"):
+        CPUTrainer(tiny_llama, CPUTrainerConfig(lora=LoraConfig(target_modules=["no_such_proj"])))
+
+
+def test_verl_gets_the_same_lora(tmp_path):
+    from openforge.train.verl.launch import lora_overrides
+
+    cfg = load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"rank": 8, "alpha": 16,
+                                                                         "target_modules": ["q_proj", "v_proj"]}}}})
+    assert lora_overrides(cfg) == ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
+                                   "actor_rollout_ref.model.target_modules=[q_proj,v_proj]"]
+    assert lora_overrides(load_config({"trainer": {"backend": "verl"}})) == []
+    with pytest.raises(ConfigError, match="veRL's LoRA .* has no dropout"):
+        load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"dropout": 0.1}}}})
