@@ -35,7 +35,9 @@ __all__ = [
     "CHAT_TEMPLATE_FILE",
     "META_FILE",
     "ModelMeta",
+    "adapter_base",
     "check_model_dir",
+    "is_adapter_dir",
     "missing_parts",
     "read_meta",
     "resolve_checkpoint",
@@ -91,6 +93,20 @@ def read_meta(path: str | Path) -> ModelMeta | None:
         return ModelMeta.model_validate_json(f.read_text())
     except ValueError as e:
         raise ConfigError(f"{f}: not a valid openforge model metadata file ({e})") from None
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a LoRA adapter checkpoint (rather than full weights)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(path: str | Path) -> str:
+    """The base model an adapter directory was trained on (its ``base_model_name_or_path``)."""
+    cfg = json.loads((Path(path) / ADAPTER_CONFIG).read_text())
+    base = cfg.get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"{path}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
+    return str(base)
 
 
 def _has_weights(p: Path) -> bool:

@@ -3,8 +3,9 @@
 Owns: :func:`attach` (inject the adapter into the served module, once), :func:`adapter_params`,
 :func:`save_adapter` / :func:`load_adapter` (a checkpoint's adapter, in PEFT's own format),
 :func:`adapter_state` (the adapter's tensors alone, for the SFT cache and the KL reference),
-:func:`is_adapter_dir`, :func:`adapter_base` and :func:`load_merged` (base + adapter merged into a plain
-``transformers`` model: ``RUN@N``, ``forge eval``, ``forge export model``).
+:func:`set_adapter_base`; re-exported from below it: :func:`is_adapter_dir`, :func:`adapter_base`
+(:mod:`openforge.modeldir`) and :func:`load_merged` (base + adapter merged into a plain ``transformers``
+model: ``RUN@N``, ``forge eval``, ``forge export model``; :mod:`openforge.proxy.backends.hf_loading`).
 
 One module, shared. ``peft`` injects its LoRA layers *into* the model it is given: the back-end serves
 that very module, so after each optimizer step the rollouts sample from base + the updated adapter with
@@ -43,7 +44,8 @@ __all__ = [
     "set_adapter_base",
 ]
 
-from ..modeldir import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from ..modeldir import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_base, is_adapter_dir
+from ..proxy.backends.hf_loading import load_merged
 
 _PEFT = "_openforge_peft"  # the PeftModel wrapping a module (a plain attribute, not a submodule)
 
@@ -117,11 +119,6 @@ def load_adapter(model: Any, path: Path) -> None:
                           f"differ): missing {missing[:3]}, unexpected {list(res.unexpected_keys)[:3]}")
 
 
-def is_adapter_dir(path: str | Path) -> bool:
-    """Whether ``path`` holds a LoRA adapter checkpoint (rather than full weights)."""
-    return (Path(path) / ADAPTER_CONFIG).is_file()
-
-
 def set_adapter_base(path: str | Path, name: str) -> None:
     """Name the base model in ``path``'s adapter config: an alias as it is, ``RUN@N`` or a directory as the
     absolute path it resolves to now (a run that continues later does not change this checkpoint's base)."""
@@ -138,37 +135,3 @@ def set_adapter_base(path: str | Path, name: str) -> None:
     cfg = json.loads(f.read_text())
     cfg["base_model_name_or_path"] = name
     f.write_text(json.dumps(cfg, indent=2, sort_keys=True))
-
-
-def adapter_base(path: str | Path) -> str:
-    """The base model an adapter directory was trained on (its ``base_model_name_or_path``)."""
-    import json
-
-    cfg = json.loads((Path(path) / ADAPTER_CONFIG).read_text())
-    base = cfg.get("base_model_name_or_path")
-    if not base:
-        raise ConfigError(f"{path}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
-    return str(base)
-
-
-def load_merged(path: str | Path, dtype: Any = None) -> tuple[Any, Any]:
-    """``(model, tokenizer)`` of an adapter checkpoint: its base loaded, the adapter merged in, as a plain
-    ``transformers`` model in eval mode; the tokenizer is the checkpoint's own."""
-    from transformers import AutoTokenizer
-
-    from ..proxy.backends.hf_loading import load_model
-
-    p = Path(path)
-    base = adapter_base(p)
-    try:
-        model, _ = load_model(base, dtype)
-    except ConfigError as e:
-        raise ConfigError(f"{p}: the base model of this LoRA adapter ({base}) cannot be loaded: {e}") from None
-    peft = _peft()
-    try:
-        merged = peft.PeftModel.from_pretrained(model, str(p), is_trainable=False).merge_and_unload()
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
-        raise ConfigError(f"{p}: cannot apply this LoRA adapter to its base {base}: {e}"[:800]) from None
-    merged.eval()
-    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    return merged, tok

@@ -122,7 +122,7 @@ def test_resume_continues_the_adapter_and_its_optimizer(lora_run, tiny_llama):
     torch.testing.assert_close(_logits(tr2.ref_model), _logits(tr.ref_model), atol=0, rtol=0)
 
     full = CPUTrainer(copy.deepcopy(tiny_llama), CPUTrainerConfig())
-    with pytest.raises(ConfigError, match="holds a LoRA adapter but trainer.cpu.lora is not set"):
+    with pytest.raises(ConfigError, match=r"holds a LoRA adapter but trainer\.cpu\.lora is not set"):
         full.load(run / "checkpoints" / "step-2")
 
 
@@ -181,7 +181,7 @@ def test_config_off_by_default_and_overrides():
 
 
 def test_unknown_target_modules_are_named(tiny_llama):
-    with pytest.raises(ConfigError, match="trainer.cpu.lora: .*no_such_proj"):
+    with pytest.raises(ConfigError, match=r"trainer\.cpu\.lora: .*no_such_proj"):
         CPUTrainer(tiny_llama, CPUTrainerConfig(lora=LoraConfig(target_modules=["no_such_proj"])))
 
 
@@ -193,5 +193,5 @@ def test_verl_gets_the_same_lora(tmp_path):
     assert lora_overrides(cfg) == ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
                                    "actor_rollout_ref.model.target_modules=[q_proj,v_proj]"]
     assert lora_overrides(load_config({"trainer": {"backend": "verl"}})) == []
-    with pytest.raises(ConfigError, match="veRL's LoRA .* has no dropout"):
+    with pytest.raises(ConfigError, match=r"veRL.s LoRA .* has no dropout"):
         load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"dropout": 0.1}}}})
