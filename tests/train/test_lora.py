@@ -195,3 +195,36 @@ def test_verl_gets_the_same_lora(tmp_path):
     assert lora_overrides(load_config({"trainer": {"backend": "verl"}})) == []
     with pytest.raises(ConfigError, match=r"veRL.s LoRA .* has no dropout"):
         load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"dropout": 0.1}}}})
+
+
+def test_sft_trains_the_same_adapter_and_caches_only_it(tiny_llama, tmp_path):
+    """The warm-start's trainer finds the adapter GRPO's trainer attached (the base stays the run's starting
+    model); its cache holds the adapter alone and loads back into a fresh run's adapter."""
+    from safetensors.torch import load_file
+
+    from openforge.teacher import _save_cache
+    from openforge.train.sft import sft_train
+
+    base = {n: p.detach().clone() for n, p in tiny_llama.named_parameters()}
+    cfg = CPUTrainerConfig(lora=LoraConfig(**LORA))
+    grpo = CPUTrainer(tiny_llama, cfg)
+    before = _logits(tiny_llama)
+    sample = TrainSample(input_ids=list(range(10, 30)), loss_mask=[0] * 8 + [1] * 12, old_logprobs=[0.0] * 20,
+                         advantage=0.0, token_weights=[0.0] * 20)
+    sft_train(tiny_llama, [sample], lr=5e-2, epochs=3, batch_size=1, trainer_config=cfg)
+    assert not torch.allclose(_logits(tiny_llama), before)
+    for n, p in tiny_llama.named_parameters():
+        if "lora_" not in n:
+            assert torch.equal(p, base[n.replace(".base_layer", "")]), n
+    assert {id(p) for p in grpo.params} == {id(p) for n, p in tiny_llama.named_parameters() if "lora_" in n}
+
+    _save_cache(tmp_path / "sft", tiny_llama, {})
+    cached = load_file(str(tmp_path / "sft" / "model.safetensors"))
+    assert cached and all("lora_" in k for k in cached)
+    fresh = copy.deepcopy(tiny_llama)
+    with torch.no_grad():
+        for n, p in fresh.named_parameters():
+            if "lora_" in n:
+                p.zero_()
+    fresh.load_state_dict(cached, strict=False)  # as warm_start loads a cached warm-start
+    torch.testing.assert_close(_logits(fresh), _logits(tiny_llama), atol=0, rtol=0)
