@@ -228,3 +228,41 @@ def test_sft_trains_the_same_adapter_and_caches_only_it(tiny_llama, tmp_path):
                 p.zero_()
     fresh.load_state_dict(cached, strict=False)  # as warm_start loads a cached warm-start
     torch.testing.assert_close(_logits(fresh), _logits(tiny_llama), atol=0, rtol=0)
+
+
+async def test_forge_trains_and_resumes_an_adapter(tiny_llama, tokenizer, tmp_path):
+    """Through ``Forge.train``: LoRA checkpoints (adapter only), and a second run on a fresh copy of the
+    base resumes the adapter and its optimizer from the last one."""
+    from openforge.config import RunConfig
+    from openforge.proxy.backends.transformers import TransformersBackend
+    from openforge.session import Session
+
+    from .test_checkpoint import _Tasks
+    from .test_dynamic_sampling import ScriptedRewards
+
+    pristine = copy.deepcopy(tiny_llama)
+
+    async def forge(model, steps, draws):
+        cfg = RunConfig(run_dir=str(tmp_path / "run"), rollout={"tasks_per_step": 2, "group_size": 2},
+                        trainer={"steps": steps, "keep_checkpoints": None,
+                                 "cpu": {"lr": 1e-2, "micro_batch_tokens": 64, "max_resample_rounds": 0,
+                                         "lora": LORA}})
+        f = ScriptedRewards(cfg, draws)
+        f.run_dir.mkdir(parents=True, exist_ok=True)
+        f.model, f.tokenizer = model, tokenizer
+        f.backend = TransformersBackend(model, tokenizer)
+        f.session = await Session(f.backend, environment=_Tasks()).start()
+        f.trainer = CPUTrainer(model, cfg.trainer.cpu)
+        return f
+
+    mixed = [[1.0, 0.0], [1.0, 0.0]]
+    first = await forge(tiny_llama, 2, [mixed, mixed])
+    await first.train()
+    await first.__aexit__()
+    ck = tmp_path / "run" / "checkpoints" / "step-2"
+    assert (ck / "adapter_model.safetensors").is_file() and not (ck / "model.safetensors").exists()
+    again = await forge(pristine, 3, [mixed])
+    await again.train()
+    await again.__aexit__()
+    assert again.trainer.step_count == 3  # two optimizer steps resumed (trainer_state.pt), then step 3
+    assert (tmp_path / "run" / "checkpoints" / "step-3" / "adapter_model.safetensors").is_file()
