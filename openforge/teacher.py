@@ -131,7 +131,10 @@ async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *,
     if scfg.cache and (cache / "model.safetensors").is_file():
         from safetensors.torch import load_file
 
-        model.load_state_dict(load_file(str(cache / "model.safetensors")), strict=False)
+        _, unexpected = model.load_state_dict(load_file(str(cache / "model.safetensors")), strict=False)
+        if unexpected:  # e.g. a LoRA warm-start (trainer.cpu.lora) into a model without the run's adapter
+            raise ConfigError(f"SFT warm-start cache {cache} does not fit the model (unexpected {unexpected[:3]}); "
+                              "with trainer.cpu.lora the run's trainer attaches the adapter before the warm-start")
         model.tie_weights()
         info = json.loads((cache / "info.json").read_text())
         log(f"SFT warm-start: cached {cache}")
