@@ -124,6 +124,13 @@ def test_resume_continues_the_adapter_and_its_optimizer(lora_run, tiny_llama):
     full = CPUTrainer(copy.deepcopy(tiny_llama), CPUTrainerConfig())
     with pytest.raises(ConfigError, match=r"holds a LoRA adapter but trainer\.cpu\.lora is not set"):
         full.load(run / "checkpoints" / "step-2")
+    other, _ = load_model(str(run.parent / "base"))
+    with pytest.raises(ConfigError, match=r"its LoRA adapter does not fit trainer\.cpu\.lora"):
+        CPUTrainer(other, CPUTrainerConfig(lora=LoraConfig(rank=4))).load(run / "checkpoints" / "step-2")
+    full_ck = full.save(run.parent / "full-ck")
+    again, _ = load_model(str(run.parent / "base"))
+    with pytest.raises(ConfigError, match="written by full fine-tuning"):
+        CPUTrainer(again, tr.config).load(full_ck)
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["plain", "packed_linears"])
