@@ -276,3 +276,21 @@ async def test_forge_trains_and_resumes_an_adapter(tiny_llama, tokenizer, tmp_pa
     await again.__aexit__()
     assert again.trainer.step_count == 3  # two optimizer steps resumed (trainer_state.pt), then step 3
     assert (tmp_path / "run" / "checkpoints" / "step-3" / "adapter_model.safetensors").is_file()
+
+
+def test_preflight_names_what_lora_needs(lora_run, monkeypatch):
+    import importlib.util
+
+    from openforge.preflight import _model
+
+    run, _, _ = lora_run
+    ck = str(run / "checkpoints" / "step-2")
+    assert "its tokenizer loads" in _model(load_config({"model": {"name": ck}}))  # an adapter is a model
+    with pytest.raises(ConfigError, match="is a LoRA adapter checkpoint; veRL loads a full model"):
+        _model(load_config({"model": {"name": ck}, "trainer": {"backend": "verl"}}))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"trainer\.cpu\.lora is set: LoRA needs peft"):
+        _model(load_config({"model": {"name": str(run.parent / "base")}, "trainer": {"cpu": {"lora": {}}}}))
+    with pytest.raises(ConfigError, match=r"model\.name is a LoRA adapter checkpoint: LoRA needs peft"):
+        _model(load_config({"model": {"name": ck}}))
