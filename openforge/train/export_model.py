@@ -2,7 +2,8 @@
 
 Owns: :func:`export_model` (CPU-trainer runs: copy a checkpoint without its resume-only files, a LoRA
 checkpoint's adapter merged into its base (:func:`openforge.train.lora.load_merged`); veRL
-runs: merge the sharded FSDP/Megatron checkpoint with ``python -m verl.model_merger``), completing a
+runs: merge the sharded FSDP/Megatron checkpoint with ``python -m verl.model_merger``, and a LoRA run's
+adapter, which that merger leaves beside the base weights, into them: :func:`merge_verl_lora`), completing a
 checkpoint that lacks tokenizer / chat template / ``openforge.json`` (written before checkpoints were
 complete) from the run's base model, and :func:`verl_merge_command`.
 
@@ -39,7 +40,7 @@ from ..modeldir import (
 from .checkpoint import build_meta, write_model_files
 from .model_card import model_card
 
-__all__ = ["Exported", "export_model", "verl_merge_command"]
+__all__ = ["Exported", "export_model", "merge_verl_lora", "verl_merge_command"]
 
 
 @dataclass
@@ -163,6 +164,33 @@ def _verl_step_dir(run: Path, step: int | None) -> Path:
     return actor
 
 
+def merge_verl_lora(target: Path, cfg: Any) -> bool:
+    """veRL's merger writes a LoRA run as the *base* weights plus ``lora_adapter/``: merge that adapter into
+    the weights (the exported model is the trained policy) and drop the folder. False: no adapter there."""
+    adapter = target / "lora_adapter"
+    if not (adapter / ADAPTER_CONFIG).is_file():
+        return False
+    from ..proxy.backends.hf_loading import load_merged_into
+
+    conf = json.loads((adapter / ADAPTER_CONFIG).read_text())
+    if not conf.get("lora_alpha"):  # veRL's merger writes 0 when its lora_train_meta.json is missing
+        lora = cfg.trainer.cpu.lora
+        if lora is None:
+            raise ConfigError(f"{adapter}: the adapter's lora_alpha is unknown (0) and the run's config sets no "
+                              "trainer.cpu.lora.alpha; set it in the run's config.yaml and export again")
+        conf["lora_alpha"] = lora.alpha
+        (adapter / ADAPTER_CONFIG).write_text(json.dumps(conf, indent=2))
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(target, local_files_only=True)
+    merged = load_merged_into(base, adapter)
+    for f in target.glob("*.safetensors*"):
+        f.unlink()  # the base's shards: the merged weights replace them
+    merged.save_pretrained(target)
+    shutil.rmtree(adapter)
+    return True
+
+
 def verl_merge_command(actor_dir: str | Path, target: str | Path, *, python: str | None = None) -> list[str]:
     """veRL's own merger of a sharded actor checkpoint into a Hugging Face directory."""
     actor = Path(actor_dir)
@@ -185,6 +213,7 @@ def _export_verl(run: Path, cfg: Any, out: Path, *, step: int | None, best: bool
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ConfigError(f"veRL's merger failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+        merge_verl_lora(tmp, cfg)
         tok_from = actor / "huggingface" if (actor / "huggingface" / "tokenizer_config.json").is_file() else cfg.model.name
         added = _complete(tmp, cfg, run, n, tokenizer_from=tok_from)
         _finish(tmp, out, run)

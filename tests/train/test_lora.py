@@ -294,3 +294,35 @@ def test_preflight_names_what_lora_needs(lora_run, monkeypatch):
         _model(load_config({"model": {"name": str(run.parent / "base")}, "trainer": {"cpu": {"lora": {}}}}))
     with pytest.raises(ConfigError, match=r"model\.name is a LoRA adapter checkpoint: LoRA needs peft"):
         _model(load_config({"model": {"name": ck}}))
+
+
+def test_verl_export_merges_the_adapter_its_merger_leaves_beside_the_base(tiny_llama, tmp_path):
+    """veRL's model_merger writes a LoRA run as the base weights plus ``lora_adapter/`` (alpha 0 when its
+    metadata is missing): the export merges the adapter in, with the run's alpha."""
+    import json
+
+    from peft import LoraConfig as PeftLora
+    from peft import get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from openforge.train.export_model import merge_verl_lora
+
+    target = tmp_path / "merged"
+    tiny_llama.save_pretrained(target)
+    trained = get_peft_model(copy.deepcopy(tiny_llama), PeftLora(r=2, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for n, p in trained.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    trained.save_pretrained(target / "lora_adapter")
+    conf = json.loads((target / "lora_adapter" / "adapter_config.json").read_text())
+    (target / "lora_adapter" / "adapter_config.json").write_text(json.dumps({**conf, "lora_alpha": 0}))
+    cfg = load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"rank": 2, "alpha": 8}}}})
+
+    assert merge_verl_lora(target, cfg)
+    assert not (target / "lora_adapter").exists()
+    plain = AutoModelForCausalLM.from_pretrained(target, local_files_only=True)
+    assert not any("lora_" in n for n, _ in plain.named_parameters())
+    torch.testing.assert_close(_logits(plain), _logits(trained), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(_logits(plain), _logits(tiny_llama), atol=1e-3)
+    assert not merge_verl_lora(target, cfg)  # a full-weights merge: nothing to do

@@ -26,6 +26,7 @@ __all__ = [
     "SMOLLM2_ALIASES",
     "cache_dir",
     "load_merged",
+    "load_merged_into",
     "load_model",
     "load_smollm2",
     "load_tokenizer",
@@ -160,19 +161,24 @@ def load_merged(path: str | Path, dtype: Any = None) -> tuple[Any, Any]:
         model, _ = load_model(base, dtype)
     except ConfigError as e:
         raise ConfigError(f"{p}: the base model of this LoRA adapter ({base}) cannot be loaded: {e}") from None
+    merged = load_merged_into(model, p, what=f"its base {base}")
+    merged.eval()
+    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    return merged, tok
+
+
+def load_merged_into(model: Any, adapter: str | Path, *, what: str = "this model") -> Any:
+    """``model`` with the PEFT LoRA adapter saved in ``adapter`` merged into its weights (a plain module)."""
     try:
         import peft
     except ImportError:
         from ...extras import pip_install
 
-        raise ConfigError(f"{p} is a LoRA adapter: loading it needs peft ({pip_install('cpu')})") from None
+        raise ConfigError(f"{adapter} is a LoRA adapter: loading it needs peft ({pip_install('cpu')})") from None
     try:
-        merged = peft.PeftModel.from_pretrained(model, str(p), is_trainable=False).merge_and_unload()
+        return peft.PeftModel.from_pretrained(model, str(adapter), is_trainable=False).merge_and_unload()
     except (OSError, ValueError, RuntimeError, KeyError) as e:
-        raise ConfigError(f"{p}: cannot apply this LoRA adapter to its base {base}: {e}"[:800]) from None
-    merged.eval()
-    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-    return merged, tok
+        raise ConfigError(f"{adapter}: cannot apply this LoRA adapter to {what}: {e}"[:800]) from None
 
 
 def _atomic_save(target: Path, save: Any) -> None:
