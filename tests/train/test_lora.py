@@ -203,6 +203,13 @@ def test_verl_gets_the_same_lora(tmp_path):
     assert lora_overrides(cfg) == ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_alpha=16",
                                    "actor_rollout_ref.model.target_modules=[q_proj,v_proj]"]
     assert lora_overrides(load_config({"trainer": {"backend": "verl"}})) == []
+    cpu = load_config({"trainer": {"backend": "verl", "verl": {"device": "cpu", "loss_agg": "token-mean"},
+                                   "cpu": {"lora": {}}}})
+    assert lora_overrides(cpu)[-1] == "actor_rollout_ref.model.lora.merge=true"  # the CPU replica takes full weights
+    from openforge.train.verl.launch import verl_overrides
+
+    assert "actor_rollout_ref.model.lora_rank=16" in verl_overrides(cpu, train_file="t", val_file="v",
+                                                                     agent_loop_path="a", run_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"veRL.s LoRA .* has no dropout"):
         load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"dropout": 0.1}}}})
 

@@ -191,15 +191,20 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
 
 def lora_overrides(cfg: RunConfig) -> list[str]:
     """``trainer.cpu.lora`` as veRL's own LoRA (``actor_rollout_ref.model.lora_rank`` / ``lora_alpha`` /
-    ``target_modules``; veRL 0.9's FSDP path has no dropout: the config refuses one); none without it."""
+    ``target_modules``; veRL 0.9's FSDP path has no dropout: the config refuses one); on ``device=cpu`` also
+    ``model.lora.merge=true`` (the transformers rollout replica loads full weights, not an adapter); none
+    without it."""
     lora = cfg.trainer.cpu.lora
     if lora is None:
         return []
     t = lora.target_modules
     targets = t if isinstance(t, str) else "[" + ",".join(t) + "]"
     alpha = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha
-    return [f"actor_rollout_ref.model.lora_rank={lora.rank}", f"actor_rollout_ref.model.lora_alpha={alpha}",
-            f"actor_rollout_ref.model.target_modules={targets}"]
+    ov = [f"actor_rollout_ref.model.lora_rank={lora.rank}", f"actor_rollout_ref.model.lora_alpha={alpha}",
+          f"actor_rollout_ref.model.target_modules={targets}"]
+    if cfg.trainer.verl.device == "cpu":  # the transformers replica takes full weights: veRL merges before syncing
+        ov.append("actor_rollout_ref.model.lora.merge=true")
+    return ov
 
 
 def cpu_overrides(cfg: RunConfig) -> list[str]:
