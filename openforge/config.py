@@ -424,6 +424,9 @@ class RunConfig(_Section):
         if lora is not None and self.trainer.backend == "verl" and lora.dropout:
             problems.append(f"trainer.cpu.lora.dropout ({lora.dropout}): veRL's LoRA (actor_rollout_ref.model."
                             "lora_rank) has no dropout; set it to 0 for trainer.backend=verl")
+        if lora is not None and self.trainer.backend == "verl" and not float(lora.alpha).is_integer():
+            problems.append(f"trainer.cpu.lora.alpha ({lora.alpha}): veRL's lora_alpha is an integer; use a whole "
+                            "number for trainer.backend=verl")
         if self.algorithm == "sft" and self.trainer.backend == "verl":
             problems.append("algorithm=sft runs on the cpu trainer; use trainer.backend=cpu")
         if problems:

@@ -212,6 +212,8 @@ def test_verl_gets_the_same_lora(tmp_path):
                                                                      agent_loop_path="a", run_dir=tmp_path)
     with pytest.raises(ConfigError, match=r"veRL.s LoRA .* has no dropout"):
         load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"dropout": 0.1}}}})
+    with pytest.raises(ConfigError, match="veRL's lora_alpha is an integer"):
+        load_config({"trainer": {"backend": "verl", "cpu": {"lora": {"alpha": 12.5}}}})
 
 
 def test_sft_trains_the_same_adapter_and_caches_only_it(tiny_llama, tmp_path):
