@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..modeldir import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_base, is_adapter_dir
+from ..proxy.backends.hf_loading import load_merged
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -43,9 +45,6 @@ __all__ = [
     "save_adapter",
     "set_adapter_base",
 ]
-
-from ..modeldir import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_base, is_adapter_dir
-from ..proxy.backends.hf_loading import load_merged
 
 _PEFT = "_openforge_peft"  # the PeftModel wrapping a module (a plain attribute, not a submodule)
 
