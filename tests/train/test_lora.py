@@ -335,3 +335,16 @@ def test_verl_export_merges_the_adapter_its_merger_leaves_beside_the_base(tiny_l
     torch.testing.assert_close(_logits(plain), _logits(trained), atol=1e-5, rtol=1e-5)
     assert not torch.allclose(_logits(plain), _logits(tiny_llama), atol=1e-3)
     assert not merge_verl_lora(target, cfg)  # a full-weights merge: nothing to do
+
+
+def test_dropout_drops_in_training_steps_only(tiny_llama):
+    tr = CPUTrainer(tiny_llama, CPUTrainerConfig(lr=1e-2, lora=LoraConfig(rank=2, dropout=0.5)))
+    drops = [m for n, m in tiny_llama.named_modules() if n.endswith("lora_dropout.default")]
+    assert drops and all(isinstance(m, torch.nn.Dropout) for m in drops)
+    seen = []
+    hook = drops[0].register_forward_hook(lambda m, i, o: seen.append((m.training, torch.equal(i[0], o))))
+    tr.step([_sample()])
+    hook.remove()
+    assert seen and all(training and not same for training, same in seen)  # dropped while training
+    assert not any(m.training for m in drops)  # the back-end samples this module: no dropout there
+    torch.testing.assert_close(_logits(tiny_llama), _logits(tiny_llama), atol=0, rtol=0)
