@@ -2,7 +2,7 @@
 
 Owns: :class:`RunConfig` and its sections (:class:`ModelConfig`, :class:`EnvConfig`,
 :class:`HarnessConfig`, :class:`LauncherConfig`, :class:`RolloutConfig`, :class:`SFTConfig`,
-:class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`VerlConfig`, :class:`EvalConfig`),
+:class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`LoraConfig`, :class:`VerlConfig`, :class:`EvalConfig`),
 :func:`load_config` (YAML file or dict + preset + overrides → validated config) and
 :func:`dump_config`. ``key=value`` overrides are parsed and merged by :mod:`openforge.overrides`
 (:func:`parse_overrides`, :func:`apply_overrides`, re-exported here).
@@ -32,6 +32,7 @@ __all__ = [
     "HarnessConfig",
     "HeldoutConfig",
     "LauncherConfig",
+    "LoraConfig",
     "LossAgg",
     "ModelConfig",
     "RolloutConfig",
@@ -218,6 +219,33 @@ LossAgg = Literal["rollout-mean", "token-mean", "seq-mean-token-mean", "seq-mean
 SessionWeight = Literal["none", "equal"]
 
 
+class LoraConfig(BaseModel):
+    """``trainer.cpu.lora``: train a LoRA adapter (:mod:`openforge.train.lora`, ``peft``) instead of every weight.
+
+    The base model stays frozen; AdamW holds state only for the adapter; a checkpoint holds the adapter
+    (megabytes) and names its base. The SFT warm-start trains the same adapter, so every checkpoint is the
+    run's starting model plus one adapter. veRL runs get the same rank, alpha and target modules."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(16, ge=1, le=1024, description="the adapter's rank r")
+    alpha: float = Field(32.0, gt=0, description="scaling: the update is (alpha / rank) * B A")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter's input during training steps "
+                           "(sampling never drops; > 0 makes the trainer's logprobs differ from the sampler's)")
+    target_modules: str | list[str] = Field(
+        "all-linear", description="all-linear (every linear layer but the output head), or module names, "
+        "e.g. [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]")
+
+    @model_validator(mode="after")
+    def _targets(self) -> LoraConfig:
+        t = self.target_modules
+        if isinstance(t, str) and t != "all-linear":
+            raise ValueError(f"target_modules: expected 'all-linear' or a list of module names, got {t!r}")
+        if isinstance(t, list) and (not t or any(not m.strip() for m in t)):
+            raise ValueError("target_modules: the list of module names is empty or has an empty name")
+        return self
+
+
 class CPUTrainerConfig(BaseModel):
     """Optimiser and loss settings of the built-in trainer."""
 
@@ -268,7 +296,16 @@ class CPUTrainerConfig(BaseModel):
         None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
         "backward then stops below them, ~2x cheaper steps on CPU")
     threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice)")
+    lora: LoraConfig | None = Field(None, description="train a LoRA adapter instead of every weight (null: full "
+                                    "fine-tuning); {rank, alpha, dropout, target_modules}")
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _lora_alone(self) -> CPUTrainerConfig:
+        if self.lora is not None and self.trainable_layers is not None:
+            raise ValueError("lora and trainable_layers are exclusive: LoRA already freezes the base model "
+                             "(set one of them to null)")
+        return self
 
 
 class VerlConfig(_Section):
@@ -383,6 +420,13 @@ class RunConfig(_Section):
             problems.append(f"trainer.cpu.target_mixed_groups ({cpu.target_mixed_groups}) is below "
                             f"trainer.cpu.min_mixed_groups ({cpu.min_mixed_groups}): resampling would stop before "
                             "the step has the mixed groups it needs to train")
+        lora = cpu.lora
+        if lora is not None and self.trainer.backend == "verl" and lora.dropout:
+            problems.append(f"trainer.cpu.lora.dropout ({lora.dropout}): veRL's LoRA (actor_rollout_ref.model."
+                            "lora_rank) has no dropout; set it to 0 for trainer.backend=verl")
+        if lora is not None and self.trainer.backend == "verl" and not float(lora.alpha).is_integer():
+            problems.append(f"trainer.cpu.lora.alpha ({lora.alpha}): veRL's lora_alpha is an integer; use a whole "
+                            "number for trainer.backend=verl")
         if self.algorithm == "sft" and self.trainer.backend == "verl":
             problems.append("algorithm=sft runs on the cpu trainer; use trainer.backend=cpu")
         if problems:

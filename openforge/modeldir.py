@@ -11,7 +11,10 @@ every ``transformers:`` spec and ``model.name``).
 A complete model directory holds ``config.json``, weights (``*.safetensors`` or ``pytorch_model*.bin``),
 a tokenizer (``tokenizer.json``, or ``tokenizer.model`` / ``vocab.json`` + ``merges.txt``, with
 ``tokenizer_config.json``) and, for a model openforge trained, ``chat_template.jinja`` (the exact
-template, tools included, that rendered its training prompts) and ``openforge.json``.
+template, tools included, that rendered its training prompts) and ``openforge.json``. A LoRA checkpoint
+(``trainer.cpu.lora``) holds ``adapter_config.json`` (naming its base model) and
+``adapter_model.safetensors`` instead of ``config.json`` and weights; loading it merges the adapter into its
+base (:func:`openforge.train.lora.load_merged`).
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from .errors import ConfigError
 
 __all__ = [
+    "ADAPTER_CONFIG",
+    "ADAPTER_WEIGHTS",
     "BASE_MODEL_IDS",
     "CHAT_TEMPLATE_FILE",
     "META_FILE",
     "ModelMeta",
+    "adapter_base",
     "check_model_dir",
+    "is_adapter_dir",
     "missing_parts",
     "read_meta",
     "resolve_checkpoint",
@@ -43,6 +50,8 @@ INDEX_FILE = "index.json"  # checkpoints/index.json: which weights each GRPO ste
 INITIAL = "initial"  # an index entry whose weights are the run's starting model
 CHAT_TEMPLATE_FILE = "chat_template.jinja"
 #: Files of a checkpoint that only resuming a run needs (never part of an exported model).
+ADAPTER_CONFIG = "adapter_config.json"  # a LoRA checkpoint (openforge.train.lora)
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 TRAINER_ONLY_FILES = ("trainer_state.pt", "trainer.json", "reference.safetensors")
 BASE_MODEL_IDS = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct",
                   "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
@@ -86,6 +95,20 @@ def read_meta(path: str | Path) -> ModelMeta | None:
         raise ConfigError(f"{f}: not a valid openforge model metadata file ({e})") from None
 
 
+def is_adapter_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds a LoRA adapter checkpoint (rather than full weights)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_base(path: str | Path) -> str:
+    """The base model an adapter directory was trained on (its ``base_model_name_or_path``)."""
+    cfg = json.loads((Path(path) / ADAPTER_CONFIG).read_text())
+    base = cfg.get("base_model_name_or_path")
+    if not base:
+        raise ConfigError(f"{path}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
+    return str(base)
+
+
 def _has_weights(p: Path) -> bool:
     names = {f.name for f in p.iterdir() if f.is_file()}
     weights = {n for n in names if n.endswith(".safetensors") and n != "reference.safetensors"}
@@ -103,9 +126,12 @@ def missing_parts(path: str | Path) -> list[str]:
     """What ``path`` lacks to be a usable model directory (empty: nothing)."""
     p = Path(path)
     missing = []
-    if not (p / "config.json").is_file():
+    if (p / ADAPTER_CONFIG).is_file():  # a LoRA adapter: its base model supplies config and weights
+        if not (p / ADAPTER_WEIGHTS).is_file():
+            missing.append(f"{ADAPTER_WEIGHTS} (the LoRA adapter's weights)")
+    elif not (p / "config.json").is_file():
         missing.append("config.json (the model configuration)")
-    if not _has_weights(p):
+    if not (p / ADAPTER_CONFIG).is_file() and not _has_weights(p):
         missing.append("weights (model.safetensors or pytorch_model.bin)")
     if not _has_tokenizer(p):
         missing.append("tokenizer files (tokenizer.json + tokenizer_config.json)")
@@ -147,7 +173,7 @@ def resolve_checkpoint(run_dir: str | Path, selector: str = "last") -> Path | st
     """The model of ``RUN@selector``: ``last`` (default), ``best``, a step number, or ``base`` (the
     model the run started from: an alias or path). A path that is itself a model is returned as is."""
     run = Path(run_dir).expanduser()
-    if (run / "config.json").is_file() and not (run / "checkpoints").is_dir():
+    if ((run / "config.json").is_file() or (run / ADAPTER_CONFIG).is_file()) and not (run / "checkpoints").is_dir():
         return run  # already a model directory
     ckdir = run / "checkpoints"
     if not (run / "config.yaml").is_file():

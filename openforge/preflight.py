@@ -10,7 +10,8 @@ model load. The checks:
 * tasks — ``env.split`` → ``env.subset`` → ``env.task_ids`` → ``env.max_tasks`` selects some; the
   held-out split (``eval.heldout``) and the SFT teacher's reference solutions exist when enabled;
 * model — ``model.name`` resolves (the SmolLM2 alias, a model directory, ``RUN@last``) with its
-  config, weights and tokenizer files, and the tokenizer loads (no weights are loaded);
+  config, weights and tokenizer files, and the tokenizer loads (no weights are loaded); ``peft`` is
+  installed where LoRA needs it (``trainer.cpu.lora``, or a LoRA checkpoint as the model);
 * harness — every harness of the run is installed (``forge harness install NAME``), and none lists
   the environment's own code among its agent files;
 * prompt — each harness's first prompt plus ``rollout.max_tokens`` fits the model's context;
@@ -128,12 +129,31 @@ def _model(cfg: RunConfig) -> str:
             raise ConfigError(f"model.name={name!r}: no such model directory and not a known alias "
                               f"({', '.join(sorted(SMOLLM2_ALIASES))}); openforge never downloads models")
         where = str(check_model_dir(p, what=f"model.name={name!r}"))
+    _peft_if_needed(cfg, resolved)
     try:
         load_light_tokenizer(resolved)
     except Exception as e:  # transformers' own errors (OSError, ValueError, ...): the model's tokenizer is broken
         raise ConfigError(f"model.name={name!r}: its tokenizer does not load: {e}") from None
     via = f" ({resolved})" if resolved != name else ""
     return f"{name}{via}: {where}; its tokenizer loads; weights not loaded"
+
+
+def _peft_if_needed(cfg: RunConfig, resolved: str) -> None:
+    """LoRA (``trainer.cpu.lora`` on the CPU trainer, or an adapter checkpoint as the model) needs peft."""
+    import importlib.util
+
+    from .modeldir import is_adapter_dir
+
+    adapter = is_adapter_dir(Path(resolved).expanduser())
+    if adapter and cfg.trainer.backend == "verl":
+        raise ConfigError(f"model.name={cfg.model.name!r} is a LoRA adapter checkpoint; veRL loads a full model: "
+                          f"merge it first (forge export model {resolved} --out DIR) and set model.name=DIR")
+    wanted = adapter or (cfg.trainer.backend == "cpu" and cfg.trainer.cpu.lora is not None)
+    if wanted and importlib.util.find_spec("peft") is None:
+        from .extras import pip_install
+
+        why = "model.name is a LoRA adapter checkpoint" if adapter else "trainer.cpu.lora is set"
+        raise ConfigError(f"{why}: LoRA needs peft ({pip_install('cpu')})")
 
 
 def _harnesses(cfg: RunConfig, env: list[Environment]) -> str:

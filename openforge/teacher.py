@@ -116,6 +116,7 @@ def warm_start_key(cfg: RunConfig, env: Environment, tasks: Sequence[Task]) -> s
         "teacher_files": local_spec_digest(scfg.teacher), "data": path_digest([scfg.data]) if scfg.data else None,
         "seed": cfg.seed,
         **({"trainable_layers": cfg.trainer.cpu.trainable_layers} if cfg.trainer.cpu.trainable_layers else {}),
+        **({"lora": cfg.trainer.cpu.lora.model_dump()} if cfg.trainer.cpu.lora is not None else {}),
     })
 
 
@@ -130,7 +131,10 @@ async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *,
     if scfg.cache and (cache / "model.safetensors").is_file():
         from safetensors.torch import load_file
 
-        model.load_state_dict(load_file(str(cache / "model.safetensors")), strict=False)
+        _, unexpected = model.load_state_dict(load_file(str(cache / "model.safetensors")), strict=False)
+        if unexpected:  # e.g. a LoRA warm-start (trainer.cpu.lora) into a model without the run's adapter
+            raise ConfigError(f"SFT warm-start cache {cache} does not fit the model (unexpected {unexpected[:3]}); "
+                              "with trainer.cpu.lora the run's trainer attaches the adapter before the warm-start")
         model.tie_weights()
         info = json.loads((cache / "info.json").read_text())
         log(f"SFT warm-start: cached {cache}")
@@ -170,7 +174,12 @@ async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *,
 def _save_cache(cache: Path, model: Any, info: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    from .train.lora import adapter_state, has_adapter
+
+    if has_adapter(model):  # trainer.cpu.lora: the base is untouched, the adapter is the warm-start
+        state = adapter_state(model)
+    else:
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
     with atomic_files(cache) as tmp:  # the weights land last: a cache with them is complete
         save_file(state, str(tmp / "model.safetensors"))
         (tmp / "info.json").write_text(json.dumps(info, indent=2))

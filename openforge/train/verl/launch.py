@@ -179,6 +179,7 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
     ]
     if agg == "seq-mean-token-sum-norm":  # a constant divisor (veRL's default is each micro-batch's width)
         ov.append(f"actor_rollout_ref.actor.loss_scale_factor={v.loss_scale_factor or v.max_response_length}")
+    ov += lora_overrides(cfg)
     if cfg.trainer.steps:
         ov.append(f"trainer.total_training_steps={cfg.trainer.steps}")
     if v.filter_groups:
@@ -186,6 +187,24 @@ def verl_overrides(cfg: RunConfig, *, train_file: str | Path, val_file: str | Pa
     if v.device == "cpu":
         ov = [o for o in ov if not o.startswith("actor_rollout_ref.rollout.name=")] + cpu_overrides(cfg)
     return ov + list(v.extra_overrides)
+
+
+def lora_overrides(cfg: RunConfig) -> list[str]:
+    """``trainer.cpu.lora`` as veRL's own LoRA (``actor_rollout_ref.model.lora_rank`` / ``lora_alpha`` /
+    ``target_modules``; veRL 0.9's FSDP path has no dropout: the config refuses one); on ``device=cpu`` also
+    ``model.lora.merge=true`` (the transformers rollout replica loads full weights, not an adapter); none
+    without it."""
+    lora = cfg.trainer.cpu.lora
+    if lora is None:
+        return []
+    t = lora.target_modules
+    targets = t if isinstance(t, str) else "[" + ",".join(t) + "]"
+    alpha = int(lora.alpha) if float(lora.alpha).is_integer() else lora.alpha
+    ov = [f"actor_rollout_ref.model.lora_rank={lora.rank}", f"actor_rollout_ref.model.lora_alpha={alpha}",
+          f"actor_rollout_ref.model.target_modules={targets}"]
+    if cfg.trainer.verl.device == "cpu":  # the transformers replica takes full weights: veRL merges before syncing
+        ov.append("actor_rollout_ref.model.lora.merge=true")
+    return ov
 
 
 def cpu_overrides(cfg: RunConfig) -> list[str]:
@@ -223,6 +242,11 @@ def model_path(name: str) -> str:
     from ...proxy.backends.hf_loading import SMOLLM2_ALIASES
 
     name = resolve_model_name(name)
+    from ..lora import is_adapter_dir
+
+    if is_adapter_dir(name):
+        raise ConfigError(f"model.name {name} is a LoRA adapter checkpoint; veRL loads a full model: merge it first "
+                          f"(forge export model {name} --out DIR) and set model.name=DIR")
     if name.lower() in SMOLLM2_ALIASES:
         from ...proxy.backends.hf_loading import cache_dir, load_smollm2
 
