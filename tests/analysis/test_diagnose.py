@@ -66,8 +66,9 @@ def test_entropy_collapse():
 
 def test_idle_steps_are_not_judged_for_the_trainer_metrics():
     # the trained steps are healthy; the idle ones carry no trainer metrics (None) and a 0 gradient
-    run = _run(3) + [_step(9, gradient_step=False, **{"diag/grad_norm": 0.0, "diag/kl_step": None,
-                                                      "diag/clip_frac": None, "diag/entropy_est": None})]
+    idle = _step(9, gradient_step=False, **{"diag/grad_norm": 0.0, "diag/kl_step": None, "diag/clip_frac": None,
+                                            "diag/entropy_est": None})
+    run = [*_run(3), idle]
     assert diagnose(run) == "learning signal present"
 
 
