@@ -47,6 +47,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .analysis.diagnose import diagnose, step_diagnostics
 from .config import RunConfig, dump_config, load_config
 from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
 from .heap import release_memory
@@ -343,6 +344,7 @@ class Forge:
         line.update({"resample_rounds": rounds, "mixed_target": sampled.target,
                      "gradient_step": take and mixed > 0, "task_epochs": round(cursor.epochs, 3)})
         line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
+        line.update(step_diagnostics(groups, tm))
         line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
         self._log_metrics(line)
         what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "
@@ -447,6 +449,10 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
 
         console.print(f"[red]{escape(str(summary['stopped']).splitlines()[0])}[/]")
     console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
+    if summary.get("steps"):  # one line: the likeliest reason GRPO is not learning, or that it has a signal
+        from rich.markup import escape
+
+        console.print(f"verdict: {escape(diagnose(summary['steps']))}")
 
 
 async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *, preset: str | None = None,

@@ -113,6 +113,34 @@ def _training_charts(rows: list[dict[str, Any]]) -> tuple[dict[str, str], list[f
     }, idle
 
 
+_DIAG_SHARES = [("diag/tied_share", "tied groups", "#dc2626"), ("diag/pass_spread", "pass-rate spread", "#16a34a"),
+                ("diag/clip_frac", "clipped tokens", "#d97706")]
+_DIAG_SINGLE = [("diag/grad_norm", "Gradient norm per step", "#2563eb", "chart-diag-grad"),
+                ("diag/kl_step", "KL moved per step (k3)", "#9333ea", "chart-diag-kl"),
+                ("diag/entropy_est", "Sampled-token entropy estimate (nats)", "#0891b2", "chart-diag-entropy")]
+
+
+def _diag_points(rows: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
+    return [(_x(row, i), float(v)) for i, row in enumerate(rows)
+            if isinstance(v := row.get(key), (int, float)) and not isinstance(v, bool) and math.isfinite(v)]
+
+
+def _diag_charts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The "why isn't GRPO learning?" panel (``diag/`` keys, :mod:`openforge.analysis.diagnose`) and the
+    run's verdict; empty for a run without them."""
+    if not any(k.startswith("diag/") for row in rows for k in row):
+        return {}
+    from .diagnose import diagnose
+
+    shares = [Series(label, _diag_points(rows, key), color=c) for key, label, c in _DIAG_SHARES]
+    charts = {"diag_shares": line_chart([s for s in shares if s.points], title="Tied groups, pass-rate spread, "
+                                        "clipped tokens", y_range=(0.0, 1.0), chart_id="chart-diag-shares")}
+    for key, title, color, cid in _DIAG_SINGLE:
+        charts[cid.removeprefix("chart-").replace("-", "_")] = line_chart(
+            [Series(key.removeprefix("diag/"), _diag_points(rows, key), color=color)], title=title, chart_id=cid)
+    return {**charts, "verdict": diagnose(rows)}
+
+
 def _curves(run: RunData) -> dict[str, Any]:
     rows = _policy_rows(run)
     lo, hi = _reward_range(rows, run)
@@ -156,6 +184,7 @@ def _curves(run: RunData) -> dict[str, Any]:
         "behaviour": line_chart([s for s in behaviour if s.points], title="Behaviour metrics per step",
                                 y_range=(0.0, 1.0), chart_id="chart-behaviour", width=1060),
         **(training if has_training else {}),
+        **_diag_charts(rows),
         "idle_steps": [int(x) if x == int(x) else x for x in idle],
     }
 

@@ -252,8 +252,9 @@ class CPUTrainer:
             refs = self._ref_logprobs(tensors)
         epochs = cfg.ppo_epochs if kind == "grpo" else 1
         agg: dict[str, float] = {}
-        gap_sum, gap_n, loss_sum = 0.0, 0, 0.0
+        gap_sum, gap_n, loss_sum, nlp_sum = 0.0, 0, 0.0, 0.0
         grad_norm = 0.0
+        last_logp: Any = None  # the last micro-batch's logprobs before the update: diag's kl_step
         with self._checkpointing(), self._lora_dropout():
             for epoch in range(epochs):
                 self.optimizer.zero_grad(set_to_none=True)
@@ -275,6 +276,9 @@ class CPUTrainer:
                         if epoch == 0:
                             gap_sum += float(((logp.detach() - t["old"]).abs() * mask).sum())
                             gap_n += int(mask.sum())
+                            nlp_sum += float((-logp.detach() * mask).sum())
+                            if bi == len(batches) - 1:
+                                last_logp = logp.detach()
                         for k, v in m.items():
                             agg[k] = agg.get(k, 0.0) + v * len(idx)
                     else:
@@ -305,7 +309,25 @@ class CPUTrainer:
         if kind == "grpo":
             out.update({k: v / (len(samples) * epochs) for k, v in agg.items()})
             out["behaviour_logprob_gap"] = gap_sum / max(gap_n, 1)
+            out["entropy_est"] = nlp_sum / max(gap_n, 1)
+            out["kl_step"] = self._kl_step(tensors[-1], last_logp)
         return out
+
+    def _kl_step(self, t: dict[str, Any], before: Any) -> float:
+        """How far this step moved the policy: the k3 estimate of KL(before ‖ after) on the trained tokens
+        of the step's last micro-batch (``before``: its logprobs in the first epoch, before any update; one
+        extra forward of that micro-batch, without gradients). Metric only: the weights are not touched."""
+        import torch
+
+        cfg = self.config
+        amp = torch.autocast("cpu", dtype=torch.bfloat16) if cfg.autocast_bf16 else contextlib.nullcontext()
+        with torch.no_grad(), amp:
+            after = token_logprobs(self.model, t["ids"], t["attn"], temperature=cfg.temperature,
+                                   chunk=cfg.logprob_chunk, positions=t["w"] > 0, prefix=t["prefix"])
+        mask = t["w"] > 0
+        d = torch.clamp((after.float() - before.float()).masked_fill(~mask, 0.0), -20.0, 20.0)
+        k3 = torch.exp(d) - d - 1.0
+        return float((k3 * mask).sum() / mask.sum().clamp(min=1))
 
     def release_optimizer_state(self) -> None:
         """Drop AdamW's moments (twice the trainable weights' size) when no step follows, e.g. for a run's

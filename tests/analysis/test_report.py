@@ -242,3 +242,28 @@ def test_reward_band_stays_inside_the_reward_range(tmp_path: Path) -> None:
     # with a [0, 1] y axis the chart's tick labels stay 0 … 1
     ticks = re.findall(r'class="tick" x="\d+" y="[\d.]+" text-anchor="end">([-\d.]+)<', html)
     assert ticks[0] == "0" and ticks[-1] == "1", ticks
+
+
+def test_diag_panel_plots_the_diag_metrics_and_shows_the_verdict(tmp_path: Path) -> None:
+    import json
+
+    root = tmp_path / "run"
+    root.mkdir()
+    (root / "config.yaml").write_text("model:\n  name: smollm2-135m\nharness:\n  name: react\n")
+    rows = [{"step": i, "reward_mean": 0.1, "reward_std": 0.3, "pass_rate": 0.1, "statuses": {"success": 1},
+             "gradient_step": True, "train/trained_tokens": 100.0, "diag/tied_share": 0.9, "diag/pass_spread": 0.1,
+             "diag/entropy_est": 0.7, "diag/kl_step": 1e-3, "diag/clip_frac": 0.01, "diag/grad_norm": 0.4 + i,
+             "diag/trained_tokens": 100.0} for i in (1, 2)]
+    (root / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    html = build_report(load_run(root))
+    for cid in ("chart-diag-shares", "chart-diag-grad", "chart-diag-kl", "chart-diag-entropy"):
+        assert f'id="{cid}"' in html
+    assert re.findall(r'data-series="grad_norm" data-x="([\d.]+)" data-y="([\d.]+)"', html) == [
+        ("1.0", "1.4"), ("2.0", "2.4")]
+    assert html.count('class="pt" data-series="tied groups"') == 2
+    assert re.search(r'id="verdict"><b>verdict:</b> 90% of groups tied: raise group_size', html)
+
+
+def test_run_without_diag_metrics_has_no_diag_panel(tmp_path: Path) -> None:
+    html = build_report(load_run(_run_with_sft_and_idle_step(tmp_path / "run")))
+    assert 'id="verdict"' not in html and "chart-diag" not in html

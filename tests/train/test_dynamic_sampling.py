@@ -163,3 +163,19 @@ def test_target_below_the_floor_is_a_config_error():
     assert SamplingPlan.from_config(load_config({"rollout": {"tasks_per_step": 4}}), 12).target == 4
     assert SamplingPlan.from_config(load_config({"rollout": {"tasks_per_step": 4}}), 3).target == 3
 
+
+
+async def test_step_line_carries_every_diag_key_and_the_summary_ends_with_a_verdict(forge_factory, tmp_path):
+    from rich.console import Console
+
+    from openforge.analysis.diagnose import DIAG_KEYS
+
+    f = await forge_factory([[[0.0, 0.0], [1.0, 0.0]]], min_mixed_groups=1, target_mixed_groups=1)
+    line = await f._grpo_step(0, cursor())
+    logged = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    assert all(isinstance(logged[k], float) for k in DIAG_KEYS), {k: logged.get(k) for k in DIAG_KEYS}
+    assert logged["diag/tied_share"] == 0.5 and logged["diag/trained_tokens"] == line["train/trained_tokens"] > 0
+    console = Console(record=True, width=200)
+    print_summary({"recipe": "r", "run_dir": str(tmp_path), "steps": [line]}, console=console)
+    last = console.export_text().strip().splitlines()[-1]
+    assert last.startswith("verdict: ")
