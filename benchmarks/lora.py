@@ -24,19 +24,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
+import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from train_memory import (  # a sibling script (benchmarks/ is sys.path[0])
+    peak_rss_gib,
+    run_variants,
+    segment_sampler,
+)
+
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = ("full", "lora")
-
-
-def _rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
 def _mib(path: Path) -> float:
@@ -45,25 +46,15 @@ def _mib(path: Path) -> float:
 
 def child(args: argparse.Namespace) -> None:
     """One variant, in this process; prints one JSON line."""
-    import random
-
     sys.path.insert(0, str(REPO))
     from openforge.config import LoraConfig
     from openforge.proxy.backends.hf_loading import load_model
     from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
-    from openforge.train.grpo import TrainSample
 
     model, tok = load_model(args.model)
     model.eval()
     rng = random.Random(0)
-    system = tok.encode("You are a helpful agent with a shell tool. " * 30)  # a harness's shared prompt
-
-    def sample(adv: float, weight: float) -> TrainSample:
-        n = rng.randint(args.min_len, args.max_len)
-        ids = (system + [rng.randrange(100, 40000) for _ in range(n)])[:n]
-        mask = [0] * (n - args.trained) + [1] * args.trained
-        return TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-3.0 * m for m in mask], advantage=adv,
-                           token_weights=[m * weight for m in mask])
+    sample = segment_sampler(tok, args, rng)  # the same segments as train_memory.py
 
     targets = args.targets if args.targets == "all-linear" else args.targets.split(",")
     lora = LoraConfig(rank=args.rank, alpha=args.alpha, target_modules=targets) if args.variant == "lora" else None
@@ -83,7 +74,7 @@ def child(args: argparse.Namespace) -> None:
         total = sum(_mib(f) for f in ck.iterdir())
     later = times[1:] or times
     print(json.dumps({"variant": args.variant, "trained_params": sum(p.numel() for p in trainer.params),
-                      "first_step_s": times[0], "step_s": sum(later) / len(later), "peak_rss_gib": _rss_gib(),
+                      "first_step_s": times[0], "step_s": sum(later) / len(later), "peak_rss_gib": peak_rss_gib(),
                       "weights_mib": weights, "checkpoint_mib": total, "decode_ms": decode_ms}))
 
 
@@ -123,13 +114,9 @@ def main() -> None:
     if args.variant:
         child(args)
         return
-    passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("variant", "json")]
     rows = {}
-    for name in VARIANTS:
-        run = subprocess.run([sys.executable, __file__, "--variant", name, *passed], capture_output=True, text=True)
-        if run.returncode:
-            raise SystemExit(f"variant {name} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
-        rows[name] = r = json.loads(run.stdout.strip().splitlines()[-1])
+    for name, r in run_variants(__file__, VARIANTS, args):
+        rows[name] = r
         print(f"{name:5s} trains {r['trained_params'] / 1e6:.2f} M params · first step {r['first_step_s']:.1f} s · "
               f"step {r['step_s']:.1f} s · peak RSS {r['peak_rss_gib']:.2f} GiB · checkpoint "
               f"{r['weights_mib']:.1f} MiB weights, {r['checkpoint_mib']:.1f} MiB with optimizer state · "

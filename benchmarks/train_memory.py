@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import resource
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
@@ -38,7 +41,7 @@ VARIANTS = {
 }
 
 
-def _rss_gib() -> float:
+def peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
@@ -49,19 +52,12 @@ def _current_rss_gib() -> float:
     return 0.0
 
 
-def child(args: argparse.Namespace) -> None:
-    """One variant, in this process; prints one JSON line."""
-    import random
-
-    sys.path.insert(0, str(REPO))
-    from openforge.proxy.backends.hf_loading import load_model
-    from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
+def segment_sampler(tok, args: argparse.Namespace, rng: random.Random) -> Callable[[float, float], Any]:
+    """``sample(advantage, token_weight)``: a synthetic segment of a react rollout's length
+    (``args.min_len``..``args.max_len`` tokens: a harness's shared system prompt, then random ids), the
+    last ``args.trained`` of them trained. Also used by ``lora.py``."""
     from openforge.train.grpo import TrainSample
 
-    model, tok = load_model("smollm2-135m")
-    model.eval()
-    loaded = _current_rss_gib()
-    rng = random.Random(0)
     system = tok.encode("You are a helpful agent with a shell tool. " * 30)  # a harness's shared prompt
 
     def sample(adv: float, weight: float) -> TrainSample:
@@ -71,6 +67,31 @@ def child(args: argparse.Namespace) -> None:
         return TrainSample(input_ids=ids, loss_mask=mask, old_logprobs=[-3.0 * m for m in mask], advantage=adv,
                            token_weights=[m * weight for m in mask])
 
+    return sample
+
+
+def run_variants(script: str, names: Iterable[str], args: argparse.Namespace) -> Iterator[tuple[str, dict]]:
+    """Run ``script --variant NAME`` with ``args`` (less ``variant`` and ``json``) in a fresh process per
+    variant (peak RSS is a per-process high-water mark); yield each one's JSON row as it finishes."""
+    passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("variant", "json")]
+    for name in names:
+        run = subprocess.run([sys.executable, script, "--variant", name, *passed], capture_output=True, text=True)
+        if run.returncode:
+            raise SystemExit(f"variant {name} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
+        yield name, json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def child(args: argparse.Namespace) -> None:
+    """One variant, in this process; prints one JSON line."""
+    sys.path.insert(0, str(REPO))
+    from openforge.proxy.backends.hf_loading import load_model
+    from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
+
+    model, tok = load_model("smollm2-135m")
+    model.eval()
+    loaded = _current_rss_gib()
+    rng = random.Random(0)
+    sample = segment_sampler(tok, args, rng)
     cfg = CPUTrainerConfig(lr=1e-5, logprob_chunk=256,
                            **{"micro_batch_tokens": args.micro_batch_tokens, **VARIANTS[args.variant]})
     trainer = CPUTrainer(model, cfg, pad_id=tok.pad_token_id or 0)
@@ -81,7 +102,7 @@ def child(args: argparse.Namespace) -> None:
     t1 = time.perf_counter()
     trainer.step(grpo, kind="grpo")
     t2 = time.perf_counter()
-    print(json.dumps({"variant": args.variant, "peak_rss_gib": _rss_gib(), "loaded_rss_gib": loaded,
+    print(json.dumps({"variant": args.variant, "peak_rss_gib": peak_rss_gib(), "loaded_rss_gib": loaded,
                       "sft_s": t1 - t0, "grpo_s": t2 - t1}))
 
 
@@ -99,14 +120,9 @@ def main() -> None:
     if args.variant:
         child(args)
         return
-    passed = [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("variant", "json")]
     rows = {}
-    for name in VARIANTS:
-        run = subprocess.run([sys.executable, __file__, "--variant", name, *passed], capture_output=True, text=True)
-        if run.returncode:
-            raise SystemExit(f"variant {name} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
-        rows[name] = json.loads(run.stdout.strip().splitlines()[-1])
-        r = rows[name]
+    for name, r in run_variants(__file__, VARIANTS, args):
+        rows[name] = r
         print(f"{name:14s} peak RSS {r['peak_rss_gib']:.2f} GiB (after load {r['loaded_rss_gib']:.2f}) · "
               f"SFT step {r['sft_s']:.1f} s · GRPO step {r['grpo_s']:.1f} s", flush=True)
     base = rows["baseline"]
