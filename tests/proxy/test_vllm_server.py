@@ -93,6 +93,15 @@ def recorder(upstream: str, seen: list[dict[str, Any]]) -> Starlette:
     return Starlette(routes=[Route("/v1/{rest:path}", forward, methods=["GET", "POST"])])
 
 
+def _streamed(entry: dict[str, Any]) -> tuple[list[int] | None, list[int], list[float]]:
+    """A recorded streamed answer's echoed prompt ids (None when not echoed), sampled ids and logprobs."""
+    choices = [ch for c in entry["chunks"] for ch in c["choices"]]
+    prompt_ids = next((ch["prompt_token_ids"] for ch in choices if ch.get("prompt_token_ids")), None)
+    ids = [i for ch in choices for i in ch.get("token_ids") or []]
+    lps = [x for ch in choices for x in (ch.get("logprobs") or {}).get("token_logprobs") or []]
+    return prompt_ids, ids, lps
+
+
 async def _chat(h: Any, body: dict[str, Any]) -> httpx.Response:
     async with httpx.AsyncClient(timeout=600) as c:
         return await c.post(f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key},
@@ -121,11 +130,8 @@ async def test_recorded_ids_are_the_tokenizers_prompt_and_the_servers_sample(ser
         # the harness's plain request too is streamed from the server (its first token and decode are real)
         assert sent["request"]["stream"] is True and "chunks" in sent
         assert call.exact and call.prompt_ids == list(expected_prompt) == sent["request"]["prompt"]
-        choices = [ch for c in sent["chunks"] for ch in c["choices"]]
-        prompt_ids = next((ch["prompt_token_ids"] for ch in choices if ch.get("prompt_token_ids")), None)
+        prompt_ids, ids, lps = _streamed(sent)
         assert prompt_ids in (None, call.prompt_ids)  # when the server echoes them: it read the ids it was sent
-        ids = [i for ch in choices for i in ch.get("token_ids") or []]
-        lps = [x for ch in choices for x in (ch.get("logprobs") or {}).get("token_logprobs") or []]
         assert ids and call.output_ids == ids and call.output_logprobs == lps and len(ids) == len(lps)
         assert call.first_token_s is not None and call.first_token_s <= call.latency_s
     traj.validate_segments()
@@ -208,11 +214,12 @@ async def test_concurrent_rollouts_each_get_their_own_exact_answer(server, token
             trajs = [proxy.finish_rollout(h.rollout_id, reward=1.0) for h in handles]
         await backend.aclose()
     assert [a.status_code for a in answers] == [200] * 8
-    by_prompt = {tuple(e["request"]["prompt"]): e["response"]["choices"][0] for e in seen if e["path"] == "/v1/completions"}
+    # every call to the server is streamed (the back-end always streams): join each answer's chunks
+    by_prompt = {tuple(e["request"]["prompt"]): _streamed(e)[1] for e in seen if e["path"] == "/v1/completions"}
     assert len(by_prompt) == 8
     for t in trajs:
         call = t.calls[0]
-        assert call.output_ids == by_prompt[tuple(call.prompt_ids)]["token_ids"]  # no answer crossed over
+        assert call.output_ids == by_prompt[tuple(call.prompt_ids)]  # no answer crossed over
         assert len(call.output_ids) == len(call.output_logprobs) > 0
 
 
