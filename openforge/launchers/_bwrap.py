@@ -387,7 +387,7 @@ def _var_skeleton() -> list[str]:
 
 
 def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scratch: bool = True,
-          scratch_size: int | None = None) -> list[str]:
+          scratch_size: int | None = None, mounts: Sequence[tuple[str, str, bool]] = ()) -> list[str]:
     """The file-system part of the command: allow-listed system dirs, tools, hidden paths masked,
     scratch (each tmpfs of ``scratch_size`` bytes when given), rw paths.
 
@@ -439,23 +439,28 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
     for w in rw:
         parents(w)
         cmd += ["--bind", w, w]
+    for host, inside, writable in mounts:  # last: a mount over a path of the rollout dir wins (read-only stays so)
+        parents(inside)
+        cmd += ["--bind" if writable else "--ro-bind", host, inside]
     return cmd
 
 
 def bwrap_argv(
     mode: BwrapMode, *, binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], cwd: Path,
     maps: Sequence[str], network: bool, argv: Sequence[str], disk_mb: int | None = None,
+    mounts: Sequence[tuple[str, str, bool]] = (),
 ) -> list[str]:
     """The full command: bwrap, the rollout's view, its namespaces, then the init and ``argv``.
     ``maps`` are ``--map 127.0.0.1:PORT=SOCK`` pairs for the init's forwarders (the sockets must be
     among ``rw``). ``disk_mb``: the rollout's disk budget, which sizes the scratch mounts
-    (:func:`scratch_bytes`) where bwrap can (``mode.sized``)."""
+    (:func:`scratch_bytes`) where bwrap can (``mode.sized``). ``mounts``: ``(host dir, path inside,
+    writable)`` binds at another path than their own (``LocalSandbox.place``), bound after everything else."""
     assert mode.binary is not None
     ns = _namespaces(mode.privileged)
     if network:
         ns = [a for a in ns if a != "--unshare-net"]
     size = scratch_bytes(disk_mb) if disk_mb and mode.sized else None
-    cmd = [mode.binary, *_view(binds, hidden, rw, scratch_size=size), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
+    cmd = [mode.binary, *_view(binds, hidden, rw, scratch_size=size, mounts=mounts), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
     if mode.privileged:  # root without CAP_DAC_OVERRIDE cannot enter the agent's dirs: the init does, as the agent
         return [*cmd, "--", *_init(True), "--chdir", str(cwd), *(maps if not network else []), "--", *argv]
     cmd += ["--chdir", str(cwd), "--"]
