@@ -149,7 +149,7 @@ class HarborEnvironment(Environment):
         if sandbox.isolation == "pod":
             await _pod_setup(task, spec, sandbox)
             return
-        if spec.local_refusal and task.image is None:
+        if spec.local_refusal:  # kept for its image (Kubernetes), but this is not a pod
             raise EnvironmentError_(f"Harbor task {task.id} cannot run here: {spec.local_refusal}")
         try:
             sandbox.place(spec.workdir, sandbox.workdir)

@@ -107,9 +107,7 @@ def _check_types(meta: dict[str, Any], toml: Path) -> list[str]:
         if not isinstance(table, dict) or key not in table:
             continue
         v = table[key]
-        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
-            problems.append(f"{toml}: [{sec}] {key} must be {what}, got {v!r}")
-        elif isinstance(v, dict) and not all(isinstance(x, (str, int, float)) for x in v.values()):
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types) or (isinstance(v, dict) and not all(isinstance(x, (str, int, float)) for x in v.values())):
             problems.append(f"{toml}: [{sec}] {key} must be {what}, got {v!r}")
     split = (meta.get("metadata") or {}).get("split") if isinstance(meta.get("metadata"), dict) else None
     if isinstance(split, str) and split not in ("train", "eval", "heldout"):

@@ -98,10 +98,7 @@ def verdict_of(logs: str) -> dict:
         if not isinstance(obj, dict) or not obj:
             raise ValueError("reward.json must be a non-empty object of named rewards")
         rewards = {str(k): _number(v, f"reward.json[{k!r}]") for k, v in obj.items()}
-        if "reward" in rewards:
-            reward = rewards["reward"]
-        else:
-            reward = sum(rewards.values()) / len(rewards)
+        reward = rewards["reward"] if "reward" in rewards else sum(rewards.values()) / len(rewards)
         return {"reward": reward, "subscores": rewards, "detail": f"reward.json: {text.strip()[:300]}"}
     text = read_reward_file(os.path.join(logs, "reward.txt"))
     if text is None:
@@ -119,8 +116,10 @@ def main() -> int:
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--app", required=True)
     ap.add_argument("--timeout", type=float, required=True)
+    ap.add_argument("--logs", default="/logs/verifier")
+    ap.add_argument("--tests", default="/tests")
     a = ap.parse_args()
-    logs, tests = "/logs/verifier", "/tests"
+    logs, tests = a.logs, a.tests
     fresh(logs)
     fresh(tests)
     copy_tree(os.path.join(a.task_dir, "tests"), tests)
@@ -129,7 +128,7 @@ def main() -> int:
         copy_tree(a.workdir, a.app)
     os.chdir(a.app)
     try:
-        r = subprocess.run(["bash", "/tests/test.sh"], stdin=subprocess.DEVNULL, timeout=a.timeout)
+        r = subprocess.run(["bash", os.path.join(tests, "test.sh")], stdin=subprocess.DEVNULL, timeout=a.timeout)
         print(f"[openforge] tests/test.sh exited {r.returncode}", file=sys.stderr)
     except subprocess.TimeoutExpired:
         print(f"[openforge] tests/test.sh ran over {a.timeout:g}s", file=sys.stderr)

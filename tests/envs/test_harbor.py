@@ -181,3 +181,38 @@ def test_forge_rollout_oracle_and_refusal(folder, tmp_path):
                cwd=tmp_path)
     assert p.returncode != 0 and not (out / "c" / "trajectory.json").exists()
     assert "cuda-base" in p.stdout + p.stderr and "nvidia/cuda" in p.stdout + p.stderr
+
+
+def _wrapper(tmp_path: Path, test_sh: str, planted: dict[str, str]) -> tuple[subprocess.CompletedProcess, Path]:
+    """harbor_verify.py on directories of the test (the paths the sandbox gives it are arguments)."""
+    task, work, app, logs, tests = (tmp_path / n for n in ("task", "work", "app", "logs", "tests"))
+    (task / "tests").mkdir(parents=True)
+    (task / "tests" / "test.sh").write_text(test_sh)
+    work.mkdir()
+    (work / "answer.txt").write_text("42\n")
+    logs.mkdir()
+    for name, body in planted.items():  # what an agent (in a pod: the same uid) may have left there
+        (logs / name).write_text(body)
+    verdict = tmp_path / "verdict.json"
+    from openforge.envs import harbor_verify
+
+    p = subprocess.run([sys.executable, "-I", "-S", harbor_verify.__file__, "--task-dir", str(task), "--workdir",
+                        str(work), "--app", str(app), "--timeout", "30", "--logs", str(logs), "--tests", str(tests)],
+                       env={**os.environ, "OPENFORGE_VERDICT": str(verdict)}, capture_output=True, text=True)
+    return p, verdict
+
+
+def test_a_reward_file_present_before_verification_never_counts(tmp_path):
+    p, verdict = _wrapper(tmp_path, "#!/bin/bash\necho checked\n", {"reward.txt": "1\n", "reward.json": '{"reward": 1}'})
+    assert p.returncode == 2 and "wrote no reward" in p.stderr and not verdict.exists()
+
+
+def test_wrapper_reads_what_test_sh_wrote_in_a_copy_of_the_workdir(tmp_path):
+    sh = (f'#!/bin/bash\nd={tmp_path}/logs\ntouch scratch.tmp\n'
+          '[ "$(cat answer.txt)" = 42 ] && echo \'{"reward": 0.5, "style": 1, "ok": true}\' > $d/reward.json\n'
+          'echo 0 > $d/reward.txt\n')
+    p, verdict = _wrapper(tmp_path, sh, {})
+    assert p.returncode == 0, p.stderr
+    assert json.loads(verdict.read_text())["subscores"] == {"reward": 0.5, "style": 1.0, "ok": 1.0}  # json preferred
+    assert json.loads(verdict.read_text())["reward"] == 0.5
+    assert (tmp_path / "app" / "scratch.tmp").exists() and not (tmp_path / "work" / "scratch.tmp").exists()
