@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from harbor_fixtures import PY, make_harbor_folder
 
 from openforge.envs.harbor import HarborEnvironment
 from openforge.envs.harbor_dockerfile import Unsupported, host_bases, parse_dockerfile
@@ -21,6 +20,8 @@ from openforge.errors import ConfigError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 from openforge.plugins import make_environment
+
+from .harbor_fixtures import PY, make_harbor_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
