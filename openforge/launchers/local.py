@@ -40,7 +40,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
-from ._bwrap import UNSIZED_SCRATCH, BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list, scratch_bytes
+from ._bwrap import (
+    UNSIZED_SCRATCH,
+    BwrapMode,
+    bad_place,
+    bwrap_argv,
+    probe_bwrap,
+    ro_bind_list,
+    scratch_bytes,
+)
 from ._fwd import bridge, to_tcp, to_unix
 from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
 from ._isolation import CgroupSet, OomWatch, detect_isolation, limits_prefix, rlimit_memory_gaps, scrub_env
@@ -301,7 +309,7 @@ class LocalSandbox(Sandbox):
         if self.isolation != "bwrap":
             raise NotImplementedError(f"isolation {self.isolation!r} shows the host's own file system: it cannot "
                                       f"show a directory at {inside} (use isolation 'bwrap')")
-        why = None if _lexically_under(Path(inside), self.root) else _bad_place(inside)
+        why = None if _lexically_under(Path(inside), self.root) else bad_place(inside)
         if why:
             raise SandboxError(f"cannot show a directory at {inside!r}: {why}")
         if host is None:
@@ -531,19 +539,6 @@ async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, ou
 def _lexically_under(p: Path, root: Path) -> bool:
     rel = os.path.relpath(os.path.normpath(p), root)
     return rel != ".." and not rel.startswith("../")
-
-
-def _bad_place(inside: str) -> str | None:
-    """Why a directory cannot be shown at ``inside`` (``None``: it can): it must be a normalised absolute
-    path outside the system directories and the sandbox's own mounts (``/proc``, ``/dev``, scratch)."""
-    from ._bwrap import SCRATCH_DIRS, SYSTEM_DIRS
-
-    if not inside.startswith("/") or os.path.normpath(inside) != inside or inside == "/":
-        return "not a normalised absolute path"
-    for top in (*SYSTEM_DIRS, *SCRATCH_DIRS, "/proc", "/dev", "/var"):
-        if inside == top or inside.startswith(top + "/"):
-            return f"it is inside {top}, which the sandbox shows from the host (or as its own scratch)"
-    return None
 
 
 def _read_owner(d: Path) -> int | None:

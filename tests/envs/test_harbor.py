@@ -217,3 +217,11 @@ def test_wrapper_reads_what_test_sh_wrote_in_a_copy_of_the_workdir(tmp_path):
     assert json.loads(verdict.read_text())["subscores"] == {"reward": 0.5, "style": 1.0, "ok": 1.0}  # json preferred
     assert json.loads(verdict.read_text())["reward"] == 0.5
     assert (tmp_path / "app" / "scratch.tmp").exists() and not (tmp_path / "work" / "scratch.tmp").exists()
+
+
+def test_paths_a_sandbox_cannot_show_a_directory_at():
+    from openforge.launchers._bwrap import bad_place
+
+    assert bad_place("/app") is None and bad_place("/logs/verifier") is None and bad_place("/work/project") is None
+    for bad in ("/usr/src/app", "/etc/x", "/tmp/app", "/proc/1", "app", "/a/../b", "/"):
+        assert bad_place(bad), bad
