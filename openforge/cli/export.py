@@ -1,4 +1,6 @@
 """``forge export sft``: successful trajectories as SFT data (chat or token format, JSONL or Parquet);
+``forge export atif``: trajectories as ATIF-v1.7 documents (:mod:`openforge.atif`), and ``--from`` an ATIF
+folder for ``forge export sft``;
 ``forge export model``: a run's checkpoint as a Hugging Face model with a model card
 (:mod:`openforge.train.export_model`).
 
@@ -33,6 +35,7 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Export training data (sft) or a trained model (model).", no_args_is_help=True)
     app.add_typer(group, name="export")
     _register_model(group)
+    _register_atif(group)
 
     @group.command("sft")
     def sft(
@@ -77,6 +80,7 @@ def register(app: typer.Typer) -> None:
 
             renderer = policy_renderer(load_tokenizer(model))
         res = export_sft(trajs, out, fmt=fmt, min_reward=min_reward, renderer=renderer)
+        _atif_notes(console, trajs, fmt, model)
         note = f", {res['rendered']} re-rendered with {model}'s chat template" if res["rendered"] else ""
         console.print(f"wrote {res['rows']} {fmt} rows from {res['trajectories']} successful trajectories "
                       f"(of {len(trajs)}){note} to {out}")
@@ -92,6 +96,10 @@ def _read_source(source: Path) -> list:
     read like ``forge report`` / ``forge compare`` read it."""
     from ..errors import StoreError
 
+    if _is_atif_source(source):
+        from ..atif import read_atif
+
+        return read_atif(source)
     if source.is_dir():
         from ..analysis.rundir import load_run
 
@@ -105,6 +113,34 @@ def _read_source(source: Path) -> list:
     from ..store import load_trajectories
 
     return load_trajectories(source)
+
+
+def _is_atif_source(source: Path) -> bool:
+    """``--from`` names ATIF documents: a ``.json`` file that is one, or a directory that is no run (no
+    ``trajectories.db`` / ``trajectories.jsonl``) and holds some."""
+    from ..atif import find_atif
+
+    if source.is_file():
+        return source.suffix == ".json" and bool(find_atif(source))
+    if not source.is_dir() or any((source / n).exists() for n in ("trajectories.db", "trajectories.jsonl")):
+        return False
+    return bool(find_atif(source))
+
+
+def _atif_notes(console: object, trajs: list, fmt: str, model: str) -> None:
+    """What an export from ATIF documents of another framework had to assume."""
+    foreign = [t for t in trajs if "atif" in (t.metadata or {})]
+    if not foreign:
+        return
+    no_ids = sum(1 for t in foreign if t.metadata["atif"]["token_ids"] != "recorded")
+    no_reward = sum(1 for t in foreign if t.metadata["atif"]["reward"] == "unknown")
+    say = console.print  # type: ignore[attr-defined]
+    if no_ids and fmt == "tokens":
+        say(f"note: {no_ids} of {len(foreign)} ATIF trajectories carry no token ids: their tokens are re-tokenized "
+            f"with {model}'s chat template (--model), not the ids the other framework's policy sampled")
+    if no_reward:
+        say(f"note: {no_reward} of {len(foreign)} ATIF trajectories record no reward (no extra.reward, no Harbor "
+            "verifier result beside them): they count as reward 0 (pass --min-reward 0 to export them)")
 
 
 def _heldout_path(source: Path) -> str | None:
@@ -157,6 +193,27 @@ def _register_model(group: typer.Typer) -> None:
         if res.command:
             typer.echo(f"merged with: {' '.join(res.command)}")
         typer.echo(f"serve: vllm serve {res.out} {vllm_flags(meta.tool_call_parser if meta else 'hermes')}")
+
+
+def _register_atif(group: typer.Typer) -> None:
+    @group.command("atif")
+    def atif(
+        source: Path = typer.Argument(..., help="a run or forge eval directory, or a trajectories.db / .json / .jsonl "
+                                      "/ .parquet file"),
+        out: Path = typer.Option(None, "--out", "-o", help="folder for the ATIF documents (default: SOURCE/atif, "
+                                 "or atif/ beside a file)"),
+    ) -> None:
+        """Write each trajectory as an ATIF-v1.7 document (Harbor's trajectory format), <rollout_id>.json."""
+        from ..atif import ATIF_VERSION, write_atif
+
+        trajs = _read_source(source)
+        if trajs and all("atif" in (t.metadata or {}) for t in trajs):
+            from ..errors import ConfigError
+
+            raise ConfigError(f"{source}: these are ATIF documents already (export atif reads openforge runs)")
+        dest = out or (source / "atif" if source.is_dir() else source.parent / "atif")
+        paths = write_atif(trajs, dest)
+        typer.echo(f"wrote {len(paths)} {ATIF_VERSION} trajectories to {dest}")
 
 
 async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: int, harness: str,
