@@ -122,25 +122,41 @@ def _observe(steps: list[dict[str, Any]], m: dict[str, Any]) -> None:
     step.setdefault("observation", {"results": []})["results"].append(result)
 
 
-def _new_messages(prev: ParsedCall | None, pc: ParsedCall) -> tuple[list[dict[str, Any]], bool]:
-    """The messages ``pc``'s request adds to the conversation so far, and whether its history was rewritten."""
+def _new_messages(prev: ParsedCall | None, pc: ParsedCall) -> tuple[list[dict[str, Any]], dict[str, Any] | None, bool]:
+    """The messages ``pc``'s request adds to the conversation so far, the previous answer as the harness sent it
+    back (None when it did not), and whether the history was rewritten."""
     msgs = pc.messages or []
     if prev is None or prev.messages is None:
-        return msgs, False
+        return msgs, None, False
     if extends(prev.messages, msgs):
         new = msgs[len(prev.messages):]
         answer = assistant_message(prev.call)
         if new and new[0].get("role") == "assistant" and extends([answer], new[:1]):
-            new = new[1:]  # the previous answer, sent back
-        return new, False
-    return msgs, True
+            return new[1:], new[0], False
+        return new, None, False
+    return msgs, None, True
+
+
+def _adopt_wire_ids(step: dict[str, Any], echo: dict[str, Any]) -> None:
+    """Name the step's tool calls by the ids the harness saw (and sends back with their results): a wire API
+    may carry other ids than the proxy recorded (Messages: ``toolu_…`` for ``call_…``)."""
+    tcs, sent = step.get("tool_calls") or [], echo.get("tool_calls") or []
+    if len(tcs) != len(sent) or step.get("observation"):
+        return
+    for tc, s in zip(tcs, sent):
+        wire_id = s.get("id")
+        if wire_id and wire_id != tc["tool_call_id"] and s.get("function", {}).get("name") == tc["function_name"]:
+            tc.setdefault("extra", {})["recorded_id"] = tc["tool_call_id"]
+            tc["tool_call_id"] = wire_id
 
 
 def _steps(agent: Agent) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     prev: ParsedCall | None = None
     for pc in agent.calls:
-        new, rewritten = _new_messages(prev, pc)
+        new, echo, rewritten = _new_messages(prev, pc)
+        if echo is not None and steps and steps[-1]["source"] == "agent":
+            _adopt_wire_ids(steps[-1], echo)
         for m in new:
             if m.get("role") == "tool":
                 _observe(steps, m)
