@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..trajectory import Trajectory
 
 __all__ = ["register"]
@@ -127,14 +129,14 @@ def _is_atif_source(source: Path) -> bool:
     return bool(find_atif(source))
 
 
-def _atif_notes(console: object, trajs: list, fmt: str, model: str) -> None:
+def _atif_notes(console: Console, trajs: list, fmt: str, model: str) -> None:
     """What an export from ATIF documents of another framework had to assume."""
     foreign = [t for t in trajs if "atif" in (t.metadata or {})]
     if not foreign:
         return
     no_ids = sum(1 for t in foreign if t.metadata["atif"]["token_ids"] != "recorded")
     no_reward = sum(1 for t in foreign if t.metadata["atif"]["reward"] == "unknown")
-    say = console.print  # type: ignore[attr-defined]
+    say = console.print
     if no_ids and fmt == "tokens":
         say(f"note: {no_ids} of {len(foreign)} ATIF trajectories carry no token ids: their tokens are re-tokenized "
             f"with {model}'s chat template (--model), not the ids the other framework's policy sampled")
@@ -206,11 +208,12 @@ def _register_atif(group: typer.Typer) -> None:
         """Write each trajectory as an ATIF-v1.7 document (Harbor's trajectory format), <rollout_id>.json."""
         from ..atif import ATIF_VERSION, write_atif
 
-        trajs = _read_source(source)
-        if trajs and all("atif" in (t.metadata or {}) for t in trajs):
+        if _is_atif_source(source):
             from ..errors import ConfigError
 
-            raise ConfigError(f"{source}: these are ATIF documents already (export atif reads openforge runs)")
+            raise ConfigError(f"{source}: these are ATIF documents already (export atif reads an openforge run, "
+                              "a forge eval output or a trajectory file)")
+        trajs = _read_source(source)
         dest = out or (source / "atif" if source.is_dir() else source.parent / "atif")
         paths = write_atif(trajs, dest)
         typer.echo(f"wrote {len(paths)} {ATIF_VERSION} trajectories to {dest}")
