@@ -152,6 +152,9 @@ def test_a_rollout_without_calls_is_still_a_valid_document(tmp_path):
     assert "sandbox could not start" in doc["steps"][0]["message"]
     assert doc["agent"]["version"] != "0.1.0" and doc["agent"]["extra"]["version_source"].startswith("pinned")
     assert read_atif(path) == [t]
+    import openforge
+
+    assert (openforge.write_atif, openforge.read_atif) == (write_atif, read_atif)  # the public names
 
 
 def test_exact_and_text_calls_keep_their_ids_where_they_belong(tmp_path):
