@@ -17,10 +17,10 @@ from pathlib import Path
 
 from ..trajectory import Trajectory
 from .export import ATIF_VERSION, harness_version, to_atif
-from .importer import find_atif, from_atif, is_atif, read_atif
+from .importer import find_atif, from_atif, is_atif, iter_atif, read_atif
 
-__all__ = ["ATIF_VERSION", "find_atif", "from_atif", "harness_version", "is_atif", "read_atif", "to_atif",
-           "write_atif"]
+__all__ = ["ATIF_VERSION", "find_atif", "from_atif", "harness_version", "is_atif", "iter_atif", "read_atif",
+           "to_atif", "write_atif"]
 
 
 def _file_name(rollout_id: str) -> str:

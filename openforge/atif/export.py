@@ -111,15 +111,17 @@ def _history_step(m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _observe(steps: list[dict[str, Any]], m: dict[str, Any]) -> None:
-    """A tool result as the observation of the latest step (linked to its tool call when that step made it)."""
+    """A tool result as the observation of the step that made its tool call (linked by ``source_call_id``), or
+    of the latest step when no step made it."""
     if not steps:
         steps.append({"source": "system", "message": ""})
-    step = steps[-1]
     result: dict[str, Any] = {"content": m.get("content") if isinstance(m.get("content"), str) else ""}
-    ids = {tc["tool_call_id"] for tc in step.get("tool_calls") or []}
-    if m.get("tool_call_id") in ids:
-        result["source_call_id"] = m["tool_call_id"]
-    step.setdefault("observation", {"results": []})["results"].append(result)
+    call_id = m.get("tool_call_id")
+    step = next((s for s in reversed(steps) if call_id and any(tc["tool_call_id"] == call_id
+                                                                 for tc in s.get("tool_calls") or [])), None)
+    if step is not None:
+        result["source_call_id"] = call_id
+    (step or steps[-1]).setdefault("observation", {"results": []})["results"].append(result)
 
 
 def _new_messages(prev: ParsedCall | None, pc: ParsedCall) -> tuple[list[dict[str, Any]], dict[str, Any] | None, bool]:

@@ -1,6 +1,6 @@
 """ATIF documents read as openforge trajectories (for ``forge export sft --from ATIF_DIR``).
 
-Owns: :func:`from_atif`, :func:`read_atif`, :func:`is_atif` and :func:`find_atif`. No dependency on the
+Owns: :func:`from_atif`, :func:`read_atif`, :func:`is_atif`, :func:`iter_atif` and :func:`find_atif`. No dependency on the
 ``harbor`` package: the fields read are checked here, and a document that lacks them is refused with its
 path and the field.
 
@@ -32,7 +32,7 @@ from ..trajectory import Trajectory, validate_segments
 from ..types import ModelCall, RolloutStatus
 from .export import OPENFORGE_KEY
 
-__all__ = ["find_atif", "from_atif", "is_atif", "read_atif"]
+__all__ = ["find_atif", "from_atif", "is_atif", "iter_atif", "read_atif"]
 
 _SKIP_DIRS = {".git", "node_modules", "__pycache__"}
 
@@ -48,12 +48,14 @@ def _load(path: Path) -> Any:
         raise StoreError(f"{path}: not readable as JSON ({e})") from None
 
 
-def find_atif(root: Path) -> list[Path]:
-    """The ATIF documents at ``root``: the file itself, or every ``*.json`` below the directory whose
-    ``schema_version`` says ATIF (other JSON files are passed over)."""
+def iter_atif(root: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(path, document) of the ATIF documents at ``root``: the file itself, or every ``*.json`` below the
+    directory whose ``schema_version`` says ATIF (other JSON files are passed over), in path order."""
     if root.is_file():
-        return [root] if is_atif(_load(root)) else []
-    out = []
+        doc = _load(root)
+        if is_atif(doc):
+            yield root, doc
+        return
     for p in sorted(root.rglob("*.json")):
         if _SKIP_DIRS & set(p.relative_to(root).parts) or not p.is_file():
             continue
@@ -62,8 +64,12 @@ def find_atif(root: Path) -> list[Path]:
         except (OSError, UnicodeDecodeError, ValueError):
             continue
         if is_atif(doc):
-            out.append(p)
-    return out
+            yield p, doc
+
+
+def find_atif(root: Path) -> list[Path]:
+    """The paths of the ATIF documents at ``root`` (see :func:`iter_atif`)."""
+    return [p for p, _ in iter_atif(root)]
 
 
 def _need(cond: bool, where: str, what: str) -> None:
@@ -250,14 +256,13 @@ def from_atif(doc: dict[str, Any], path: Path | str = "<atif>") -> Trajectory:
 def read_atif(source: Path) -> list[Trajectory]:
     """Every ATIF document at ``source`` (a file, or a directory searched recursively) as a trajectory.
     Two documents of one rollout id: the second gets its path appended, so neither replaces the other."""
-    paths = find_atif(source)
-    if not paths:
-        raise StoreError(f"{source}: no ATIF document here (a .json file whose schema_version starts with 'ATIF-')")
     out, seen = [], set()
-    for p in paths:
-        t = from_atif(_load(p), p)
+    for p, doc in iter_atif(source):
+        t = from_atif(doc, p)
         if t.rollout_id in seen:
             t = t.model_copy(update={"rollout_id": f"{t.rollout_id}@{p}"})
         seen.add(t.rollout_id)
         out.append(t)
+    if not out:
+        raise StoreError(f"{source}: no ATIF document here (a .json file whose schema_version starts with 'ATIF-')")
     return out

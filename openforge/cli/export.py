@@ -120,13 +120,13 @@ def _read_source(source: Path) -> list:
 def _is_atif_source(source: Path) -> bool:
     """``--from`` names ATIF documents: a ``.json`` file that is one, or a directory that is no run (no
     ``trajectories.db`` / ``trajectories.jsonl``) and holds some."""
-    from ..atif import find_atif
+    from ..atif import iter_atif
 
     if source.is_file():
-        return source.suffix == ".json" and bool(find_atif(source))
+        return source.suffix == ".json" and next(iter_atif(source), None) is not None
     if not source.is_dir() or any((source / n).exists() for n in ("trajectories.db", "trajectories.jsonl")):
         return False
-    return bool(find_atif(source))
+    return next(iter_atif(source), None) is not None
 
 
 def _atif_notes(console: Console, trajs: list, fmt: str, model: str) -> None:

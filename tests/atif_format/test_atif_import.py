@@ -203,3 +203,28 @@ def test_export_atif_default_folder_and_refusal_of_atif_input(tmp_path):
     assert json.loads(path.read_text()) == to_atif(_own())
     r = _forge(tmp_path, "export", "atif", "run/atif")
     assert r.returncode == 2 and "ATIF documents already" in r.stderr
+
+
+def test_tool_arguments_that_are_no_object_are_kept_as_text(tmp_path):
+    tc = {"id": "call_1", "name": "bash", "arguments": "ls -la"}  # the policy wrote no JSON
+    req0 = {"model": "m", "messages": [{"role": "user", "content": "list"}], "tools": TOOLS}
+    req1 = {**req0, "messages": [*req0["messages"],
+                                 {"role": "assistant", "content": "", "tool_calls": [
+                                     {"id": "call_1", "type": "function",
+                                      "function": {"name": "bash", "arguments": "ls -la"}}]},
+                                 {"role": "user", "content": "(the harness interjects)"},
+                                 {"role": "tool", "tool_call_id": "call_1", "content": "a b c"}]}
+    calls = [ModelCall(index=0, request=req0, response={"text": "", "tool_calls": [tc]}, prompt_ids=[1, 2],
+                       output_ids=[3], output_logprobs=[-0.1]),
+             ModelCall(index=1, request=req1, response={"text": "a, b and c"}, prompt_ids=[1, 2, 3, 4],
+                       output_ids=[5], output_logprobs=[-0.2])]
+    t = Trajectory(rollout_id="ro_2", task_id="t", harness="react", reward=1.0, calls=calls).build()
+    (path,) = write_atif([t], tmp_path)
+    assert harbor_errors([path]) == {str(path): []}
+    steps = json.loads(path.read_text())["steps"]
+    assert [s["source"] for s in steps] == ["user", "agent", "user", "agent"]
+    (call,) = steps[1]["tool_calls"]
+    assert call["arguments"] == {} and call["extra"] == {"raw_arguments": "ls -la"}
+    # the result is linked to the step that made the call, past the user's interjection
+    assert steps[1]["observation"]["results"] == [{"content": "a b c", "source_call_id": "call_1"}]
+    assert read_atif(path) == [t]
