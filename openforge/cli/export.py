@@ -117,14 +117,19 @@ def _read_source(source: Path) -> list:
     return load_trajectories(source)
 
 
+#: The files that make a directory an openforge run, eval or rollout output (read as such, even with an atif/ in it).
+_RUN_FILES = ("trajectories.jsonl", "trajectories.db", "trajectories.parquet", "trajectory.json", "trajectories",
+              "metrics.jsonl", "eval.json")
+
+
 def _is_atif_source(source: Path) -> bool:
-    """``--from`` names ATIF documents: a ``.json`` file that is one, or a directory that is no run (no
-    ``trajectories.db`` / ``trajectories.jsonl``) and holds some."""
+    """``--from`` names ATIF documents: a ``.json`` file that is one, or a directory that is no openforge
+    output (:data:`_RUN_FILES`) and holds some."""
     from ..atif import iter_atif
 
     if source.is_file():
         return source.suffix == ".json" and next(iter_atif(source), None) is not None
-    if not source.is_dir() or any((source / n).exists() for n in ("trajectories.db", "trajectories.jsonl")):
+    if not source.is_dir() or any((source / n).exists() for n in _RUN_FILES):
         return False
     return next(iter_atif(source), None) is not None
 

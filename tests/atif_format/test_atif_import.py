@@ -203,6 +203,10 @@ def test_export_atif_default_folder_and_refusal_of_atif_input(tmp_path):
     assert json.loads(path.read_text()) == to_atif(_own())
     r = _forge(tmp_path, "export", "atif", "run/atif")
     assert r.returncode == 2 and "ATIF documents already" in r.stderr
+    # a run with its ATIF export inside is still read as the run
+    path.write_text(json.dumps({**json.loads(path.read_text()), "steps": "broken"}))
+    r = _forge(tmp_path, "export", "sft", "x.jsonl", "--from", "run", "--format", "tokens")
+    assert r.returncode == 0 and "wrote 1 tokens rows" in r.stderr, r.stderr
 
 
 def test_tool_arguments_that_are_no_object_are_kept_as_text(tmp_path):
