@@ -34,7 +34,8 @@ __all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Export training data (sft) or a trained model (model).", no_args_is_help=True)
+    group = typer.Typer(help="Export training data (sft), trajectories as ATIF (atif) or a trained model (model).",
+                        no_args_is_help=True)
     app.add_typer(group, name="export")
     _register_model(group)
     _register_atif(group)
