@@ -41,6 +41,8 @@ for h in codex claude-code pi openclaw browser-use; do
   python -m openforge.cli.main harness install "$h" >/dev/null 2>/tmp/openforge-harness-install.log \
     || { tail -3 /tmp/openforge-harness-install.log >&2; fail_install "could not install harness $h"; }
 done
+# Harbor's own ATIF validator for the ATIF export tests (the harbor wheel unpacked into the cache, no deps).
+bash scripts/harbor-validator.sh >/dev/null || fail_install "could not fetch harbor's ATIF validator (scripts/harbor-validator.sh)"
 # Arguments: run exactly that (e.g. one file). None: the default suite (everything but `heavy` and `vllm`),
 # the wheel check, then the phases that need minutes each, most wanted first, each only while it fits CI's
 # time: OPENFORGE_CI_BUDGET_S (default 4800 s; CI stops the job at 90 min), against the job's own clock.
