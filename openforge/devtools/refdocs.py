@@ -254,8 +254,9 @@ PAGES = {"docs/reference/cli.md": cli_page, "docs/reference/config.md": config_p
          "docs/reference/api.md": api_page}
 
 
-def stale(root: Path = ROOT) -> list[str]:
+def stale(root: Path | None = None) -> list[str]:
     """The generated pages whose file differs from what the code generates now."""
+    root = root or ROOT
     return [rel for rel, make in PAGES.items()
             if not (root / rel).is_file() or (root / rel).read_text(encoding="utf-8") != make()]
 
