@@ -5,6 +5,8 @@ checked by ``tests/core/test_reference_docs.py``. Everywhere else a block is pre
 ``<!-- docs-test: KIND [ARG] -->``:
 
 - ``run``: a Python block, executed (from a folder holding ``examples/``, ``my-tasks/`` and ``turns.yaml``);
+- ``proxy``: a Python block run against ``forge proxy serve --backend scripted:...`` started by the test (on a
+  free port in place of the block's 8787, with ``OPENFORGE_ADMIN_TOKEN`` set);
 - ``heavy``: a Python block, executed by a ``heavy`` test (the README's training example; the default suite
   runs it as a dry run and its classes through real rollouts);
 - ``cli``: ``forge`` command lines, checked against the real CLI without running them: each subcommand
@@ -29,7 +31,7 @@ from testdeps import missing
 REPO = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"(?:^[ ]*<!-- docs-test: (?P<kind>\w+)(?: (?P<arg>[^\n]*?))? -->\n)?^(?P<indent>[ ]*)```(?P<lang>\w*)\n"
                    r"(?P<body>.*?)^(?P=indent)```$", re.S | re.M)
-KINDS = {"run", "heavy", "cli", "toml", "json", "text", "skip"}
+KINDS = {"run", "proxy", "heavy", "cli", "toml", "json", "text", "skip"}
 OWN_TESTS = {"docs/sdk.md"}  # tests/sdk/test_docs.py
 GENERATED = {"docs/reference/cli.md", "docs/reference/config.md", "docs/reference/api.md"}
 
@@ -168,6 +170,40 @@ def test_run_blocks_run(user_dir):
     assert runs, "no run blocks"
     for b in runs:
         _python(b["body"], user_dir, 240)
+
+
+@pytest.mark.timeout(300)
+def test_proxy_blocks_run_against_forge_proxy_serve(user_dir):
+    """The admin-API example, as a user runs it: ``forge proxy serve`` in one process, the block in another."""
+    import socket
+    import time
+
+    (block,) = blocks("proxy")
+    (user_dir / "policy.yaml").write_text("turns:\n  - text: Hello from the policy\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(Path.home()),
+           "OPENFORGE_ADMIN_TOKEN": "docs-test-token"}
+    serve = subprocess.Popen([sys.executable, "-m", "openforge.cli.main", "proxy", "serve", "--backend",
+                              "scripted:policy.yaml", "--port", str(port)], cwd=user_dir, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and serve.poll() is None:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        assert serve.poll() is None, serve.stdout.read()
+        code = block["body"].replace("8787", str(port))
+        out = _python(f"import os\nos.environ['OPENFORGE_ADMIN_TOKEN'] = 'docs-test-token'\n{code}", user_dir, 120)
+    finally:
+        serve.terminate()
+        serve.wait(30)
+    lines = out.strip().splitlines()
+    assert lines[0] == "Hello from the policy", out
+    assert lines[-1].startswith("success [") and lines[-1] != "success []", out
 
 
 # -- the README's example ---------------------------------------------------------------------------------
