@@ -206,6 +206,27 @@ def test_proxy_blocks_run_against_forge_proxy_serve(user_dir):
     assert lines[-1].startswith("success [") and lines[-1] != "success []", out
 
 
+# -- the README and CONTRIBUTING.md (outside the site) ------------------------------------------------------
+
+
+@pytest.mark.parametrize("page", ["README.md", "CONTRIBUTING.md"])
+def test_relative_links_resolve(page):
+    text = (REPO / page).read_text()
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert links
+    broken = [t for t in links if "://" not in t and not (REPO / t).exists()]
+    assert broken == [], f"{page} links to files that do not exist: {broken}"
+
+
+def test_readme_harness_matrix_is_the_builtin_harnesses():
+    from openforge.plugins import HARNESSES
+
+    section = (REPO / "README.md").read_text().split("## Harnesses", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([\w-]+)`", section, re.M))
+    builtin = {n for n in HARNESSES.names() if HARNESSES.origin(n) == "built-in"}
+    assert listed == builtin, f"the README lists {sorted(listed)}, the built-in harnesses are {sorted(builtin)}"
+
+
 # -- the README's example ---------------------------------------------------------------------------------
 
 
