@@ -236,7 +236,7 @@ class Forge:
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "recipe": cfg.recipe, "tasks": len(tasks),
-                                   "steps": []}
+                                   "rollout_engine": self.policy.description if self.policy else None, "steps": []}
         ckpts = self.checkpoints()
         ck, start = ckpts.resume_point() if cfg.trainer.resume else (None, 0)
         for note in ckpts.notes:

@@ -94,3 +94,30 @@ def test_adapter_push_and_a_call_of_the_new_adapter(server, tmp_path):
         base = _trainer_logprobs(model, prompt, gen1.output_ids, 0.7)
     assert max(abs(a - b) for a, b in zip(base, gen1.logprobs)) > 20 * LOGPROB_TOL
     print(f"adapter push {dt * 1000:.0f} ms, logprob gap {gap:.2e}")
+
+
+def test_one_step_training_run_with_engine_vllm(server, tmp_path):
+    """``claw-grpo --preset test`` with ``rollout.engine=vllm`` and a LoRA adapter: the rollouts sample on the
+    server (version 0, the fresh adapter), the step trains on them with ratios ~1 (the server's logprobs are
+    the trainer's), and the trained adapter is pushed as version 1."""
+    from testdeps import smollm2_tokenizer
+
+    from openforge.forge import run
+    from openforge.store import TrajectoryStore
+
+    smollm2_tokenizer()
+    d = tmp_path / "run"
+    summary = run(recipe="claw-grpo", preset="test", progress=False, overrides=[
+        f"run_dir={d}", "rollout.engine=vllm", f"rollout.vllm_url={server}?logprobs_mode=processed_logprobs",
+        "rollout.vllm_start=false", "trainer.cpu.lora.rank=8", "sft.enabled=false",
+        "trainer.cpu.max_resample_rounds=0"])
+    assert summary["rollout_engine"].startswith(f"vllm at {server}")
+    (step,) = summary["steps"]
+    assert step["policy_version"] == 0 and step["stale_rollouts"] == 0
+    assert step["train/trained_tokens"] > 0 and step["policy_push_s"] > 0
+    assert step["train/behaviour_logprob_gap"] < 1e-3, step["train/behaviour_logprob_gap"]
+    with TrajectoryStore(d / "trajectories.db") as store:
+        calls = [c for t in store.trajectories() for c in t.calls if c.trainable]
+    assert calls and {c.policy_version for c in calls} == {0}
+    line = json.loads((d / "metrics.jsonl").read_text().splitlines()[-1])
+    assert line["policy_version"] == 0
