@@ -121,3 +121,51 @@ def test_one_step_training_run_with_engine_vllm(server, tmp_path):
     assert calls and {c.policy_version for c in calls} == {0}
     line = json.loads((d / "metrics.jsonl").read_text().splitlines()[-1])
     assert line["policy_version"] == 0
+
+
+def test_full_weights_push_when_the_server_allows_it(server, tmp_path):
+    """Without LoRA the whole weights are reloaded in place (the server needs OPENFORGE_VLLM_DEV_MODE=1; skipped
+    otherwise): a call after the push carries the trained model's logprobs."""
+    import httpx
+
+    from openforge.config import CPUTrainerConfig
+    from openforge.proxy.backends.hf_loading import load_smollm2
+    from openforge.proxy.backends.vllm import VLLMBackend
+    from openforge.train.cpu import CPUTrainer
+    from openforge.train.grpo import TrainSample
+    from openforge.train.policy_sync import VLLMPolicy
+
+    if httpx.post(server + "/collective_rpc", json={"method": "no_such_method"}, timeout=30).status_code == 404:
+        pytest.skip("the server runs without dev mode: OPENFORGE_VLLM_DEV_MODE=1 scripts/vllm-server.sh start")
+    model, tok = load_smollm2()
+    trainer = CPUTrainer(model, CPUTrainerConfig(lr=1e-4, temperature=1.0))
+    prompt = tok.encode("The capital of France is", add_special_tokens=False)
+
+    async def go():
+        backend = VLLMBackend(server + "?logprobs_mode=processed_logprobs", tokenizer=tok)
+        policy = VLLMPolicy(backend, model, lora=False, work_dir=tmp_path / "pol")
+        try:
+            await policy.publish()
+            gen, _v = await _sample(backend, prompt, 1.0)
+            ids = prompt + gen.output_ids
+            mask = [0] * len(prompt) + [1] * len(gen.output_ids)
+            await asyncio.to_thread(trainer.step, [TrainSample(
+                input_ids=ids, loss_mask=mask, old_logprobs=[0.0] * len(prompt) + gen.logprobs, advantage=1.0,
+                token_weights=[m / sum(mask) for m in mask])])
+            await policy.publish()
+            return await _sample(backend, prompt, 1.0)
+        finally:
+            await policy.aclose()
+            # the server keeps whatever was pushed last: give it back the base weights
+            base, _ = load_smollm2()
+            restore = VLLMBackend(server, tokenizer=tok)
+            try:
+                await VLLMPolicy(restore, base, lora=False, work_dir=tmp_path / "base").publish()
+            finally:
+                await restore.aclose()
+
+    gen1, v1 = asyncio.run(go())
+    assert v1 == 1
+    mine = _trainer_logprobs(model, prompt, gen1.output_ids, 1.0)
+    gap = max(abs(a - b) for a, b in zip(mine, gen1.logprobs))
+    assert gap < LOGPROB_TOL, f"vLLM's logprobs after the full-weight reload differ from the trainer's by {gap}"
