@@ -5,7 +5,8 @@ for ``--steps`` GRPO steps of ``--tasks`` tasks × ``--group`` rollouts, once wi
 transformers`` (in-process: sampling and training share the module) and once with ``rollout.engine=vllm``
 (a vLLM CPU server gets the adapter after each step), in the order given by ``--order``. Each engine's
 run starts from the same model and draws the same tasks (same seed). Prints, per engine: episodes, wall
-seconds of the GRPO steps (rollouts + training + policy push), episodes per hour over that wall time and
+seconds of the GRPO steps (rollouts + training + policy push), the rollouts discarded as infrastructure
+errors (not counted as episodes), episodes per hour over that wall time and
 over the rollout time alone, the mean adapter push time, and the ratio vllm / transformers. Writes ``--json``.
 
     scripts/vllm-server.sh start     # loopback, LoRA enabled; the server holds ~5 GB (heavy lock)
@@ -53,12 +54,13 @@ def run_engine(engine: str, a: argparse.Namespace, root: Path) -> dict[str, Any]
         "trainer.cpu.lr=1.0e-5"])
     total = time.perf_counter() - t0
     steps = summary["steps"]
-    episodes = sum(s["rollouts"] + sum(v for k, v in s["statuses"].items()
-                                       if k not in ("success", "policy_failure", "timeout")) for s in steps)
+    episodes = sum(s["rollouts"] for s in steps)  # trainable ones (success, policy_failure, timeout)
+    discarded = sum(v for s in steps for k, v in s["statuses"].items() if k not in ("success", "policy_failure", "timeout"))
     wall = sum(s["step_time_s"] for s in steps)
     roll = sum(s["rollout_time_s"] for s in steps)
-    pushes = [s["policy_push_s"] for s in steps if s.get("policy_push_s")]
-    return {"engine": summary.get("rollout_engine"), "episodes": episodes, "steps": len(steps),
+    pushes = [s["policy_push_s"] for s in steps if s.get("gradient_step") or s.get("train/trained_tokens")]
+    return {"engine": summary.get("rollout_engine"), "episodes": episodes, "discarded_rollouts": discarded,
+            "statuses": [s["statuses"] for s in steps], "steps": len(steps),
             "step_wall_s": round(wall, 1), "rollout_s": round(roll, 1), "run_wall_s": round(total, 1),
             "episodes_per_hour": round(episodes * 3600 / wall, 1) if wall else 0.0,
             "rollout_episodes_per_hour": round(episodes * 3600 / roll, 1) if roll else 0.0,

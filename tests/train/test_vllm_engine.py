@@ -96,6 +96,7 @@ def test_adapter_push_and_a_call_of_the_new_adapter(server, tmp_path):
     print(f"adapter push {dt * 1000:.0f} ms, logprob gap {gap:.2e}")
 
 
+@pytest.mark.heavy(minutes=4)  # ~1 min alone; 3.4 min measured beside 8 other jobs on 2 cores
 def test_one_step_training_run_with_engine_vllm(server, tmp_path):
     """``claw-grpo --preset test`` with ``rollout.engine=vllm`` and a LoRA adapter: the rollouts sample on the
     server (version 0, the fresh adapter), the step trains on them with ratios ~1 (the server's logprobs are
@@ -110,7 +111,7 @@ def test_one_step_training_run_with_engine_vllm(server, tmp_path):
     summary = run(recipe="claw-grpo", preset="test", progress=False, overrides=[
         f"run_dir={d}", "rollout.engine=vllm", f"rollout.vllm_url={server}?logprobs_mode=processed_logprobs",
         "rollout.vllm_start=false", "trainer.cpu.lora.rank=8", "sft.enabled=false",
-        "trainer.cpu.max_resample_rounds=0"])
+        "trainer.cpu.max_resample_rounds=0", "rollout.tasks_per_step=1", "env.max_tasks=1"])
     assert summary["rollout_engine"].startswith(f"vllm at {server}")
     (step,) = summary["steps"]
     assert step["policy_version"] == 0 and step["stale_rollouts"] == 0
