@@ -140,6 +140,11 @@ class ModelCall(BaseModel):
     has_reasoning: bool = False
     sampling: dict[str, Any] = Field(default_factory=dict)
     delivery_uncertain: bool = False
+    # The version of the policy that sampled this call, as its back-end reports it (a training run counts
+    # its published policies: 0 is the one it starts from, N the one after the N-th update; a vLLM engine's
+    # adapter ``policy-vN``). None: not versioned (a back-end that does not say, a record written before the
+    # field existed). A trainer refuses a call whose version is not the one it trains (stale).
+    policy_version: int | None = None
 
     @model_validator(mode="after")
     def _check_logprobs(self) -> ModelCall:

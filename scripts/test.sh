@@ -93,7 +93,7 @@ if fits 600; then
   bash scripts/vllm-server.sh start 2>/tmp/openforge-vllm-server.log || vrc=$?
   if [ "$vrc" -eq 0 ]; then
     eval "$(bash scripts/vllm-server.sh env)"
-    pytest_phase -m vllm tests/proxy || rc=$?
+    pytest_phase -m vllm tests/proxy tests/train/test_vllm_engine.py || rc=$?
   elif [ "$vrc" -eq 3 ]; then
     tail -1 /tmp/openforge-vllm-server.log >&2
     echo "skipping the vllm suite: this machine cannot run vLLM's CPU build (reason above)" >&2
