@@ -3,7 +3,8 @@ canonical; the answer's JSON and stream shapes are :mod:`.wire_gemini_out`'s.
 
 Owns: :class:`GeminiAdapter` (one per request: the model, whether it streams and how, come from the
 path and query, not the body), :func:`gemini_fields` (the body's fields as :mod:`.wire_fields` classifies
-them) and :func:`json_schema` (a Gemini ``Schema`` as the JSON Schema a chat template renders).
+them), :func:`gemini_messages` (a recorded body's conversation, for the readers of trajectories) and
+:func:`json_schema` (a Gemini ``Schema`` as the JSON Schema a chat template renders).
 
 The API's JSON takes field names in camelCase or snake_case (proto JSON; the ``google-genai`` SDK itself
 sends ``parameters_json_schema``): the structural objects are read in either, user data (function
@@ -29,7 +30,7 @@ from .canonical import CanonicalRequest, CanonicalResult, require, stop_strings
 from .wire_fields import check_fields
 from .wire_gemini_out import GeminiStream, gemini_response
 
-__all__ = ["GeminiAdapter", "camel", "gemini_fields", "json_schema"]
+__all__ = ["GeminiAdapter", "camel", "gemini_fields", "gemini_messages", "json_schema"]
 
 _DATA = ("text", "inlineData", "fileData", "functionCall", "functionResponse", "executableCode",
          "codeExecutionResult", "toolCall", "toolResponse")
@@ -285,6 +286,13 @@ def _messages(contents: Any, system: str | None) -> list[dict[str, Any]]:
     return turns.out
 
 
+def gemini_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The canonical conversation (system instruction and contents) of a Gemini request body, exactly as
+    the proxy rendered it; raises :class:`~openforge.errors.ProxyError` for a body it would refuse."""
+    flat = gemini_fields(body)
+    return _messages(flat.get("contents"), _system(flat.get("systemInstruction")))
+
+
 def _config(fields: dict[str, Any]) -> tuple[int | None, list[str], bool]:
     """``maxOutputTokens``, ``stopSequences`` and ``responseLogprobs`` of ``generationConfig``, checked."""
     g = "generationConfig."
@@ -316,7 +324,7 @@ class GeminiAdapter:
         tools, choice = _tool_choice(flat.get("toolConfig"), _tools(flat.get("tools")))
         g = "generationConfig."
         return CanonicalRequest(
-            api="gemini", model=self.model, messages=_messages(flat.get("contents"), _system(flat.get("systemInstruction"))),
+            api="gemini", model=self.model, messages=gemini_messages(body),
             tools=tools, tool_choice=choice, max_tokens=max_tokens, stream=self.streaming and not count_only,
             temperature=flat.get(g + "temperature"), top_p=flat.get(g + "topP"), stop=stop,
             extra={"raw": body, "fields": fields, "logprobs": logprobs,

@@ -7,8 +7,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from openforge.analysis.view import request_entries
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import ProxyServer
+from openforge.readings.steps import extract_steps
 from openforge.types import BreakReason
 
 genai = pytest.importorskip("google.genai")
@@ -75,6 +77,11 @@ async def test_function_call_round_trip_is_one_exact_segment(proxy):
     assert traj.calls[1].prompt_ids[:len(traj.calls[0].prompt_ids) + len(traj.calls[0].output_ids)] == \
         traj.calls[0].prompt_ids + traj.calls[0].output_ids
     assert "<tool_response>\n(no output)\n</tool_response>" in proxy.renderer.decode(traj.calls[1].prompt_ids)
+    # the readers of recorded calls pair the result without an id with its call, as the proxy did
+    steps = extract_steps(traj.calls)
+    assert [(s.name, s.command, s.result) for s in steps] == [("run_shell_command", "echo hi > out.txt", "(no output)")]
+    assert [(e.role, e.kind) for e in request_entries(traj.calls[1])] == [
+        ("system", "text"), ("user", "text"), ("assistant", "tool_call"), ("tool", "tool_result")]
 
 
 async def test_streaming_chat_session_round_trip_is_one_segment(tokenizer):
