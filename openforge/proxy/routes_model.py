@@ -233,7 +233,7 @@ class ModelRoutes:
 
     async def models(self, request: LeanRequest) -> Response:
         if "x-goog-api-key" in request.headers:  # the google-genai SDK asks /v1/models too
-            return await self.gemini_models(request)
+            return await lean_guard("gemini", self.gemini_models)(request)
         self.auth(request, live=False)
         name = self.state.engine.backend.describe()
         return JsonResponse({"object": "list", "data": [{"id": name, "object": "model", "created": 0,
@@ -242,7 +242,7 @@ class ModelRoutes:
 
     async def model(self, request: LeanRequest) -> Response:
         if "x-goog-api-key" in request.headers:
-            return await self.gemini_model(request)
+            return await lean_guard("gemini", self.gemini_model)(request)
         self.auth(request, live=False)
         name = request.path_params["model"]  # the proxy serves whatever model name a harness sends
         return JsonResponse({"id": name, "object": "model", "created": 0, "owned_by": "openforge", "type": "model",

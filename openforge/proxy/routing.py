@@ -137,11 +137,13 @@ def api_of(path: str, headers: Mapping[str, str]) -> ErrorShape:
     """Which error shape a request outside the routes gets: admin, Anthropic, Gemini or OpenAI."""
     if path.startswith("/admin"):
         return "admin"
-    if "/messages" in path or "anthropic-version" in headers:
+    if "/messages" in path:
         return "messages"
-    if "x-goog-api-key" in headers or any(v in path for v in _GEMINI_VERSIONS):
+    if any(v in path for v in _GEMINI_VERSIONS):
         return "gemini"
-    return "chat"
+    if "anthropic-version" in headers:
+        return "messages"
+    return "gemini" if "x-goog-api-key" in headers else "chat"
 
 
 def guard(api: ErrorShape, handler: Handler) -> Callable[[Request], Awaitable[Response]]:

@@ -142,8 +142,9 @@ def _tool_choice(config: Any, tools: list[dict[str, Any]]) -> tuple[list[dict[st
     if names:
         known = {t["function"]["name"] for t in tools}
         unknown = [n for n in names if n not in known]
-        require(not unknown, f"'{p}.allowedFunctionNames' names {unknown[0]!r}, which is not a declared function",
-                f"{p}.allowedFunctionNames")
+        if unknown:
+            raise ProxyError(f"'{p}.allowedFunctionNames' names {unknown[0]!r}, which is not a declared function", 400,
+                             param=f"{p}.allowedFunctionNames")
         tools = [t for t in tools if t["function"]["name"] in names]
         if len(names) == 1:
             return tools, {"type": "tool", "name": names[0]}
