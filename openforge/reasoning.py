@@ -15,7 +15,7 @@ turn carries, non-empty:
   assistant items (``reasoning`` / assistant ``message`` / ``function_call``) holding the answer;
 - messages: a ``thinking`` (or ``redacted_thinking``) block in the assistant message;
 - gemini: a ``thought`` text part in the model turn (consecutive model contents are one turn, as the
-  proxy renders them: :func:`~openforge.proxy.wire_gemini.gemini_messages`).
+  proxy renders them: :func:`~openforge.gemini_contents.gemini_messages`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from typing import Any
+
+from .errors import ProxyError
+from .gemini_contents import gemini_messages
 
 __all__ = ["replayed_reasoning"]
 
@@ -129,9 +132,6 @@ def _messages_turns(request: dict[str, Any]) -> Iterable[Turn]:
 
 
 def _gemini_turns(request: dict[str, Any]) -> Iterable[Turn]:
-    from .errors import ProxyError
-    from .proxy.wire_gemini import gemini_messages
-
     try:
         messages = gemini_messages(request)
     except ProxyError:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ProxyError
+from ..gemini_contents import gemini_messages
 from ..types import ModelCall, Segment
 
 __all__ = ["Entry", "TokenRun", "new_request_entries", "request_entries", "response_entries", "token_runs"]
@@ -120,9 +122,6 @@ def _messages_message(msg: dict[str, Any]) -> list[Entry]:
 
 
 def _gemini_messages(req: dict[str, Any]) -> list[dict[str, Any]]:
-    from ..errors import ProxyError
-    from ..proxy.wire_gemini import gemini_messages
-
     try:
         return gemini_messages(req)
     except ProxyError:

@@ -216,7 +216,7 @@ async def test_live_json_array_stream_and_a_failure_mid_stream(tokenizer):
 
 
 def test_a_recorded_body_the_proxy_would_refuse_reads_as_no_conversation():
-    from openforge.proxy.wire_gemini import gemini_messages
+    from openforge.gemini_contents import gemini_messages
     from openforge.readings.steps import _results_in_request
 
     with pytest.raises(ProxyError):
