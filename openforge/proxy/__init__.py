@@ -1,5 +1,5 @@
 """The openforge proxy: impersonates the model API a harness speaks (OpenAI Chat Completions, OpenAI
-Responses, Anthropic Messages — streaming and not), serves each call from the policy back-end
+Responses, Anthropic Messages, Gemini generateContent — streaming and not), serves each call from the policy back-end
 token-in/token-out, and records every call token-exactly.
 
 API summary (names other modules rely on)::

@@ -56,6 +56,8 @@ def test_claude_code_env_and_argv(ctx):
     h = ClaudeCodeHarness()
     env = h.environment(ctx)
     assert env["ANTHROPIC_BASE_URL"] == AN and env["ANTHROPIC_API_KEY"] == "sk-roll" and env["ANTHROPIC_MODEL"] == "pol"
+    # the Gemini SDKs' names (google-genai, gemini-cli): the same root as Anthropic's, the same key
+    assert env["GOOGLE_GEMINI_BASE_URL"] == ctx.gemini_base_url == AN and env["GEMINI_API_KEY"] == "sk-roll"
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and env["IS_SANDBOX"] == "1"
     assert env["CLAUDE_CONFIG_DIR"].startswith(str(ctx.home))
     argv = h.command(ctx, "claude")
