@@ -151,6 +151,7 @@ async def test_bounds_and_errors_outside_the_body_in_gemini_shape(proxy):
         (await c.post(f"/r/{h.rollout_id}/v1beta/models/x:batchGenerateContent", json=HI, headers=key), 404),
         (await c.post(f"/r/{h.rollout_id}/v1beta/tunedModels/x:generateContent", json=HI, headers=key), 404),
         (await c.get(f"/r/{h.rollout_id}/v1beta/cachedContents", headers=key), 404),
+        (await c.get(f"/r/{h.rollout_id}/v1beta/files", headers={"x-api-key": h.api_key}), 404),  # the path says Gemini
     ]
     for r, status in cases:
         err = r.json()["error"]
