@@ -52,12 +52,17 @@ def test_codex_config_and_argv(ctx):
     assert h.final_text(events) == "done!"
 
 
+def test_every_harness_process_gets_the_gemini_endpoint(ctx):
+    """The names the Gemini SDKs read (google-genai, gemini-cli): the same root as Anthropic's, the same key."""
+    env = ctx.base_env()
+    assert env["GOOGLE_GEMINI_BASE_URL"] == ctx.gemini_base_url == AN and env["GEMINI_API_KEY"] == "sk-roll"
+    assert env["ANTHROPIC_BASE_URL"] == AN and env["OPENAI_BASE_URL"] == OA
+
+
 def test_claude_code_env_and_argv(ctx):
     h = ClaudeCodeHarness()
     env = h.environment(ctx)
     assert env["ANTHROPIC_BASE_URL"] == AN and env["ANTHROPIC_API_KEY"] == "sk-roll" and env["ANTHROPIC_MODEL"] == "pol"
-    # the Gemini SDKs' names (google-genai, gemini-cli): the same root as Anthropic's, the same key
-    assert env["GOOGLE_GEMINI_BASE_URL"] == ctx.gemini_base_url == AN and env["GEMINI_API_KEY"] == "sk-roll"
     assert env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and env["IS_SANDBOX"] == "1"
     assert env["CLAUDE_CONFIG_DIR"].startswith(str(ctx.home))
     argv = h.command(ctx, "claude")
