@@ -223,3 +223,33 @@ def test_a_recorded_body_the_proxy_would_refuse_reads_as_no_conversation():
     with pytest.raises(ProxyError):
         gemini_messages({"contents": [{"role": "bot"}]})
     assert list(_results_in_request({"contents": [{"role": "bot"}]})) == []
+
+
+async def test_openai_passthrough_gets_tool_results_paired_with_their_calls(tokenizer):
+    """Through an ``openai:`` pass-through back-end the Gemini conversation goes upstream as Chat
+    messages: a function response without an id carries the id of the call it answers."""
+    from testservers import serve_app, tool_then_answer_upstream
+
+    from openforge.proxy.backends import parse_backend_spec
+
+    genai = pytest.importorskip("google.genai")
+    seen: list = []
+    async with serve_app(tool_then_answer_upstream(seen)) as url:
+        backend = parse_backend_spec(f"openai:{url}/v1", tokenizer=tokenizer, model="teacher")
+        async with ProxyServer(backend) as p:
+            h = p.create_rollout("t")
+            client = genai.Client(api_key=h.api_key, http_options={"base_url": h.gemini_base_url})
+            tools = [genai.types.Tool(function_declarations=[{"name": "bash", "parameters_json_schema": {
+                "type": "object", "properties": {"command": {"type": "string"}}}}])]
+            cfg = genai.types.GenerateContentConfig(
+                tools=tools, automatic_function_calling=genai.types.AutomaticFunctionCallingConfig(disable=True))
+            contents: list = ["where am I"]
+            r = await client.aio.models.generate_content(model="g", contents=contents, config=cfg)
+            assert r.function_calls[0].args == {"command": "pwd"} and r.function_calls[0].id == "call_up1"
+            contents += [r.candidates[0].content, genai.types.Content(role="user", parts=[
+                genai.types.Part.from_function_response(name="bash", response={"output": "/tmp"})])]
+            r = await client.aio.models.generate_content(model="g", contents=contents, config=cfg)
+            assert r.text == "Finished."
+        await backend.aclose()
+    call, result = seen[1]["messages"][1]["tool_calls"][0], seen[1]["messages"][2]
+    assert result == {"role": "tool", "content": "/tmp", "tool_call_id": call["id"]} and call["id"] == "call_up1"
