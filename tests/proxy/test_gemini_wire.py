@@ -121,11 +121,18 @@ async def proxy(tokenizer):
         yield p, c
 
 
+@pytest.fixture(scope="module")
+def shared(tokenizer):
+    """One proxy (not listening: driven in-process) for the many small refusal cases."""
+    return ProxyServer(ScriptedBackend({"turns": [], "final": "ok"}, tokenizer=tokenizer), token_workers=0)
+
+
 @pytest.mark.parametrize("body,field", BAD, ids=[f for _, f in BAD])
-async def test_malformed_bodies_are_400s_naming_the_field(proxy, body, field):
-    p, c = proxy
+async def test_malformed_bodies_are_400s_naming_the_field(shared, body, field):
+    p = shared
     h = p.create_rollout("t")
-    r = await c.post(f"/r/{h.rollout_id}/{GEN}", json=body, headers={"x-goog-api-key": h.api_key})
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=p.app), base_url="http://proxy") as c:
+        r = await c.post(f"/r/{h.rollout_id}/{GEN}", json=body, headers={"x-goog-api-key": h.api_key})
     err = r.json()["error"]
     assert r.status_code == 400 and err["code"] == 400 and err["status"] == "INVALID_ARGUMENT", r.text
     assert err["details"][0]["fieldViolations"][0]["field"] == field, r.text
