@@ -28,9 +28,9 @@ __all__ = [
 TRAJECTORY_VERSION = 1
 
 #: The model APIs the proxy serves: a wire adapter's ``api``, a canonical request's ``api``.
-ServedAPI = Literal["chat", "responses", "messages"]
+ServedAPI = Literal["chat", "responses", "messages", "gemini"]
 #: A recorded call's ``api``.
-WireAPI = Literal["chat", "responses", "messages", "completions", "unknown"]
+WireAPI = Literal["chat", "responses", "messages", "gemini", "completions", "unknown"]
 #: How a trajectory's generated tokens were captured: ``tokens`` (the exact ids the policy sampled, with
 #: their logprobs) or ``text`` (at least one answer came back as text and was tokenized after the fact).
 Capture = Literal["tokens", "text"]
