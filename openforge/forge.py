@@ -317,6 +317,7 @@ class Forge:
     async def _grpo_step(self, step: int, cursor: TaskCursor[Task]) -> dict[str, Any]:
         """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
         from .train.grpo import build_samples
+        from .train.reward_shuffle import shuffle_rewards
         from .train.stop import run_stoppable
 
         cfg = self.cfg
@@ -327,7 +328,8 @@ class Forge:
         groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
         self.errors.record(step_outcomes(groups))
-        samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
+        trained_groups, shuffled = shuffle_rewards(groups, tcfg.reward_shuffle, seed=cfg.seed, step=step)
+        samples = build_samples(trained_groups, norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
                                 loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight)
         # below the floor nothing is trained; with every group tied and skip_zero_advantage off the
@@ -345,6 +347,8 @@ class Forge:
                      "gradient_step": take and mixed > 0, "task_epochs": round(cursor.epochs, 3)})
         line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
         line.update(step_diagnostics(groups, tm))
+        if tcfg.reward_shuffle != "off":  # the control arm: the trainer saw permuted rewards
+            line.update({"reward_shuffle": tcfg.reward_shuffle, **shuffled})
         line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
         self._log_metrics(line)
         what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "
