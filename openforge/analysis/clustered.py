@@ -131,17 +131,20 @@ def crossed_bootstrap(d: Sequence[Sequence[float]], *, draws: int = 4000, seed: 
 
 
 def naive_trial_interval(arm: Mapping[Any, Mapping[str, Sequence[float]]],
-                         base: Mapping[str, Sequence[float]]) -> Interval:
+                         base: Mapping[Any, Mapping[str, Sequence[float]]] | Mapping[str, Sequence[float]],
+                         *, shared_base: bool) -> Interval:
     """What the v1 benchmark reported, pooled: every (seed, instance, trial) a pair of the arm's and the
-    baseline's trial, all treated as independent (paired Newcombe). Too narrow on clustered data; kept
-    to show by how much."""
+    baseline's trial (``base`` as in :func:`differences`), all treated as independent (paired Newcombe).
+    Too narrow on clustered data; kept to show by how much."""
     a = b = c = n = 0
     for s in arm:
+        ref = base if shared_base else base.get(s, {})
         for i, outs in arm[s].items():
-            for x, y in zip(base.get(i, ()), outs):
+            for x, y in zip(ref.get(i, ()), outs):  # type: ignore[union-attr]
                 a += bool(x) and bool(y)
                 b += bool(x) and not y
                 c += bool(y) and not x
                 n += 1
     diff, lo, hi = paired_diff_interval(a, b, c, n - a - b - c)
-    return Interval(diff, lo, hi, (hi - lo) / (2 * Z95), len(base), len(arm), "paired Newcombe per trial")
+    instances = {i for s in arm for i in arm[s]}
+    return Interval(diff, lo, hi, (hi - lo) / (2 * Z95), len(instances), len(arm), "paired Newcombe per trial")

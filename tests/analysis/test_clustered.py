@@ -95,7 +95,9 @@ def test_the_per_trial_interval_is_narrower_than_the_clustered_one():
     base, arm = _clustered_outcomes()
     seeds, inst, d = differences(arm, base, shared_base=True)
     crossed = crossed_bootstrap(d, draws=3000)
-    naive = naive_trial_interval(arm, base)
+    naive = naive_trial_interval(arm, base, shared_base=True)
+    per_seed = naive_trial_interval(arm, {s: base for s in arm}, shared_base=False)
+    assert (per_seed.lo, per_seed.hi) == (naive.lo, naive.hi)
     assert naive.effect == pytest.approx(crossed.effect)  # the same pairs, the same mean
     assert (naive.hi - naive.lo) < 0.75 * (crossed.hi - crossed.lo)
     assert (seeds, len(inst)) == ([0, 1, 2], 40)
