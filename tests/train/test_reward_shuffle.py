@@ -85,7 +85,7 @@ def test_unknown_mode_and_verl_are_refused():
         RunConfig(trainer={"backend": "verl", "cpu": {"reward_shuffle": "group"}})
 
 
-async def _trained_rewards(forge_factory, mode: str, steps: int = 12) -> tuple[list[dict[str, float]], list]:  # noqa: F811
+async def _trained_rewards(forge_factory, mode: str, steps: int = 6) -> tuple[list[dict[str, float]], list]:  # noqa: F811
     """Run ``steps`` real GRPO steps with scripted rewards; per step the rewards the trainer got."""
     f = await forge_factory(lambda tasks: [[1.0, 0.0] for _ in tasks], reward_shuffle=mode)
     seen: list[dict[str, float]] = []
@@ -112,6 +112,6 @@ async def test_the_training_loop_trains_on_shuffled_rewards_and_reports_the_scor
 
 
 async def test_the_unshuffled_loop_trains_on_the_scored_rewards(forge_factory):  # noqa: F811
-    seen, lines = await _trained_rewards(forge_factory, "off", steps=4)
+    seen, lines = await _trained_rewards(forge_factory, "off", steps=2)
     assert seen and all(r == (1.0 if rid.endswith("-0") else 0.0) for x in seen for rid, r in x.items())
     assert all("reward_shuffle" not in x for x in lines)
