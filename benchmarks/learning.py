@@ -27,7 +27,8 @@ curve as ``--png`` (``docs/img/learning-v2.png``), and with ``--json`` the summa
 ``benchmarks/results/learning-v2-<date>.json``.
 
 ``all``: calibrate (unless saved), run, report. ``--smoke``: the whole pipeline at a tiny scale (1 seed,
-2 steps of 2 tasks × 2 rollouts, 4 held-out instances × 1 trial, 2 families): minutes, not hours.
+2 steps of 2 tasks × 2 rollouts, 4 held-out instances × 1 trial, 2 families, no band): the pipeline,
+not a verdict.
 
 The defaults are the issue's design (3 seeds, group 8, ≥ 2,000 episodes a seed, 160 × 3 held-out): on
 2 cores (~330 episodes an hour) that is 10+ hours per arm and seed. The engine and LoRA go through
@@ -69,12 +70,15 @@ SCALE = {  # flag → (Design field, type, help)
     "--val-trials": ("val_trials", int, "calibration: trials per validation instance"),
     "--tasks-per-family": ("tasks_per_family", int, "calibration: train instances per family"),
     "--families": ("families", "strs", "calibration: candidate families"),
+    "--band": ("band", "floats", "calibration: the kept families' train pass-rate range, e.g. 0.2,0.8"),
 }
 
 
 def _parse(kind: object, text: str) -> object:
     if kind == "ints":
         return tuple(int(x) for x in text.split(",") if x.strip())
+    if kind == "floats":
+        return tuple(float(x) for x in text.split(",") if x.strip())
     if kind == "strs":
         return tuple(x.strip() for x in text.split(",") if x.strip())
     return kind(text)  # type: ignore[operator]
@@ -103,6 +107,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     d = args.design
     if not d.seeds or not d.sft_steps or min(d.episodes, d.group_size, d.tasks_per_step, d.heldout, d.trials) < 1:
         ap.error("--seeds and --sft-steps need a value; episodes, group size, tasks per step, held-out and trials ≥ 1")
+    if len(d.band) != 2 or not 0 <= d.band[0] <= d.band[1] <= 1:
+        ap.error(f"--band needs two rates 0 ≤ low ≤ high ≤ 1, got {d.band}")
     if d.group_size < 2:
         ap.error("--group-size must be ≥ 2: a GRPO group of one rollout has no baseline")
     args.out = args.out.resolve()

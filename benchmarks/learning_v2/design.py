@@ -71,10 +71,11 @@ class Design:
     @classmethod
     def smoke(cls) -> Design:
         """The whole pipeline at a tiny scale (1 seed, 2 steps of 2 tasks × 2 rollouts, 4 held-out
-        instances × 1 trial, a 2-point SFT curve): minutes, to trust the pipeline before a long run."""
+        instances × 1 trial, a 2-point SFT curve; every family kept, since two SFT steps solve next to
+        nothing): to trust the pipeline before a long run."""
         return cls(seeds=(0,), episodes=8, group_size=2, tasks_per_step=2, heldout=4, trials=1, train_instances=8,
                    sft_steps=(1, 2), val_instances=2, val_trials=1, tasks_per_family=1,
-                   families=("git-tag", "json-extract"))
+                   families=("git-tag", "json-extract"), band=(0.0, 1.0))
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self), "steps": self.steps, "points": self.points}
