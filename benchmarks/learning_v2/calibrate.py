@@ -93,7 +93,9 @@ async def calibrate(design: Design, out: Path, overrides: list[str], log: Any = 
 
     first = await rates_of(design.families, f"families-sft{pick}")
     kept, dropped = band(first["families"], design.band)
-    check = await rates_of(tuple(kept), f"check-sft{pick}") if kept else None
+    # the check measures the kept mix's own warm-start; when nothing was dropped that is the first pass's
+    check = None if not kept else first if tuple(kept) == tuple(design.families) else \
+        await rates_of(tuple(kept), f"check-sft{pick}")
     cal = Calibration(pick, tuple(kept), {
         "sft_curve": curve, "rule": "earliest SFT step reaching half the curve's best validation success",
         "validation": {"instances": design.val_instances, "trials": design.val_trials,
