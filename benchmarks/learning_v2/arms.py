@@ -62,6 +62,18 @@ def add_wall(rdir: Path, what: str, seconds: float) -> None:
     f.write_text(json.dumps(ledger, indent=1))
 
 
+def note(rdir: Path, key: str, value: Any) -> None:
+    """Record ``key: value`` in ``rdir/bench.json`` (next to the wall times)."""
+    f = rdir / "bench.json"
+    try:
+        ledger = json.loads(f.read_text())
+    except (OSError, ValueError):
+        ledger = {"wall_s": 0.0, "pieces": {}}
+    ledger[key] = value
+    rdir.mkdir(parents=True, exist_ok=True)
+    f.write_text(json.dumps(ledger, indent=1))
+
+
 async def _timed(rdir: Path, what: str, coro: Any) -> Any:
     t0 = time.monotonic()
     try:
@@ -95,7 +107,9 @@ async def run_arm(design: Design, cal: Calibration, out: Path, arm: str, seed: i
             cfg = config(design, seed=seed, families=cal.families, overrides=overrides, extra=[
                 f"run_dir={rdir}", *sft_overrides(cal.sft_steps), "eval.heldout.enabled=false",
                 f"trainer.steps={step}", *ARMS[arm]])
-            await _timed(rdir, f"train to {step}", asyncio.to_thread(openforge.run, cfg, progress=False))
+            summary = await _timed(rdir, f"train to {step}", asyncio.to_thread(openforge.run, cfg, progress=False))
+            if isinstance(summary, dict) and (summary.get("sft") or {}).get("key"):
+                note(rdir, "warm_start_key", summary["sft"]["key"])  # the segment that ran the warm-start
         if steps_done(rdir) < step:
             raise SystemExit(f"{arm} seed {seed}: the run in {rdir} stopped before step {step} (see its log)")
         cfg = config(design, seed=seed, families=cal.families, overrides=overrides, extra=[

@@ -103,8 +103,27 @@ def seed_rows(out: Path, design: Design, data: dict[str, Any], draws: int) -> li
         for a in ARMS:
             ends = _ends(data, a, end)
             row[a] = _effect({seed: ends[seed]}, sft, draws) if seed in ends else None
+        keys = {"sft": _sft_key_of_point(point_dir(out, "sft", seed, 0)),
+                **{a: _sft_key_of_run(run_dir(out, a, seed)) for a in ARMS}}
+        row["warm_start_keys"] = keys  # the SFT point and both arms must start from the same warm-start
+        row["warm_start_same"] = len({k for k in keys.values() if k}) <= 1
         rows.append(row)
     return rows
+
+
+def _sft_key_of_point(path: Path) -> str | None:
+    try:
+        return (json.loads((path / "heldout.json").read_text()).get("sft") or {}).get("key")
+    except (OSError, ValueError):
+        return None
+
+
+def _sft_key_of_run(rdir: Path) -> str | None:
+    """The warm-start key a GRPO run started from (noted in its ``bench.json`` by the segment that ran it)."""
+    try:
+        return json.loads((rdir / "bench.json").read_text()).get("warm_start_key")
+    except (OSError, ValueError):
+        return None
 
 
 def families(design: Design, data: dict[str, Any], draws: int) -> dict[str, dict[str, Any]]:
@@ -187,6 +206,10 @@ def report_md(s: dict[str, Any]) -> str:
         first = f"{sft['successes']}/{sft['trials']}" if sft else "—"
         md.append(f"| {r['seed']} | {r['episodes']} | {r['wall_s'] / 3600:.2f} h | {first} | {end('grpo')} | {end('control')} | "
                   f"{_iv(r.get('grpo'))} | {_iv(r.get('control'))} |")
+    odd = [str(r["seed"]) for r in s["seeds"] if not r.get("warm_start_same", True)]
+    if odd:
+        md.append(f"\n**Warning**: seed(s) {', '.join(odd)}: the SFT point and the arms started from different "
+                  "warm-starts (warm_start_keys): their effects do not pair.")
     md += ["", "| family | instances | SFT | GRPO end | control end | GRPO effect | control effect |",
            "|---|---|---|---|---|---|---|"]
     for fam, f in s["families"].items():

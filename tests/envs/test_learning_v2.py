@@ -110,6 +110,7 @@ def test_a_rerun_trains_and_measures_only_what_is_missing(tmp_path, monkeypatch)
     def fake_run(cfg, progress=False):
         trained.append(cfg.trainer.steps)
         _write_metrics(rdir, cfg.trainer.steps, 4)
+        return {"sft": {"key": "k1"}}
 
     async def fake_point(cfg, dest, *, label, warm, skip=0, trials=None):
         measured.append((label, cfg.model.name, warm))
@@ -122,7 +123,8 @@ def test_a_rerun_trains_and_measures_only_what_is_missing(tmp_path, monkeypatch)
     assert trained == [2] and measured == [("grpo-step-2", f"{rdir}@2", False)]
     asyncio.run(arms.run_arm(d, cal, tmp_path, "grpo", 0, [], log=lambda *_: None))
     assert trained == [2] and len(measured) == 1  # everything was there: nothing runs again
-    assert arms.episodes_of(rdir) == 8 and json.loads((rdir / "bench.json").read_text())["wall_s"] >= 0
+    ledger = json.loads((rdir / "bench.json").read_text())
+    assert arms.episodes_of(rdir) == 8 and ledger["wall_s"] >= 0 and ledger["warm_start_key"] == "k1"
 
 
 def _constructed(out: Path, d: Design) -> None:
@@ -148,6 +150,7 @@ def test_the_summary_has_the_issues_keys_and_the_right_effects(tmp_path):
     assert [(r["seed"], r["episodes"]) for r in s["seeds"]] == [(0, 16), (1, 16)]
     assert all("wall_s" in r for r in s["seeds"]) and s["heldout_pairs"] == 36 and s["heldout_instances"] == 12
     assert (s["engine"], s["lora"]) == ("transformers", None)
+    assert all(r["warm_start_same"] for r in s["seeds"])
     g, c = s["pooled"]["grpo"], s["pooled"]["control"]
     assert g["effect"] == pytest.approx(100 * 4 / 12, abs=0.1) and g["lo"] > 0
     assert c == {**c, "effect": 0.0, "lo": 0.0, "hi": 0.0}
