@@ -84,6 +84,15 @@ def _parse(kind: object, text: str) -> object:
     return kind(text)  # type: ignore[operator]
 
 
+def _parser(kind: object) -> object:
+    """``kind``'s parser, named for argparse's error ("invalid comma-separated ints value: 'a'")."""
+    def parse(text: str) -> object:
+        return _parse(kind, text)
+
+    parse.__name__ = f"comma-separated {kind}" if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+    return parse
+
+
 def _args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", choices=("calibrate", "run", "report", "all"))
@@ -96,8 +105,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="also write the summary to PATH (default benchmarks/results/learning-v2-<date>.json)")
     ap.add_argument("--draws", type=int, default=4000, help="bootstrap draws")
     for flag, (_, kind, text) in SCALE.items():
-        ap.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, help=text,
-                        type=lambda v, kind=kind: _parse(kind, v))
+        ap.add_argument(flag, dest=flag[2:].replace("-", "_"), default=None, help=text, type=_parser(kind))
     args = ap.parse_args(argv)
     base = Design.smoke() if args.smoke else Design()
     try:
