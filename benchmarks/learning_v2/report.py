@@ -52,7 +52,10 @@ def collect(out: Path, design: Design) -> dict[str, dict[int, dict[int, Outcomes
 def _pts(iv: Interval) -> dict[str, Any]:
     """An interval in percentage points (effect, lo, hi, se) with what it was computed over."""
     return {"effect": round(100 * iv.effect, 1), "lo": round(100 * iv.lo, 1), "hi": round(100 * iv.hi, 1),
-            "se": round(100 * iv.se, 2), "instances": iv.instances, "seeds": iv.seeds, "method": iv.method}
+            "se": round(100 * iv.se, 2), "instances": iv.instances, "seeds": iv.seeds, "method": iv.method,
+            # every pair's difference equal (e.g. nothing solved anywhere): the bootstrap sees no spread, so
+            # its zero-width interval says nothing about the uncertainty
+            "degenerate": iv.lo == iv.hi}
 
 
 def _effect(arm: dict[int, Outcomes], base: dict[int, Outcomes], draws: int,
@@ -177,7 +180,10 @@ def _steps(rdir: Path) -> list[dict[str, Any]]:
 
 
 def _iv(e: dict[str, Any] | None) -> str:
-    return "—" if not e else f"{e['effect']:+.1f} pts [{e['lo']:+.1f}, {e['hi']:+.1f}]"
+    if not e:
+        return "—"
+    flag = " (no spread: every instance's difference equal)" if e.get("degenerate") else ""
+    return f"{e['effect']:+.1f} pts [{e['lo']:+.1f}, {e['hi']:+.1f}]{flag}"
 
 
 def report_md(s: dict[str, Any]) -> str:
@@ -185,7 +191,7 @@ def report_md(s: dict[str, Any]) -> str:
     p = s["pooled"]
     md = [f"# Learning benchmark v2 ({s['date']}; engine {s['engine']}, LoRA {'on' if s['lora'] else 'off'})", "",
           f"`{s['command']}`", "",
-          f"Held-out set: {s['heldout_instances']} instances × {s['heldout_trials']} trials "
+          f"Held-out set: {s['heldout_instances']} instances × {s['heldout_trials']} trial(s) "
           f"({s['heldout_pairs']} paired samples a seed and arm); calibration: SFT "
           f"{s['calibration'].get('sft_steps')} steps, families {', '.join(s['calibration'].get('families', []))}.", "",
           "| effect over the warm-start (end − SFT) | pooled, instances × seeds bootstrap |", "|---|---|",

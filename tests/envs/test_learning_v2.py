@@ -153,7 +153,7 @@ def test_the_summary_has_the_issues_keys_and_the_right_effects(tmp_path):
     assert all(r["warm_start_same"] for r in s["seeds"])
     g, c = s["pooled"]["grpo"], s["pooled"]["control"]
     assert g["effect"] == pytest.approx(100 * 4 / 12, abs=0.1) and g["lo"] > 0
-    assert c == {**c, "effect": 0.0, "lo": 0.0, "hi": 0.0}
+    assert c == {**c, "effect": 0.0, "lo": 0.0, "hi": 0.0, "degenerate": True} and not g["degenerate"]
     assert s["pooled"]["naive_grpo"]["hi"] - s["pooled"]["naive_grpo"]["lo"] < g["hi"] - g["lo"]
     assert s["families"]["git-tag"]["sft"] == [12, 36] and s["families"]["git-tag"]["grpo"] == [24, 36]  # 2 seeds pooled
     md = report.report_md(s)
