@@ -279,6 +279,10 @@ class CPUTrainerConfig(BaseModel):
         "branches) it split into (see openforge.train.grpo)")
     norm_adv_by_std: bool = True
     skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
+    reward_shuffle: Literal["off", "group", "step"] = Field(
+        "off", description="the shuffled-reward control: permute each step's rewards across its rollouts before the "
+        "advantages (group: within each task group, the groups' reward sets unchanged; step: across all the step's "
+        "groups); off: rewards as scored (see openforge.train.reward_shuffle)")
     min_mixed_groups: int = Field(1, ge=0, description="groups with differing rewards a step needs before it "
                                   "trains (a step left with fewer takes no gradient step; 0: dynamic sampling off)")
     target_mixed_groups: int | None = Field(
@@ -428,6 +432,9 @@ class RunConfig(_Section):
             problems.append(f"trainer.cpu.target_mixed_groups ({cpu.target_mixed_groups}) is below "
                             f"trainer.cpu.min_mixed_groups ({cpu.min_mixed_groups}): resampling would stop before "
                             "the step has the mixed groups it needs to train")
+        if cpu.reward_shuffle != "off" and self.trainer.backend == "verl":
+            problems.append(f"trainer.cpu.reward_shuffle ({cpu.reward_shuffle}): the shuffled-reward control is a CPU "
+                            "trainer option (veRL computes its own advantages); use trainer.backend=cpu")
         lora = cpu.lora
         if lora is not None and self.trainer.backend == "verl" and lora.dropout:
             problems.append(f"trainer.cpu.lora.dropout ({lora.dropout}): veRL's LoRA (actor_rollout_ref.model."

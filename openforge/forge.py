@@ -341,6 +341,7 @@ class Forge:
     async def _grpo_step(self, step: int, cursor: TaskCursor[Task]) -> dict[str, Any]:
         """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
         from .train.grpo import build_samples
+        from .train.reward_shuffle import shuffle_rewards
         from .train.stop import run_stoppable
 
         cfg = self.cfg
@@ -353,7 +354,8 @@ class Forge:
         self.errors.record(step_outcomes(groups))
         version = self.policy.version if self.policy is not None else None
         # calls another policy version sampled are refused (policy_sync.STALE_RULE): never trained as on-policy
-        samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
+        trained_groups, shuffled = shuffle_rewards(groups, tcfg.reward_shuffle, seed=cfg.seed, step=step)
+        samples = build_samples(trained_groups, norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
                                 loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight,
                                 policy_version=version)
@@ -364,10 +366,10 @@ class Forge:
         tm: dict[str, float] = {"trained_tokens": 0.0}
         push_s = 0.0
         if take:
-            assert self.policy is not None
             async with self.runtime.paused():  # no generation while the served module changes
                 tm = await run_stoppable(self.trainer.step, samples)
-                push_s = await self.policy.publish()  # the next step samples the new version
+                if self.policy is not None:  # (a forge driven step by step, as in tests, has none)
+                    push_s = await self.policy.publish()  # the next step samples the new version
             release_memory()  # the step's activations: back to the system before the next rollouts
         line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
                                                             "step_time_s": time.monotonic() - t0})
@@ -376,6 +378,8 @@ class Forge:
                      "policy_version": version, "stale_rollouts": stale, "policy_push_s": round(push_s, 4)})
         line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
         line.update(step_diagnostics(groups, tm))
+        if tcfg.reward_shuffle != "off":  # the control arm: the trainer saw permuted rewards
+            line.update({"reward_shuffle": tcfg.reward_shuffle, **shuffled})
         line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
         self._log_metrics(line)
         what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "
