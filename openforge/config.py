@@ -297,6 +297,10 @@ class CPUTrainerConfig(BaseModel):
         None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
         "backward then stops below them, ~2x cheaper steps on CPU")
     threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice)")
+    save_optimizer_state: bool = Field(
+        True, description="write AdamW's state (twice the weights' size) into the checkpoint a resume loads, so a "
+        "resumed run continues the optimizer exactly; false: a resume starts a fresh AdamW from the saved weights "
+        "(the log says so) and each checkpoint is a third of the size")
     lora: LoraConfig | None = Field(None, description="train a LoRA adapter instead of every weight (null: full "
                                     "fine-tuning); {rank, alpha, dropout, target_modules}")
     seed: int = 0
