@@ -396,7 +396,8 @@ class CPUTrainer:
             blob = torch.load(st, weights_only=False)
             self.optimizer.load_state_dict(blob["optimizer"])
             self.step_count = int(blob["step"])
-        elif "step" in meta:  # saved without optimizer state: a fresh AdamW, the step count carries on
+        elif "step" in meta and "trainer_state.pt" not in meta.get("resume_state", ["trainer_state.pt"]):
+            # saved without optimizer state (save_optimizer_state=false): a fresh AdamW, the step count carries on
             self.step_count = int(meta["step"])
         return meta or {"step": self.step_count}
 

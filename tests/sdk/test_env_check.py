@@ -5,7 +5,6 @@ verifier that passes an untouched sandbox are named (exit 3). Real CLI, sandboxe
 
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
@@ -56,12 +55,8 @@ def _check(tmp_path: Path, *args: str):
 
 def test_the_sdk_example_is_sound_through_its_own_harness(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
-    try:
-        res, out = _check(tmp_path, "custom_environment:ArithmeticEnvironment", "-H", "custom_harness.harness:MyAgent",
-                          "--split", "eval")
-    finally:
-        for mod in [m for m in sys.modules if m.startswith(("custom_harness", "custom_environment"))]:
-            del sys.modules[mod]
+    res, out = _check(tmp_path, "custom_environment:ArithmeticEnvironment", "-H", "custom_harness.harness:MyAgent",
+                      "--split", "eval")
     assert res.exit_code == 0, res.output
     assert "2 task(s) sound" in out and out.count("policy_failure 0") == 2 and out.count("success 1") == 2
 
