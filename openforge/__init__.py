@@ -57,7 +57,8 @@ _LAZY = {"run": "forge", "arun": "forge", "Forge": "forge", "RunConfig": "config
          "Environment": "environment", "VerifyResult": "environment", "make_environment": "plugins",
          "make_harness": "plugins", "run_rollout": "rollout", "run_groups": "rollout", "RolloutRequest": "rollout",
          "GroupRequest": "rollout", "Session": "session", "TooManyRolloutErrors": "run_health",
-         "NothingTrainable": "run_health", "Sandbox": "launchers.base"}
+         "NothingTrainable": "run_health", "Sandbox": "launchers.base",
+         "to_atif": "atif", "from_atif": "atif", "write_atif": "atif", "read_atif": "atif"}
 __all__ += list(_LAZY)
 __all__ += ["get_environment"]  # deprecated alias of make_environment (same behaviour: an instance)
 

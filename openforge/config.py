@@ -191,6 +191,14 @@ class RolloutConfig(_Section):
     max_error_share: float = Field(
         0.5, ge=0, le=1, description="a training run stops (an error naming the cause) once more than this share of "
         "its rollouts so far were not trainable (env_error, harness_error, infra_error); 1: only when none was")
+    engine: Literal["transformers", "vllm"] = Field(
+        "transformers", description="what samples a CPU run's rollouts: transformers (in-process, the trainer's own "
+        "module) or vllm (a vLLM CPU server that gets each new policy: the LoRA adapter, or the full weights; "
+        "falls back to transformers, saying why, where vLLM cannot run)")
+    vllm_url: str = Field("http://127.0.0.1:18765?logprobs_mode=processed_logprobs", description="the vLLM server of "
+                          "engine=vllm (scripts/vllm-server.sh's: it returns processed, tempered logprobs)")
+    vllm_start: bool = Field(True, description="engine=vllm with no server answering: start one with "
+                             "scripts/vllm-server.sh (a source checkout's), stopped again at the end of the run")
 
 
 class SFTConfig(_Section):

@@ -374,11 +374,28 @@ def environment_class(name: str | Path) -> type[Environment]:
     (:class:`~openforge.envs.taskdir.TaskDirEnvironment` for a path to a task directory)."""
     from .environment import Environment
 
-    if _task_dir(name) is not None:
+    path = _task_dir(name)
+    if path is not None:
+        if _harbor_folder(path):
+            from .envs.harbor import HarborEnvironment
+
+            return HarborEnvironment
         from .envs.taskdir import TaskDirEnvironment
 
         return TaskDirEnvironment
     return _subclass(ENVIRONMENTS, str(name), Environment)
+
+
+def _harbor_folder(path: Path) -> bool:
+    """A Harbor task directory, or a folder of them (and of no openforge task directory)."""
+    from .envs.harbor_format import is_harbor_task_dir
+
+    if not path.is_dir():
+        return False
+    if is_harbor_task_dir(path):
+        return True
+    subs = [d for d in path.iterdir() if d.is_dir() and (d / "task.toml").is_file()]
+    return bool(subs) and all(is_harbor_task_dir(d) for d in subs)
 
 
 def make_environment(name: str | Path, **options: Any) -> Environment:
@@ -391,6 +408,10 @@ def make_environment(name: str | Path, **options: Any) -> Environment:
     faults = options.pop("faults", None)
     path = _task_dir(name)
     if path is not None:
+        if _harbor_folder(path):
+            from .envs.harbor import HarborEnvironment
+
+            return with_faults(HarborEnvironment(path, **options), faults)
         from .envs.taskdir import TaskDirEnvironment
 
         return with_faults(TaskDirEnvironment(path, **options), faults)

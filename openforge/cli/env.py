@@ -73,5 +73,25 @@ def tasks(
     for t in rows:
         line = " ".join(t.instruction.split())
         table.add_row(t.id, t.split, t.category, line if len(line) <= 90 else line[:89] + "…")
-    new_console().print(table)
+    console = new_console()
+    console.print(table)
+    from ..envs.harbor import HarborEnvironment
 
+    if isinstance(e, HarborEnvironment):
+        from rich.markup import escape
+
+        for tid, why in e.refused().items():
+            console.print(f"[yellow]left out[/] {tid}: {escape(why)}")
+
+
+@group.command("images")
+def images(
+    path: str = typer.Argument(..., help="A folder of Harbor task directories"),
+    registry: str = typer.Option(..., "--registry", help="Registry prefix, e.g. ghcr.io/me/tasks"),
+) -> None:
+    """The docker build / push commands that make a Harbor folder's task images (for Kubernetes: then
+    pass registry=PREFIX, or images=FILE, as environment options)."""
+    from ..envs.harbor import HarborEnvironment
+
+    for line in HarborEnvironment(path).build_commands(registry):
+        typer.echo(line)

@@ -1,4 +1,6 @@
 """``forge export sft``: successful trajectories as SFT data (chat or token format, JSONL or Parquet);
+``forge export atif``: trajectories as ATIF-v1.7 documents (:mod:`openforge.atif`), and ``--from`` an ATIF
+folder for ``forge export sft``;
 ``forge export model``: a run's checkpoint as a Hugging Face model with a model card
 (:mod:`openforge.train.export_model`).
 
@@ -24,15 +26,19 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from ..trajectory import Trajectory
 
 __all__ = ["register"]
 
 
 def register(app: typer.Typer) -> None:
-    group = typer.Typer(help="Export training data (sft) or a trained model (model).", no_args_is_help=True)
+    group = typer.Typer(help="Export training data (sft), trajectories as ATIF (atif) or a trained model (model).",
+                        no_args_is_help=True)
     app.add_typer(group, name="export")
     _register_model(group)
+    _register_atif(group)
 
     @group.command("sft")
     def sft(
@@ -77,6 +83,7 @@ def register(app: typer.Typer) -> None:
 
             renderer = policy_renderer(load_tokenizer(model))
         res = export_sft(trajs, out, fmt=fmt, min_reward=min_reward, renderer=renderer)
+        _atif_notes(console, trajs, fmt, model)
         note = f", {res['rendered']} re-rendered with {model}'s chat template" if res["rendered"] else ""
         console.print(f"wrote {res['rows']} {fmt} rows from {res['trajectories']} successful trajectories "
                       f"(of {len(trajs)}){note} to {out}")
@@ -92,6 +99,10 @@ def _read_source(source: Path) -> list:
     read like ``forge report`` / ``forge compare`` read it."""
     from ..errors import StoreError
 
+    if _is_atif_source(source):
+        from ..atif import read_atif
+
+        return read_atif(source)
     if source.is_dir():
         from ..analysis.rundir import load_run
 
@@ -105,6 +116,39 @@ def _read_source(source: Path) -> list:
     from ..store import load_trajectories
 
     return load_trajectories(source)
+
+
+#: The files that make a directory an openforge run, eval or rollout output (read as such, even with an atif/ in it).
+_RUN_FILES = ("trajectories.jsonl", "trajectories.db", "trajectories.parquet", "trajectory.json", "trajectories",
+              "metrics.jsonl", "eval.json")
+
+
+def _is_atif_source(source: Path) -> bool:
+    """``--from`` names ATIF documents: a ``.json`` file that is one, or a directory that is no openforge
+    output (:data:`_RUN_FILES`) and holds some."""
+    from ..atif import iter_atif
+
+    if source.is_file():
+        return source.suffix == ".json" and next(iter_atif(source), None) is not None
+    if not source.is_dir() or any((source / n).exists() for n in _RUN_FILES):
+        return False
+    return next(iter_atif(source), None) is not None
+
+
+def _atif_notes(console: Console, trajs: list, fmt: str, model: str) -> None:
+    """What an export from ATIF documents of another framework had to assume."""
+    foreign = [t for t in trajs if "atif" in (t.metadata or {})]
+    if not foreign:
+        return
+    no_ids = sum(1 for t in foreign if t.metadata["atif"]["token_ids"] != "recorded")
+    no_reward = sum(1 for t in foreign if t.metadata["atif"]["reward"] == "unknown")
+    say = console.print
+    if no_ids and fmt == "tokens":
+        say(f"note: {no_ids} of {len(foreign)} ATIF trajectories carry no token ids: their tokens are re-tokenized "
+            f"with {model}'s chat template (--model), not the ids the other framework's policy sampled")
+    if no_reward:
+        say(f"note: {no_reward} of {len(foreign)} ATIF trajectories record no reward (no extra.reward, no Harbor "
+            "verifier result beside them): they count as reward 0 (pass --min-reward 0 to export them)")
 
 
 def _heldout_path(source: Path) -> str | None:
@@ -157,6 +201,28 @@ def _register_model(group: typer.Typer) -> None:
         if res.command:
             typer.echo(f"merged with: {' '.join(res.command)}")
         typer.echo(f"serve: vllm serve {res.out} {vllm_flags(meta.tool_call_parser if meta else 'hermes')}")
+
+
+def _register_atif(group: typer.Typer) -> None:
+    @group.command("atif")
+    def atif(
+        source: Path = typer.Argument(..., help="a run or forge eval directory, or a trajectories.db / .json / .jsonl "
+                                      "/ .parquet file"),
+        out: Path = typer.Option(None, "--out", "-o", help="folder for the ATIF documents (default: SOURCE/atif, "
+                                 "or atif/ beside a file)"),
+    ) -> None:
+        """Write each trajectory as an ATIF-v1.7 document (Harbor's trajectory format), <rollout_id>.json."""
+        from ..atif import ATIF_VERSION, write_atif
+
+        if _is_atif_source(source):
+            from ..errors import ConfigError
+
+            raise ConfigError(f"{source}: these are ATIF documents already (export atif reads an openforge run, "
+                              "a forge eval output or a trajectory file)")
+        trajs = _read_source(source)
+        dest = out or (source / "atif" if source.is_dir() else source.parent / "atif")
+        paths = write_atif(trajs, dest)
+        typer.echo(f"wrote {len(paths)} {ATIF_VERSION} trajectories to {dest}")
 
 
 async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: int, harness: str,

@@ -34,7 +34,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +45,8 @@ from ..launchers.base import ExecResult, Sandbox, VerifierView
 from ..task import Task
 from .services import ServiceGroup, expose_tcp
 
-__all__ = ["UNTRUSTED_HELPER", "VERDICT_MAX_BYTES", "VERIFY_COPY_MAX_BYTES", "VerifierRun", "run_verifier",
-           "verifier_env"]
+__all__ = ["UNTRUSTED_HELPER", "VERDICT_MAX_BYTES", "VERIFY_COPY_MAX_BYTES", "VerifierRun", "run_in_view",
+           "run_verifier", "verifier_env"]
 
 #: The only directories on a verifier's PATH (after its interpreter's own directory).
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -124,7 +124,26 @@ def _ro_paths(task: Task, group: ServiceGroup | None) -> list[str]:
     return paths
 
 
-async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None) -> VerifierRun:
+async def run_in_view(task: Task, sandbox: Sandbox, *, ro_paths: Sequence[str], places: Sequence[str] = (),
+                      command: Callable[[VerifierView], list[str]], env: Mapping[str, str] | None = None
+                      ) -> VerifierRun:
+    """Run ``command(view)`` (an argv) as the verifier of ``task`` in a fresh verifier sandbox
+    (:meth:`Sandbox.verifier_view` with ``ro_paths`` and ``places``), with the clean verifier environment
+    plus ``env``, ``$OPENFORGE_VERDICT`` and the rest as for a task directory's verifier. For formats
+    whose verifier is not ``verify.py`` / ``verify.sh`` (Harbor's ``tests/test.sh``)."""
+    try:
+        view = await (sandbox.verifier_view(ro_paths, places) if places else sandbox.verifier_view(ro_paths))
+    except NotImplementedError as e:
+        raise EnvironmentError_(f"{e}: the verifier of {task.id} cannot run here") from None
+    res = await _in_view(task, view, None, command=command, env=env)
+    if res.timed_out:
+        raise EnvironmentError_(f"verifier of {task.id} ran over {task.verify_timeout_s:g}s")
+    return res
+
+
+async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None, *,
+                   command: Callable[[VerifierView], list[str]] | None = None,
+                   env: Mapping[str, str] | None = None) -> VerifierRun:
     vs, tdir = view.sandbox, task.metadata["task_dir"]
     bridges: list[asyncio.AbstractServer] = []
     sock_dir = Path(tempfile.mkdtemp(prefix="ofvf-", dir="/tmp"))  # short: AF_UNIX paths ≤ 108 bytes
@@ -143,9 +162,13 @@ async def _in_view(task: Task, view: VerifierView, group: ServiceGroup | None) -
                 url, bridge = await expose_tcp(vs, f"v-{svc.spec.name}", svc.host_port, sock_dir)
                 bridges.append(bridge)
                 extra[svc.spec.url_var] = url
-        _check_readable(task, Path(tdir), vs)
-        argv = _argv(view.python, view.inside(_script(Path(tdir))), str(vs.workdir))
-        res = await vs.exec(argv, env=verifier_env(view.python, extra), timeout_s=task.verify_timeout_s)
+        if command is None:
+            _check_readable(task, Path(tdir), vs)
+            argv = _argv(view.python, view.inside(_script(Path(tdir))), str(vs.workdir))
+        else:
+            argv = command(view)
+        full = verifier_env(view.python, {**(env or {}), **extra})
+        res = await vs.exec(argv, env=full, timeout_s=task.verify_timeout_s)
         text = None
         if verdict and not res.timed_out:
             text = await _read_view_verdict(task, view, verdict)

@@ -146,6 +146,8 @@ class CliHarness(Harness):
         for rel, content in self.config_files(ctx).items():
             await ctx.write_home_file(rel, content)
         env = {"PATH": path, **self.runtime_env(), **self.environment(ctx), **self.extra_env}
+        if ctx.env.get("PYTHONPATH") and env.get("PYTHONPATH"):  # the environment's packages stay importable
+            env["PYTHONPATH"] = f"{env['PYTHONPATH']}{os.pathsep}{ctx.env['PYTHONPATH']}"
         argv = self.command(ctx, exe)
         res = await ctx.exec(argv, env=env)
         out = HarnessResult.from_exec(res, harness=self.name, budget_s=ctx.budget_s)

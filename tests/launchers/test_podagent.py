@@ -183,3 +183,34 @@ def test_outside_a_pod_the_verifier_step_ends_nothing(shared_dir):
     finally:
         _stop(proc)
         _stop(sleeper)
+
+
+#: Counts the zombies in the pod's pid namespace (state Z in /proc/PID/stat).
+COUNT_ZOMBIES = ("import os\nn = 0\nfor p in os.listdir('/proc'):\n    try:\n"
+                 "        n += p.isdigit() and open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[0] == 'Z'\n"
+                 "    except OSError:\n        pass\nprint(n)")
+
+
+def test_the_pod_agent_reaps_the_orphans_the_agent_leaves(shared_dir):
+    """Orphans of the agent (a double fork) are re-parented to the pod's PID 1 and stay zombies, each
+    holding a pid of the pod's limit, until it waits for them: the pod agent reaps them, and still reports
+    the exit status of its own commands, one that exits at once included."""
+    py = _python(NOBODY)
+    pod_ns = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *_as(NOBODY)]
+    proc, port = _start(pod_ns, py, str(shared_dir), {"PATH": "/usr/bin:/bin", "OPENFORGE_AGENT_TOKEN": "tok"})
+    try:
+        code, r = _post(port, "exec", {"argv": ["sh", "-c", "for i in $(seq 30); do (setsid sleep 0.2 &); done; sleep 0.5"],
+                                       "cwd": str(shared_dir), "timeout_s": 30})
+        assert code == 200 and r["returncode"] == 0, r
+        deadline, left = time.monotonic() + 10, None
+        while time.monotonic() < deadline:
+            left = int(_post(port, "exec", {"argv": [py, "-c", COUNT_ZOMBIES], "cwd": str(shared_dir)})[1]["stdout"])
+            if left == 0:
+                break
+            time.sleep(0.3)
+        assert left == 0, f"{left} zombies of the agent's orphans were never reaped"
+        statuses = [_post(port, "exec", {"argv": ["sh", "-c", f"exit {c}"], "cwd": str(shared_dir)})[1]["returncode"]
+                    for c in (3, 0, 5) * 5]
+        assert statuses == [3, 0, 5] * 5, "the reaper took a command's own exit status"
+    finally:
+        _stop(proc)

@@ -29,6 +29,7 @@ import os
 import re
 import sqlite3
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,16 +68,20 @@ class CheckContext:
         """Whether ``rel`` is there at all (a dangling link counts: it was not removed)."""
         return intact_dir(self.workdir) and os.path.lexists(self.workdir / rel)
 
-    def text(self, rel: str) -> str | None:
-        """The text of the regular file ``rel`` (``None``, failing the check: absent, not a regular
+    def data(self, rel: str) -> bytes | None:
+        """The bytes of the regular file ``rel`` (``None``, failing the check: absent, not a regular
         file, a link anywhere below the workdir, more than :data:`MAX_READ_BYTES`)."""
         if not intact_dir(self.workdir):
             return None
         try:
-            data = read_hostile(rel, root=self.workdir, max_bytes=MAX_READ_BYTES)
+            return read_hostile(rel, root=self.workdir, max_bytes=MAX_READ_BYTES)
         except (OSError, ValueError, FileRefused):
             return None
-        return data.decode(errors="replace")
+
+    def text(self, rel: str) -> str | None:
+        """:meth:`data` as text."""
+        data = self.data(rel)
+        return None if data is None else data.decode(errors="replace")
 
     async def sh(self, cmd: str) -> tuple[int | None, str]:
         env = verifier_env(sys.executable, {"GIT_CONFIG_NOSYSTEM": "1", **_GIT_ENV})
@@ -226,14 +231,16 @@ def same(left: str, right: str) -> Check:
 
 
 def sql(db: str, query: str, expected: list[tuple]) -> Check:
-    """VALUE: ``query`` on the database file ``db`` returns ``expected``."""
+    """VALUE: ``query`` on the database file ``db`` returns ``expected``. The file is read as any other
+    workdir file (:meth:`CheckContext.data`: no link, regular, bounded) and queried in memory, so the
+    check never opens the agent's file, its journal or its WAL."""
 
     async def check(c: CheckContext) -> bool:
-        path = c.path(db)
-        if path is None or not path.is_file():
+        data = c.data(db)
+        if not data:
             return False
         try:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            con = _in_memory(data)
             try:
                 return [tuple(r) for r in con.execute(query).fetchall()] == expected
             finally:
@@ -242,6 +249,22 @@ def sql(db: str, query: str, expected: list[tuple]) -> Check:
             return False
 
     return Check(check, Kind.VALUE)
+
+
+def _in_memory(data: bytes) -> sqlite3.Connection:
+    """A connection to a private copy of the database ``data`` (in memory; a private temporary file on
+    Python 3.10, which lacks ``deserialize``)."""
+    con = sqlite3.connect(":memory:")
+    if hasattr(con, "deserialize"):
+        con.deserialize(data)
+        return con
+    con.close()
+    fd, name = tempfile.mkstemp(suffix=".db")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    con = sqlite3.connect(name)
+    os.unlink(name)  # the open connection keeps it
+    return con
 
 
 def json_at(rel: str, pred: Callable[[Any], bool]) -> Check:
