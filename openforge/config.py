@@ -15,8 +15,9 @@ gathered into one :class:`~openforge.errors.ConfigError`, each named by its dott
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
@@ -308,6 +309,10 @@ class CPUTrainerConfig(BaseModel):
         None, ge=1, description="train only the last N decoder layers + final norm (None: every parameter); "
         "backward then stops below them, ~2x cheaper steps on CPU")
     threads: int | None = Field(None, ge=1, description="torch threads (default: torch's choice)")
+    save_optimizer_state: bool = Field(
+        True, description="write AdamW's state (twice the weights' size) into the checkpoint a resume loads, so a "
+        "resumed run continues the optimizer exactly; false: a resume starts a fresh AdamW from the saved weights "
+        "(the log says so) and each checkpoint is a third of the size")
     lora: LoraConfig | None = Field(None, description="train a LoRA adapter instead of every weight (null: full "
                                     "fine-tuning); {rank, alpha, dropout, target_modules}")
     seed: int = 0
@@ -463,9 +468,38 @@ def _format_errors(err: ValidationError) -> list[str]:
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            msg = REMOVED_KEYS.get(loc, "unknown key")
+            msg = REMOVED_KEYS.get(loc) or _unknown_key(e["loc"])
         problems.append(f"{loc}: {msg}")
     return problems
+
+
+def _section_model(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The config section (a pydantic model) at ``loc`` below :class:`RunConfig`, if it is one."""
+    model: type[BaseModel] = RunConfig
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        found = [t for t in (field.annotation, *get_args(field.annotation))
+                 if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not found:
+            return None
+        model = found[0]
+    return model
+
+
+def _unknown_key(loc: Sequence[Any]) -> str:
+    """"unknown key", with the keys of its section that it is close to (a typo: ``rollout.grop_size``)."""
+    import difflib
+
+    model = _section_model(loc[:-1])
+    if model is None:
+        return "unknown key"
+    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=2, cutoff=0.6)
+    where = ".".join(map(str, loc[:-1]))
+    if close:
+        return "unknown key (did you mean " + " or ".join(f"{where}.{c}" if where else c for c in close) + "?)"
+    return f"unknown key (the keys of {where or 'the config'}: {', '.join(model.model_fields)})"
 
 
 def _harness_problems(raw: Any) -> list[str]:

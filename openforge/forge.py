@@ -534,8 +534,8 @@ def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe
     when no rollout was trainable) when the run stops for its rollouts' errors (``rollout.max_error_share``).
     """
     if recipe is not None:
-        from .recipes import recipe_config
+        from .recipes import for_overrides, recipe_config
 
-        base = recipe_config(recipe)
+        base, _ = for_overrides(recipe_config(recipe), overrides, preset=preset)  # env.name=ANOTHER: drop what it lacks
         config = base if config is None else {**base, **(config if isinstance(config, dict) else {})}
     return asyncio.run(arun(config, preset=preset, overrides=overrides, progress=progress, dry_run=dry_run))

@@ -375,6 +375,10 @@ class Harness(abc.ABC):
             self.check_agent_files()
             self.check_installed()
             res = await asyncio.wait_for(self.run(ctx), timeout=ctx.remaining_s() + KILL_GRACE_S)
+            if not isinstance(res, HarnessResult):  # None (a missing return): the harness's bug, not the machine's
+                res = HarnessResult(status=RolloutStatus.HARNESS_ERROR, error=(
+                    f"{type(self).__name__}.run returned {type(res).__name__}, not a HarnessResult: return "
+                    f"HarnessResult.from_exec(res, harness=self.name, budget_s=ctx.budget_s)"))
         except asyncio.TimeoutError:
             res = HarnessResult(status=RolloutStatus.TIMEOUT,
                                 error=f"{self.name} did not return within its budget of {ctx.budget_s:.0f}s")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from .forge import Forge
     from .trajectory import Trajectory
 
-__all__ = ["before_key", "heldout_after", "heldout_before", "heldout_warmstart", "run_point", "warmstart_key"]
+__all__ = ["before_key", "by_run_name", "heldout_after", "heldout_before", "heldout_warmstart", "run_point", "warmstart_key"]
 
 
 async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str,
@@ -59,14 +59,29 @@ async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: s
     trajs = [t.model_copy(update={"metadata": {**t.metadata, "heldout": point}})
              for t in [*(t for g in groups for t in g.trajectories), *groups.discarded]
              if "retried" not in str((t.metadata or {}).get("discard_reason", ""))]
-    out = {"point": point, "label": label, "per_harness": {
-        n: point_numbers([t for t in trajs if t.harness == n], trials) for n in names}}
+    ran = by_run_name(trajs, names, len(tasks))
+    out = {"point": point, "label": label, "per_harness": {n: point_numbers(ran[n], trials) for n in names}}
     if len(names) > 1:
         out["all"] = point_numbers(trajs, trials)
     _write(path or forge.run_dir / "heldout" / point, cfg, tasks, trajs, out, names, trials)
     from .heap import release_memory
 
     release_memory()  # the point's decoding batches (KV caches) are done with
+    return out
+
+
+def by_run_name(trajs: Sequence[Trajectory], names: Sequence[str], n_tasks: int) -> dict[str, list[Trajectory]]:
+    """The trajectories of each harness of the run, under the run's name for it (``harness.name``: a
+    registered name or a ``module:Class`` reference). Group ``i`` of a point ran ``names[i // n_tasks]``,
+    so a trajectory is placed by its group, not by ``Trajectory.harness`` (the class's ``name``, which a
+    ``module:Class`` reference need not spell); one without a group falls back to that."""
+    out: dict[str, list[Trajectory]] = {n: [] for n in names}
+    for t in trajs:
+        group = (t.metadata or {}).get("group")
+        if isinstance(group, int) and n_tasks and 0 <= group // n_tasks < len(names):
+            out[names[group // n_tasks]].append(t)
+        elif t.harness in out:
+            out[t.harness].append(t)
     return out
 
 

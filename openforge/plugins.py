@@ -86,6 +86,34 @@ def load_ref(ref: str) -> Any:
     return obj
 
 
+def import_hint(module: str, cwd: Path | None = None) -> str:
+    """Why a ``module:Class`` reference's module does not import, and the fix: where a folder or file of
+    that name lies below ``cwd`` (default: the current folder), the ``PYTHONPATH`` that finds it."""
+    top = module.split(".")[0]
+    base = cwd or Path.cwd()
+    found = sorted({p.parent for pat in (top, f"{top}.py", f"*/{top}", f"*/{top}.py") for p in base.glob(pat)
+                    if not any(part.startswith(".") for part in p.relative_to(base).parts)})
+    if found:
+        where = found[0].relative_to(base).as_posix() if found[0] != base else "."
+        return (f" (`{top}` is in {'this folder' if where == '.' else f'./{where}'}, where Python does not look: "
+                f"run with PYTHONPATH={where}, or pip install the package that holds it)")
+    return (f" (Python finds `{top}` neither on sys.path nor installed: put the folder that holds it on PYTHONPATH, "
+            "or pip install the package; a forge command does not import from the current folder)")
+
+
+def _attr_hint(ref: str, e: BaseException) -> str:
+    """For ``module:Class`` whose module imports but lacks ``Class``: the names it has that are close."""
+    if not isinstance(e, AttributeError):
+        return ""
+    module, _, attr = ref.partition(":")
+    try:
+        names = [n for n in dir(importlib.import_module(module.strip())) if not n.startswith("_")]
+    except Exception:
+        return ""
+    close = difflib.get_close_matches(attr.strip().split(".")[0], names, n=2)
+    return f" (did you mean {' or '.join(f'{module.strip()}:{c}' for c in close)}?)" if close else ""
+
+
 def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
@@ -218,7 +246,8 @@ class Registry:
         except ModuleNotFoundError as e:
             raise self.unavailable(name, e, dist, ref) from e
         except (ImportError, AttributeError) as e:
-            raise PluginUnavailable(f"{self.kind} {name!r} could not be loaded from {ref!r}: {e}") from e
+            raise PluginUnavailable(f"{self.kind} {name!r} could not be loaded from {ref!r}: {e}"
+                                    f"{_attr_hint(ref, e)}") from e
 
     def unavailable(self, name: str, e: ModuleNotFoundError, dist: str | None, ref: str | None = None) -> PluginUnavailable:
         """The error for ``name`` whose import (or construction) lacks a module, with the pip extra."""
@@ -226,7 +255,9 @@ class Registry:
         own = ref is not None and (ref.partition(":")[0].strip() + ".").startswith(missing + ".")
         if own or not missing:  # the plugin's own module is missing: no extra installs that
             where = f" from {ref!r}" if ref else ""
-            return PluginUnavailable(f"{self.kind} {name!r} could not be loaded{where}: {e}", missing=missing or None)
+            hint = import_hint(missing) if own and dist is None else ""
+            return PluginUnavailable(f"{self.kind} {name!r} could not be loaded{where}: {e}{hint}",
+                                     missing=missing or None)
         cmd = install_hint(dist, missing)
         fix = f"install it with `{cmd}`" if cmd else f"install the package that provides `{missing.split('.')[0]}`"
         return PluginUnavailable(f"{self.kind} {name!r} needs the module `{missing}`, which is not installed: {fix}",

@@ -271,6 +271,8 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
     try:
         await sandbox.end_agent()  # nothing the agent left running may change what the verifier reads
         verdict = await asyncio.wait_for(environment.verify(task, sandbox), task.verify_timeout_s)
+        if not isinstance(verdict, VerifyResult):  # a bare number, a bool, None: say so, not an AttributeError
+            return None, S.ENV_ERROR, _not_a_verdict(environment, task, verdict)
         verdict.check_finite()  # NaN/Infinity is a broken verifier, never a score (nor "success")
         return verdict, None, None
     except asyncio.TimeoutError:
@@ -291,6 +293,14 @@ async def _verify(environment: Environment, task: Task, sandbox: Sandbox, meta: 
         return None, _launch_status(e, S.ENV_ERROR), f"verifier of {task.id} raised {_err(e)}"
     finally:
         timings["verify_s"] = time.monotonic() - t
+
+
+def _not_a_verdict(environment: Environment, task: Task, got: object) -> str:
+    """The error of a ``verify`` that returned something other than a :class:`VerifyResult`."""
+    hint = (f"VerifyResult(reward={got!r})" if isinstance(got, (int, float)) and not isinstance(got, bool)
+            else 'VerifyResult.from_checks({"name": passed, ...})')
+    return (f"verifier of {task.id} returned {type(got).__name__} {repr(got)[:80]}, not a VerifyResult: "
+            f"{type(environment).__name__}.verify must return one, e.g. {hint}")
 
 
 async def _finish(proxy: RolloutProxy, rid: str, facts: OutcomeFacts, rewards: dict[str, float],

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["ErrorBudget", "NothingTrainable", "RolloutErrors", "TooManyRolloutErrors", "first_error", "step_outcomes"]
 
 #: Metadata keys that hold a failed rollout's traceback or the verifier's explanation, most telling first.
-_DETAIL_KEYS = ("verifier_traceback", "traceback", "verify_detail")
+_DETAIL_KEYS = ("verifier_traceback", "traceback", "harness_stderr", "verify_detail")
 
 
 class TooManyRolloutErrors(ForgeError, RuntimeError):

@@ -1,4 +1,5 @@
-"""``forge env list`` and ``forge env tasks ENV``: see the environments and pick a task."""
+"""``forge env list`` and ``forge env tasks ENV``: see the environments and pick a task (``forge env check``:
+:mod:`.env_check`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ group = typer.Typer(help="List environments and their tasks.", no_args_is_help=T
 
 
 def register(app: typer.Typer) -> None:
+    from .env_check import register as register_check
+
+    register_check(group)  # forge env check ENV [-H HARNESS]
     app.add_typer(group, name="env")
 
 

@@ -95,7 +95,8 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
     from ..harnesses.prompt_fit import prompt_tokens
     from ..recipes import load_recipe_config
 
-    cfg = load_recipe_config(name, preset=preset, overrides=overrides)  # all errors before anything starts
+    # all errors before anything starts; what a recipe for another environment dropped was said already
+    cfg = load_recipe_config(name, preset=preset, overrides=overrides, notes=[])
     if dry_run:
         import yaml
 
@@ -167,10 +168,13 @@ def register(app: typer.Typer) -> None:
             from ..recipes import load_recipe_config
 
             problems = [f"{a!r}: expected key.path=value" for a in args if "=" not in a]
+            notes: list[str] = []
             try:
-                load_recipe_config(name, preset=preset, overrides=[a for a in args if "=" in a])
+                load_recipe_config(name, preset=preset, overrides=[a for a in args if "=" in a], notes=notes)
             except ConfigError as e:
                 problems += e.problems
+            for note in notes:  # env.name=ANOTHER: the recipe's settings that environment lacks were dropped
+                typer.echo(note, err=True)
             if problems:
                 raise ConfigError(problems)
             _run(name, preset, args, dry_run, quiet)

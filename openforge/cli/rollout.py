@@ -1,7 +1,10 @@
 """``forge rollout``: one task, one harness, one back-end → ``OUT/trajectory.json`` and a summary.
 
 Exit status: 0 when the rollout ran to a trainable outcome (success, policy_failure, timeout);
-3 for harness_error / env_error / infra_error (the summary says why); 130 when interrupted.
+3 for harness_error / env_error / infra_error (the summary says why, the first error's traceback
+follows on stderr, as ``forge eval`` prints it); 4 when the reference solution (``--backend reference``)
+did not succeed: a reference that fails means the task, its setup or its verifier is broken, whatever
+the outcome was called; 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -64,7 +67,40 @@ def rollout(
         typer.echo("interrupted: the rollout was recorded as cancelled and its sandbox removed", err=True)
         raise typer.Exit(130) from None
     _summary(traj, out)
-    raise typer.Exit(0 if traj.trainable else 3)
+    if not traj.trainable:
+        _print_error(traj)
+        raise typer.Exit(3)
+    if reference and traj.status.value != "success":
+        _reference_failed(traj)
+        raise typer.Exit(4)
+    raise typer.Exit(0)
+
+
+def _print_error(traj) -> None:
+    """The rollout's error with its verifier's, harness's or rollout's traceback, on stderr."""
+    from rich.markup import escape
+
+    from ..console import new_console
+    from ..run_health import first_error
+
+    new_console(stderr=True).print(f"[bold red]error:[/] {escape(first_error(traj, limit=3000))}")
+
+
+def _reference_failed(traj) -> None:
+    """Why a reference solution that did not succeed is the task's problem, not a model's."""
+    from rich.markup import escape
+
+    from ..console import new_console
+
+    md = traj.metadata or {}
+    why = [f"the reference solution of {traj.task_id} did not succeed ({traj.status.value}, reward "
+           f"{traj.reward:g}): the task, its setup or its verifier is broken, not a model"]
+    if md.get("verify_missing_file"):
+        why.append(f"the verifier read {md['verify_missing_file']!r}, which is not in the sandbox: does setup "
+                   "write what the solution and the verifier expect (a setup/ file, a path)?")
+    if md.get("verify_detail"):
+        why.append(f"verifier: {md['verify_detail']}")
+    new_console(stderr=True).print("[bold red]error:[/] " + escape("\n".join(why)))
 
 
 async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str, launcher_name: str, out: Path,

@@ -1,7 +1,7 @@
 """Shipped recipes: a folder per recipe with ``config.yaml`` (base config + ``presets``) and ``README.md``.
 
 Owns: :func:`list_recipes`, :func:`recipe_dir`, :func:`recipe_config`, :func:`load_recipe_config`
-and :func:`copy_recipe`. Recipe names use dashes (``claw-grpo``), folders underscores
+(with :func:`for_overrides`: a recipe run for another environment, :mod:`.env_fit`) and :func:`copy_recipe`. Recipe names use dashes (``claw-grpo``), folders underscores
 (``claw_grpo/``). Recipes are looked up in :data:`openforge.plugins.RECIPES` (the shipped folders are
 its built-ins); third-party recipes register a ``module:attr`` that is a folder path or returns one
 under the ``openforge.recipes`` entry-point group.
@@ -17,7 +17,8 @@ import yaml
 
 from ..errors import ConfigError, PluginNotFound
 
-__all__ = ["copy_recipe", "list_recipes", "load_recipe_config", "recipe_config", "recipe_dir"]
+__all__ = ["RecipeFitWarning", "copy_recipe", "for_overrides", "list_recipes", "load_recipe_config", "recipe_config",
+           "recipe_dir"]
 
 
 def _folder(name: str) -> Path | None:
@@ -74,15 +75,40 @@ def recipe_config(name: str) -> dict[str, Any]:
     return data
 
 
-def load_recipe_config(name: str, *, preset: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
-    """A validated :class:`~openforge.config.RunConfig` for recipe ``name`` + ``preset`` + overrides."""
+def load_recipe_config(name: str, *, preset: str | None = None, overrides: list[str] | tuple[str, ...] = (),
+                       notes: list[str] | None = None) -> Any:
+    """A validated :class:`~openforge.config.RunConfig` for recipe ``name`` + ``preset`` + overrides.
+    With ``env.name=ANOTHER`` among the overrides, the recipe's settings that environment cannot honour
+    (claw's ``easy`` subset, its held-out split, ...) are dropped first (:func:`.env_fit.fit_to_env`);
+    what was dropped goes to ``notes`` (a list the caller prints), or is a :class:`RecipeFitWarning`."""
     from ..config import load_config
 
-    data = recipe_config(name)
+    data, _ = for_overrides(recipe_config(name), overrides, notes, preset=preset)
     if preset is None:
         preset = data.get("default_preset")
     data.pop("default_preset", None)
     return load_config(data, preset=preset, overrides=overrides)
+
+
+class RecipeFitWarning(UserWarning):
+    """A recipe setting its environment's own was dropped for the environment the run names."""
+
+
+def for_overrides(data: dict[str, Any], overrides: Any, notes: list[str] | None = None, *,
+                  preset: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    """``data`` fitted to the environment ``overrides`` name (see :func:`.env_fit.fit_to_env`); the notes
+    are appended to ``notes``, or warned as :class:`RecipeFitWarning` when ``notes`` is None."""
+    from .env_fit import fit_to_env
+
+    data, dropped = fit_to_env(data, overrides, preset)
+    if notes is not None:
+        notes.extend(dropped)
+    else:
+        import warnings
+
+        for n in dropped:
+            warnings.warn(n, RecipeFitWarning, stacklevel=3)
+    return data, dropped
 
 
 def copy_recipe(name: str, dest: str | Path) -> Path:

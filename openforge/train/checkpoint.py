@@ -242,7 +242,11 @@ class Checkpoints:
         return ["trainer_state.pt", *(["reference.safetensors"] if kl > 0 else [])]
 
     def _check_state(self, ck: Path) -> None:
-        missing = [f for f in self._expected_state(ck) if not (ck / f).is_file()]
+        expected = self._expected_state(ck)
+        if "trainer_state.pt" not in expected:  # the checkpoint lists what it was written with
+            self.notes.append(f"resuming from {ck.name} with a fresh AdamW: it was saved without optimizer state "
+                              "(trainer.cpu.save_optimizer_state=false)")
+        missing = [f for f in expected if not (ck / f).is_file()]
         if not missing:
             return
         named = ", ".join(f"{f} ({_WHAT.get(f, 'resume state')})" for f in missing)

@@ -343,8 +343,8 @@ class CPUTrainer:
         await backend.swap_weights({k: v.detach() for k, v in self.model.state_dict().items()})
 
     def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
-        """Write weights (HF ``save_pretrained``; with LoRA the adapter alone), optimizer state and step
-        count to ``path``."""
+        """Write weights (HF ``save_pretrained``; with LoRA the adapter alone), optimizer state (unless
+        ``save_optimizer_state`` is off) and step count to ``path``."""
         import torch
 
         path = Path(path)
@@ -355,7 +355,8 @@ class CPUTrainer:
             save_adapter(self.model, path)
         else:
             self.model.save_pretrained(path)
-        torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step_count}, path / "trainer_state.pt")
+        if self.config.save_optimizer_state:
+            torch.save({"optimizer": self.optimizer.state_dict(), "step": self.step_count}, path / "trainer_state.pt")
         if self.ref_model is not None:
             self._save_reference(path / REFERENCE_FILE)
         (path / "trainer.json").write_text(json.dumps({"step": self.step_count, **(extra or {})}, indent=2))
@@ -389,13 +390,16 @@ class CPUTrainer:
         if ref.is_file():
             self.set_reference()
             self._load_reference(ref)
+        meta = json.loads((path / "trainer.json").read_text()) if (path / "trainer.json").is_file() else {}
         st = path / "trainer_state.pt"
         if st.is_file():
             blob = torch.load(st, weights_only=False)
             self.optimizer.load_state_dict(blob["optimizer"])
             self.step_count = int(blob["step"])
-        meta = path / "trainer.json"
-        return json.loads(meta.read_text()) if meta.is_file() else {"step": self.step_count}
+        elif "step" in meta and "trainer_state.pt" not in meta.get("resume_state", ["trainer_state.pt"]):
+            # saved without optimizer state (save_optimizer_state=false): a fresh AdamW, the step count carries on
+            self.step_count = int(meta["step"])
+        return meta or {"step": self.step_count}
 
     def _load_full(self, path: Path) -> None:
         from safetensors.torch import load_file

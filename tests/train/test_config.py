@@ -49,7 +49,7 @@ def test_every_error_at_once():
     problems = ei.value.problems
     assert any("preset 'nope'" in p for p in problems)
     assert any(p.startswith("'oops'") for p in problems)
-    assert "rollout.bogus: unknown key" in problems
+    assert any(p.startswith("rollout.bogus: unknown key") for p in problems)
     assert any(p.startswith("rollout.group_size:") for p in problems)
     assert any(p.startswith("trainer.cpu.lr:") for p in problems)
     assert any(p.startswith("env.max_tasks:") for p in problems)
