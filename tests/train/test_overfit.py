@@ -14,8 +14,9 @@ comments)."""
 from __future__ import annotations
 
 import pytest
-from ._overfit import FAMILIES, STEPS, TRIALS, flipped_advantages, overfit
 from testdeps import smollm2_tokenizer
+
+from ._overfit import FAMILIES, STEPS, TRIALS, flipped_advantages, overfit
 
 pytestmark = [pytest.mark.slow]
 
