@@ -24,6 +24,26 @@ pytestmark = [pytest.mark.slow]
 RISE = 0.30
 
 
+def test_the_flip_reaches_the_samples_grpo_trains_on():
+    """The control flips what the trainer sees (the advantages :func:`build_samples` writes), and undoes it."""
+    from openforge.train.grpo import build_samples
+    from openforge.trajectory import Trajectory, TrajectoryGroup
+    from openforge.types import ModelCall, RolloutStatus
+
+    def traj(rid: str, reward: float) -> Trajectory:
+        call = ModelCall(index=0, prompt_ids=[1, 2], output_ids=[3, 4], output_logprobs=[-1.0, -1.0])
+        return Trajectory(rollout_id=rid, task_id="t", reward=reward, status=RolloutStatus.SUCCESS,
+                          calls=[call]).build()
+
+    group = [TrajectoryGroup(task_id="t", trajectories=[traj("win", 1.0), traj("a", 0.0), traj("b", 0.0)])]
+    real = {s.rollout_id: s.advantage for s in build_samples(group)}
+    assert real["win"] > 0 > real["a"]
+    with flipped_advantages():
+        flipped = {s.rollout_id: s.advantage for s in build_samples(group)}
+    assert flipped == {k: -v for k, v in real.items()}
+    assert {s.rollout_id: s.advantage for s in build_samples(group)} == real
+
+
 def _report(r: dict) -> str:
     return (f"{FAMILIES} × {TRIALS} trials: warm-start {r['before']['successes']}/{r['before']['rollouts']} "
             f"{r['before']['per_task']} → after {STEPS} GRPO steps {r['after']['successes']}/{r['after']['rollouts']} "
