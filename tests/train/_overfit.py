@@ -31,7 +31,7 @@ from typing import Any
 #: the fixed tasks: one generated train instance of each family (stream seed 0)
 FAMILIES = ("files-rename", "files-create")
 #: GRPO steps, rollouts per task group in a step, evaluation rollouts per task at each end
-STEPS, GROUP, TRIALS = 5, 8, 12
+STEPS, GROUP, TRIALS = 6, 8, 12
 #: the settings the check runs with (claw-grpo preset `learn`, narrowed to the fixed tasks)
 OVERRIDES: tuple[str, ...] = (
     "env.options.generated.heldout=1", "env.options.generated.seed=0", "seed=0", "eval.heldout.enabled=false",
@@ -42,8 +42,9 @@ OVERRIDES: tuple[str, ...] = (
     "harness.per_harness.react.max_turns=1", "harness.per_harness.react.max_tokens=64", "rollout.max_tokens=64",
     # a loaded 2-core machine queues calls for minutes: no rollout lost to the wall clock
     f"rollout.group_size={GROUP}", "rollout.concurrency=16", "rollout.timeout_s=900", "trainer.checkpoint_every=0",
-    # an overfit, not a careful run: a high learning rate and two optimizer epochs over each step's rollouts
-    "trainer.cpu.lora={rank: 16, alpha: 32}", "trainer.cpu.lr=1.0e-3", "trainer.cpu.ppo_epochs=2",
+    # an overfit, not a careful run: a high learning rate (1e-3 with two PPO epochs overshot: 50 % → 88 % train
+    # pass at step 3, then 25 % at the end)
+    "trainer.cpu.lora={rank: 16, alpha: 32}", "trainer.cpu.lr=5.0e-4", "trainer.cpu.ppo_epochs=1",
     "trainer.cpu.min_mixed_groups=1", "trainer.cpu.target_mixed_groups=1", "trainer.cpu.max_resample_rounds=0",
     "trainer.cpu.micro_batch_tokens=2048",
 )
