@@ -10,8 +10,8 @@ its settings are in ``tests/train/_overfit.py`` (which also runs alone, for cali
 
 Measured (2026-12-05, shared 2-core machine, OMP_NUM_THREADS=1): the settings here, load ~3: warm-start
 11/24 (46 %) → after 6 steps 20/24 (83 %), +37.5 points, train pass per step 38/50/56/56/81/88 %, 524 s.
-Sign flipped (lr 1e-3, two PPO epochs, load ~15): 11/24 (46 %) → 0/24 by step 2 and at the end, 1551 s;
-at lr 5e-4 the flipped train pass fell 38 % → 12 % in two steps. Under load ~15 a GRPO step took 3-12 min
+The same with the sign flipped, load ~4: 13/24 (54 %) → 0/24, −54 points (train pass 31 % at step 1, 0 %
+from step 2), 374 s. Under load ~15 a GRPO step took 3-12 min
 instead of ~1: the minutes below assume a machine that is not shared."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ async def test_grpo_overfits_a_fixed_pair_of_tasks(tmp_path):
     assert r["gain"] >= RISE, _report(r)
 
 
-@pytest.mark.heavy(minutes=12)  # shorter: once nothing succeeds every group ties and no step trains
+@pytest.mark.heavy(minutes=10)  # 6.2 min at load ~4; shorter: once nothing succeeds every group ties and no step trains
 @pytest.mark.timeout(3600)
 async def test_flipped_advantage_sign_does_not_overfit(tmp_path):
     """The control: the same schedule with every advantage negated must not reach the rise (ideally the
