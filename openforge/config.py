@@ -190,6 +190,10 @@ class RolloutConfig(_Section):
     max_error_share: float = Field(
         0.5, ge=0, le=1, description="a training run stops (an error naming the cause) once more than this share of "
         "its rollouts so far were not trainable (env_error, harness_error, infra_error); 1: only when none was")
+    train_calls: Literal["harness", "all"] = Field(
+        "harness", description="which model calls of a rollout are trained: harness (those on the harness's own "
+        "lineages; a call another process in the sandbox made, e.g. a tool script calling the proxy URL, is "
+        "labelled foreign and skipped) or all")
 
 
 class SFTConfig(_Section):

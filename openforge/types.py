@@ -140,6 +140,10 @@ class ModelCall(BaseModel):
     has_reasoning: bool = False
     sampling: dict[str, Any] = Field(default_factory=dict)
     delivery_uncertain: bool = False
+    # Who made the call (:mod:`openforge.call_origin`): ``harness``, or ``foreign`` (another process in
+    # the sandbox, e.g. a tool script calling the proxy URL). Set when segments are built; ``None`` in a
+    # record written before the label existed (read as ``harness``).
+    origin: Literal["harness", "foreign"] | None = None
 
     @model_validator(mode="after")
     def _check_logprobs(self) -> ModelCall:
