@@ -14,21 +14,23 @@ from what the harness's own calls look like (``ModelCall.origin``):
       conversation, a turn later), or branches from one inside its *agent prefix*: the same system
       prompt and tools, token for token (``system_prefix_len`` — a retry, a rewritten or compacted
       history of the same agent);
-    * a call that declares tools, all of them among the tools the harness's calls declared (a
-      sub-agent of the harness: Claude Code's ``Task``, OpenClaw's spawned sessions);
+    * a call that declares tools: an agent loop of its own, as a harness's sub-agents are (Claude
+      Code's ``Task``, OpenClaw's spawned sessions, a lead delegating to a worker with other tools);
     * every call, when the first call has no agent prefix and declares no tools: then there is
       nothing to tell the harness by.
 
 ``foreign``
-    everything else: a fresh conversation whose system prompt and tools are not the harness's (a
-    script calling ``$OPENAI_BASE_URL`` with its own messages, a harness's side call with another
-    system prompt and no tools, such as a title generator).
+    everything else: a fresh conversation that declares no tools and whose system prompt is not the
+    harness's (a script calling ``$OPENAI_BASE_URL`` with its own messages; also a harness's own side
+    call of that shape, such as a title generator's, which ``all`` trains).
 
-What this guarantees: a process that calls the model with a conversation of its own (its own system
-prompt, or none, and no tools of the harness's) is labelled ``foreign``. What it does not: a process
-that copies the harness's system prompt and tools exactly, or replays the harness's conversation
-(the policy has seen both in its context, so a tool script it writes can), is labelled ``harness``.
-The label is a data-quality filter against accidental credit, not a security boundary.
+What this guarantees: a process that calls the model with a completion of its own — its own system
+prompt, or none, no tools, not continuing a harness conversation — is labelled ``foreign``. What it
+does not: a process that declares a tool, copies the harness's system prompt and tools, or replays
+the harness's conversation (the policy has seen them in its context, so a tool script it writes can)
+is labelled ``harness``. The proxy cannot do better from the calls alone: tools inherit the harness's
+environment (its URL and key), so no credential tells them apart. The label is a data-quality filter
+against accidental credit, not a security boundary.
 
 ``rollout.train_calls`` (:data:`TrainCalls`) says what is trained: ``harness`` (the default) skips
 ``foreign`` calls when segments are built (``skipped_calls`` says ``foreign``), ``all`` trains them.
@@ -107,17 +109,15 @@ def label_origins(calls: Iterable[ModelCall]) -> dict[int, Origin]:
     if _prefix(first) is None and not tool_names(first.request):
         return {c.index: "harness" for c in ordered}  # nothing to tell the harness by
     prefixes: set[tuple[int, ...]] = set()
-    tools: set[str] = set()
     prompts: list[list[int]] = []
     out: dict[int, Origin] = {}
     for i, call in enumerate(ordered):
         own = tool_names(call.request)
         prefix = _prefix(call)
-        harness = (i == 0 or (prefix is not None and prefix in prefixes) or (bool(own) and own <= tools)
+        harness = (i == 0 or bool(own) or (prefix is not None and prefix in prefixes)
                    or _continues(call.prompt_ids, prompts))
         out[call.index] = "harness" if harness else "foreign"
         if harness:
-            tools |= own
             if prefix is not None:
                 prefixes.add(prefix)
             if call.prompt_ids:

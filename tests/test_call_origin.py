@@ -80,7 +80,7 @@ def test_train_calls_is_checked():
         RolloutConfig(train_calls="tools")
     from openforge.proxy.recorder import Recorder
 
-    with pytest.raises(ConfigError, match="rollout.train_calls must be one of harness, all"):
+    with pytest.raises(ConfigError, match=r"rollout\.train_calls must be one of harness, all"):
         Recorder(train_calls="some")
 
 
@@ -97,19 +97,21 @@ def _call(i: int, prompt: list[int], *, sys_len: int, tools: list[str] = (), api
 
 @pytest.mark.parametrize("api", ["chat", "messages", "gemini"])
 def test_the_rule(api):
-    """Continuations, branches of the agent prefix and sub-agents with the harness's tools are the
-    harness's; a fresh conversation with another prefix and no harness tools is foreign."""
+    """Continuations, branches of the agent prefix and sub-agents (calls with tools) are the
+    harness's; a fresh conversation with another prefix and no tools is foreign."""
     calls = [
         _call(0, [1, 2, 3, 4], sys_len=2, tools=["bash", "read"], api=api),        # the harness
         _call(1, [7, 8, 5], sys_len=2, api=api),                                   # a script: own prompt, no tools
         _call(2, [1, 2, 3, 4, 9, 6], sys_len=2, tools=["bash", "read"], api=api),  # continues call 0
         _call(3, [1, 2, 30], sys_len=2, tools=["bash", "read"], api=api),          # history rewritten: same prefix
-        _call(4, [40, 41, 42], sys_len=2, tools=["read"], api=api),                # a sub-agent with the harness's tools
-        _call(5, [40, 41, 42, 9, 43], sys_len=2, tools=["read", "curl"], api=api), # continues the sub-agent
-        _call(6, [50, 51, 52], sys_len=2, tools=["web"], api=api),                 # other tools, other prompt
+        _call(4, [40, 41, 42], sys_len=2, tools=["web"], api=api),                 # a sub-agent: tools of its own
+        _call(5, [40, 41, 42, 9, 43], sys_len=2, api=api),                         # continues the sub-agent
+        _call(6, [40, 41, 60], sys_len=2, api=api),                                # the sub-agent's prefix again
+        _call(7, [50, 51, 52], sys_len=2, api=api),                                # another script's call
+        _call(8, [7, 8, 5, 9, 1], sys_len=2, api=api),                             # continues a foreign call
     ]
     assert label_origins(calls) == {0: "harness", 1: "foreign", 2: "harness", 3: "harness", 4: "harness",
-                                    5: "harness", 6: "foreign"}
+                                    5: "harness", 6: "harness", 7: "foreign", 8: "foreign"}
     assert tool_names(calls[0].request) == {"bash", "read"}
 
 
