@@ -126,7 +126,8 @@ class LocalLauncher(Launcher):
         #: last half; the rest is dropped and counted (``ExecResult.output_dropped``)
         self.max_output_bytes = max_output_bytes
         #: Bound each rollout's disk (``Resources.disk_mb``): a tmpfs of that size as its directory when
-        #: the driver is root; a per-file size limit otherwise (see ``LocalSandbox.disk``)
+        #: the driver is root; a tmpfs of that size in a user namespace of its own (``_disk.py``) when it
+        #: is a normal user with a bwrap that can size one; a per-file size limit otherwise (``LocalSandbox.disk``)
         self.disk_quota = disk_quota
         self._reaper: subprocess.Popen | None = None
         self._warned_rlimit_memory = False
