@@ -19,7 +19,8 @@ Isolation (``isolation=``):
 * ``none`` — a plain process group. Asked for by name only, with the same kind of warning.
 
 Every sandbox process runs in cgroups (memory, cpu, pids; v1 or v2, where writable) and under
-lowered rlimits. Nothing outlives the driver: ``close`` kills process trees and removes the temp
+lowered rlimits. Its disk is bounded by ``disk_mb`` (``_disk.py``): a tmpfs of its own, mounted by a
+root driver or held in a user namespace of a normal-user driver's (``private-tmpfs``). Nothing outlives the driver: ``close`` kills process trees and removes the temp
 dir and cgroups; a watchdog process (``_reaper.py``) does the same if the driver is killed.
 """
 
@@ -51,7 +52,15 @@ from ._bwrap import (
 )
 from ._disk import PrivateArea, disk_kind, start_private_area
 from ._fwd import bridge, to_tcp, to_unix
-from ._isolation import CgroupSet, OomWatch, detect_isolation, limits_prefix, rlimit_memory_gaps, scrub_env
+from ._isolation import (
+    WEAK_MODE_RISKS,
+    CgroupSet,
+    OomWatch,
+    detect_isolation,
+    limits_prefix,
+    rlimit_memory_gaps,
+    scrub_env,
+)
 from ._local_files import SandboxFiles, lexically_under, read_owner
 from ._output import DEFAULT_HEAD, BoundedOutput, communicate
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
@@ -65,19 +74,6 @@ _HERE = Path(__file__).resolve().parent
 _FWD = str(_HERE / "_fwd.py")
 _REAPER = str(_HERE / "_reaper.py")
 FIRST_PORT = 18000
-
-#: What an agent can do in each weaker mode, in plain words (logged when such a mode is asked for).
-WEAK_MODE_RISKS = {
-    "unshare": "only the network is isolated. The agent runs as your user (as root if the driver is root) on "
-               "the host's file system: it can read the driver's environment through /proc (API keys, "
-               "OPENFORGE_ADMIN_TOKEN) and so forge its reward, read and write other rollouts' directories, "
-               "read the task's verifier and reference solution, and leave files anywhere your user can write",
-    "none": "nothing is isolated. The agent runs as your user with the network open: it can read the driver's "
-            "environment through /proc (API keys, OPENFORGE_ADMIN_TOKEN), call the proxy's admin API and forge "
-            "its reward, read and write other rollouts' directories, read the task's verifier and reference "
-            "solution, and reach any port on this machine",
-}
-
 
 class LocalLauncher(Launcher):
     """Provision :class:`LocalSandbox` es. ``isolation`` is ``auto`` (strongest available),
@@ -416,6 +412,9 @@ class LocalSandbox(SandboxFiles, Sandbox):
             raise SandboxError("the sandbox is closed")
         if not argv:
             raise SandboxError("exec needs a command")
+        if self._area is not None and not self._area.alive():
+            raise SandboxError("the rollout's private area is gone: its keeper process died (killed from outside, "
+                               "or out of memory)")
         cwd_p = self._resolve(cwd) if cwd is not None else self.workdir
         # Under bwrap /tmp is private to the sandbox (and short: Chromium's singleton socket path must
         # fit AF_UNIX's 108 bytes); otherwise the rollout's own tmp dir.
