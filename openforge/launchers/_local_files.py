@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -133,17 +134,29 @@ def _no_links(top: Path, rel: str, *, want_dir: bool) -> bool:
 
 def _write_below(top: Path, rel: str, data: bytes, mode: int) -> None:
     """Write ``top/rel`` (a private area's file, reached through its keeper), making missing parent
-    directories, following no link on the way (one there: :class:`SandboxError`)."""
+    directories. Each step is opened relative to its parent without following a link (a link there,
+    even one the agent swaps in meanwhile: :class:`SandboxError`): through ``/proc/PID/root`` an
+    absolute link would resolve on the driver's own file system."""
     parts = Path(rel).parts
-    if not parts or not _no_links(top, rel, want_dir=False):
-        raise SandboxError(f"cannot write {rel} in the sandbox: a link is on its path")
-    cur = top
-    for part in parts[:-1]:
-        cur = cur / part
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(cur, 0o755)
-    fd = os.open(cur / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as f:
+    if not parts or parts[0] == "..":
+        raise SandboxError(f"cannot write {rel}: not inside the sandbox")
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o755, dir_fd=fd)
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                      dir_fd=fd)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise SandboxError(f"cannot write {rel} in the sandbox: a link or a file is on its path") from None
+        raise
+    finally:
+        os.close(fd)
+    with os.fdopen(out, "wb") as f:
         f.write(data)
         os.fchmod(f.fileno(), mode)
 

@@ -28,6 +28,23 @@ def spec(rid: str, task: Task) -> SandboxSpec:
     return SandboxSpec(rollout_id=rid, task=task, proxy_url="http://127.0.0.1:9", api_key="k")
 
 
+async def _link_writes(sbx, base: Path) -> list[str]:
+    """The agent leaves links to the driver's own files; the driver's writes must not follow them (through
+    the keeper's root an absolute link resolves on the driver's file system)."""
+    from openforge.errors import SandboxError
+
+    await sbx.exec(["sh", "-c", f"ln -s {base}/outside.txt evil; ln -s {base} evildir"], timeout_s=30)
+    said = []
+    for rel in ("evil", "evildir/x.txt"):
+        try:
+            await sbx.write_file(rel, b"pwned")
+            said.append("written")
+        except SandboxError:
+            said.append("refused")
+    said += sorted(p.name for p in base.iterdir() if p.name in ("outside.txt", "x.txt"))
+    return said
+
+
 def free_mb(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize >> 20
@@ -48,6 +65,7 @@ async def main(base: Path) -> dict:
         out["read_back"] = (await victim.read_file("answer.txt")).decode()
         pulled = await victim.pull_workdir()
         out["pulled"] = sorted(p.name for p in pulled.iterdir())
+        out["link_writes"] = await _link_writes(victim, base)
         view = await victim.verifier_view([])
         try:
             v = await view.sandbox.exec(["sh", "-c", "cat answer.txt; wc -c < result.bin"], timeout_s=60)

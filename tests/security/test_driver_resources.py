@@ -195,7 +195,8 @@ def test_a_normal_user_drivers_filler_cannot_fail_its_sibling():
     once on a 200 MB file system, the filler writes 16 MB files until it cannot; its private area
     (a sized tmpfs in a user namespace of the driver's) stops it at ``disk_mb``, so the host file
     system keeps its space and the victim's correct solution (40 MB, then a file the driver reads back,
-    a copy for a host-side check and a verifier's view) succeeds."""
+    a copy for a host-side check and a verifier's view) succeeds. The driver's writes into the area
+    follow no link the agent left there."""
     import subprocess
 
     if os.geteuid() != 0:
@@ -214,6 +215,7 @@ def test_a_normal_user_drivers_filler_cannot_fail_its_sibling():
     assert report["free_mb_after_fill"] > 150, report  # the filler took its area, not the disk
     assert "WROTE" in report["victim"] and "No space left" not in report["victim"], report
     assert report["read_back"] == "done\n", report
+    assert report["link_writes"] == ["refused", "refused"], report  # no write through the agent's links
     assert {"answer.txt", "given.txt", "result.bin"} <= set(report["pulled"]), report
     assert report["verifier_sees"] == ["done", str(40 << 20)], report
     assert report["left"] == [] and report["free_mb_after_close"] > 190, report
