@@ -190,6 +190,14 @@ class RolloutConfig(_Section):
     max_error_share: float = Field(
         0.5, ge=0, le=1, description="a training run stops (an error naming the cause) once more than this share of "
         "its rollouts so far were not trainable (env_error, harness_error, infra_error); 1: only when none was")
+    engine: Literal["transformers", "vllm"] = Field(
+        "transformers", description="what samples a CPU run's rollouts: transformers (in-process, the trainer's own "
+        "module) or vllm (a vLLM CPU server that gets each new policy: the LoRA adapter, or the full weights; "
+        "falls back to transformers, saying why, where vLLM cannot run)")
+    vllm_url: str = Field("http://127.0.0.1:18765?logprobs_mode=processed_logprobs", description="the vLLM server of "
+                          "engine=vllm (scripts/vllm-server.sh's: it returns processed, tempered logprobs)")
+    vllm_start: bool = Field(True, description="engine=vllm with no server answering: start one with "
+                             "scripts/vllm-server.sh (a source checkout's), stopped again at the end of the run")
     train_calls: Literal["harness", "all"] = Field(
         "harness", description="which model calls of a rollout are trained: harness (those on the harness's own "
         "lineages; a call another process in the sandbox made, e.g. a tool script calling the proxy URL, is "
@@ -275,6 +283,10 @@ class CPUTrainerConfig(BaseModel):
         "branches) it split into (see openforge.train.grpo)")
     norm_adv_by_std: bool = True
     skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
+    reward_shuffle: Literal["off", "group", "step"] = Field(
+        "off", description="the shuffled-reward control: permute each step's rewards across its rollouts before the "
+        "advantages (group: within each task group, the groups' reward sets unchanged; step: across all the step's "
+        "groups); off: rewards as scored (see openforge.train.reward_shuffle)")
     min_mixed_groups: int = Field(1, ge=0, description="groups with differing rewards a step needs before it "
                                   "trains (a step left with fewer takes no gradient step; 0: dynamic sampling off)")
     target_mixed_groups: int | None = Field(
@@ -424,6 +436,9 @@ class RunConfig(_Section):
             problems.append(f"trainer.cpu.target_mixed_groups ({cpu.target_mixed_groups}) is below "
                             f"trainer.cpu.min_mixed_groups ({cpu.min_mixed_groups}): resampling would stop before "
                             "the step has the mixed groups it needs to train")
+        if cpu.reward_shuffle != "off" and self.trainer.backend == "verl":
+            problems.append(f"trainer.cpu.reward_shuffle ({cpu.reward_shuffle}): the shuffled-reward control is a CPU "
+                            "trainer option (veRL computes its own advantages); use trainer.backend=cpu")
         lora = cpu.lora
         if lora is not None and self.trainer.backend == "verl" and lora.dropout:
             problems.append(f"trainer.cpu.lora.dropout ({lora.dropout}): veRL's LoRA (actor_rollout_ref.model."

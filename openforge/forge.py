@@ -57,7 +57,8 @@ from .session import Session, group_harnesses, load_environment, select_tasks
 from .step_sampling import SampledStep, SamplingPlan, sample_step
 from .task import Task
 from .task_cursor import CursorState, TaskCursor
-from .train.grpo import count_mixed_groups
+from .train.grpo import count_mixed_groups, count_stale
+from .train.policy_sync import PolicySync, open_engine, start_policy
 from .trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class Forge:
         self.backend: Any = None
         self.session: Session | None = None
         self.trainer: Any = None
+        self.policy: PolicySync | None = None
         self.mix = HarnessMix.from_config(config.harness, seed=config.seed)
         self.errors = ErrorBudget(config.rollout.max_error_share)
         self._t0 = time.monotonic()
@@ -155,17 +157,37 @@ class Forge:
         t = time.monotonic()
         self.model, self.tokenizer = await asyncio.to_thread(load_model, cfg.model.name)
         self.console.log(f"model {cfg.model.name} loaded in {time.monotonic() - t:.1f}s")
+        choice = await asyncio.to_thread(open_engine, cfg.rollout.engine, cfg.rollout.vllm_url,
+                                         start=cfg.rollout.vllm_start)
+        self.console.log(choice.note)
         # no fixed sampling seed: a seeded back-end would sample every member of a group alike
-        self.backend = TransformersBackend(self.model, self.tokenizer)
-        self.session = Session.from_config(cfg, self.backend, environment=env,
+        if choice.engine == "vllm":
+            from .proxy.backends.vllm import VLLMBackend
+
+            self.backend = VLLMBackend(cfg.rollout.vllm_url, tokenizer=self.tokenizer)
+        else:
+            self.backend = TransformersBackend(self.model, self.tokenizer)
+        self.session = Session.from_config(cfg, self.backend, environment=env, close_backend=choice.engine == "vllm",
                                            store=self.run_dir / "trajectories.db", progress=self.progress)
         await self.session.start()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.trainer = CPUTrainer(self.model, cfg.trainer.cpu, pad_id=pad)
+        self.policy = await start_policy(choice, self.backend, self.trainer, cfg, self.run_dir)
+        self.console.log(f"policy version 0 served by {self.policy.description}")
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.session is not None:
-            await self.session.close()
+        try:
+            if self.policy is not None:
+                await self.policy.aclose()
+        finally:
+            if self.session is not None:
+                await self.session.close()
+
+    async def publish(self, why: str) -> None:
+        """Serve the trainer's current weights as the next policy version (``why``: what changed them)."""
+        async with self.runtime.paused():  # no call samples while the served policy changes
+            dt = await self.policy.publish()
+        self.console.log(f"policy version {self.policy.version} ({why}) published in {dt:.2f}s")
 
     # -- pieces ----------------------------------------------------------------------------------
     @property
@@ -214,7 +236,7 @@ class Forge:
         cfg = self.cfg
         tasks = load_tasks(cfg, self.env)
         summary: dict[str, Any] = {"run_dir": str(self.run_dir), "recipe": cfg.recipe, "tasks": len(tasks),
-                                   "steps": []}
+                                   "rollout_engine": self.policy.description if self.policy else None, "steps": []}
         ckpts = self.checkpoints()
         ck, start = ckpts.resume_point() if cfg.trainer.resume else (None, 0)
         for note in ckpts.notes:
@@ -228,6 +250,7 @@ class Forge:
         if ck is not None:
             self.trainer.load(ck)
             ckpts.resumed()
+            await self.publish(f"resumed from {ck.name}")
             self.console.log(f"resumed from {ck} (GRPO step {start})")
         elif start:
             self.console.log(f"resumed at GRPO step {start} (no step has changed the starting model)")
@@ -240,6 +263,7 @@ class Forge:
             summary["sft"] = await warm_start(self.runtime, cfg, sft_tasks, model=self.model, tokenizer=self.tokenizer,
                                               run_dir=self.run_dir, log=self.console.log)
             ckpts.weights_changed_before_training()
+            await self.publish("SFT warm-start")
             if held:  # the policy GRPO starts from: RL's own share is measured from here, not from "before"
                 from .heldout_eval import heldout_warmstart
 
@@ -317,6 +341,7 @@ class Forge:
     async def _grpo_step(self, step: int, cursor: TaskCursor[Task]) -> dict[str, Any]:
         """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
         from .train.grpo import build_samples
+        from .train.reward_shuffle import shuffle_rewards
         from .train.stop import run_stoppable
 
         cfg = self.cfg
@@ -327,24 +352,34 @@ class Forge:
         groups, rounds, mixed = sampled.groups, sampled.rounds, sampled.mixed
         t_roll = time.monotonic() - t0
         self.errors.record(step_outcomes(groups))
-        samples = build_samples(list(groups), norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
+        version = self.policy.version if self.policy is not None else None
+        # calls another policy version sampled are refused (policy_sync.STALE_RULE): never trained as on-policy
+        trained_groups, shuffled = shuffle_rewards(groups, tcfg.reward_shuffle, seed=cfg.seed, step=step)
+        samples = build_samples(trained_groups, norm_std=tcfg.norm_adv_by_std, loss_agg=tcfg.loss_agg,
                                 skip_zero_advantage=tcfg.skip_zero_advantage,
-                                loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight)
+                                loss_scale_tokens=tcfg.loss_scale_tokens, session_weight=tcfg.session_weight,
+                                policy_version=version)
+        stale = count_stale(groups, version) if version is not None else 0
         # below the floor nothing is trained; with every group tied and skip_zero_advantage off the
         # optimizer step still runs (no policy-gradient term)
         take = bool(samples) and (sampled.trains or (mixed == 0 and not tcfg.skip_zero_advantage))
         tm: dict[str, float] = {"trained_tokens": 0.0}
+        push_s = 0.0
         if take:
             async with self.runtime.paused():  # no generation while the served module changes
                 tm = await run_stoppable(self.trainer.step, samples)
-            await self.trainer.publish(self.backend)
+                if self.policy is not None:  # (a forge driven step by step, as in tests, has none)
+                    push_s = await self.policy.publish()  # the next step samples the new version
             release_memory()  # the step's activations: back to the system before the next rollouts
         line = step_metrics(groups, step=step + 1, elapsed={"rollout_time_s": t_roll,
                                                             "step_time_s": time.monotonic() - t0})
         line.update({"resample_rounds": rounds, "mixed_target": sampled.target,
-                     "gradient_step": take and mixed > 0, "task_epochs": round(cursor.epochs, 3)})
+                     "gradient_step": take and mixed > 0, "task_epochs": round(cursor.epochs, 3),
+                     "policy_version": version, "stale_rollouts": stale, "policy_push_s": round(push_s, 4)})
         line.update({f"train/{k}": round(v, 6) for k, v in tm.items()})
         line.update(step_diagnostics(groups, tm))
+        if tcfg.reward_shuffle != "off":  # the control arm: the trainer saw permuted rewards
+            line.update({"reward_shuffle": tcfg.reward_shuffle, **shuffled})
         line["elapsed_s"] = round(time.monotonic() - self._t0, 1)
         self._log_metrics(line)
         what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "

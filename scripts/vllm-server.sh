@@ -21,6 +21,13 @@
 # calls carry the logprobs of the distribution sampled from. The server holds ~5 GB: run it, and what
 # uses it, under the heavy lock (flock /tmp/openforge-heavy.lock ...).
 #
+# Policy updates (a CPU training run with rollout.engine=vllm, openforge.train.vllm_policy): the server starts
+# with LoRA enabled (OPENFORGE_VLLM_MAX_LORA_RANK, default 16; 0 turns it off) and runtime adapter loading
+# (VLLM_ALLOW_RUNTIME_LORA_UPDATING), so each optimizer step's adapter is loaded by POST /v1/load_lora_adapter
+# (~0.05 s). OPENFORGE_VLLM_DEV_MODE=1 adds VLLM_SERVER_DEV_MODE=1 (POST /collective_rpc), which a full
+# fine-tuning run needs to reload the whole weights (`reload_weights`); off by default: those endpoints run
+# methods on the engine. Changing either needs a restart (stop, start).
+#
 # Exit codes: 0 ok; 1 failure (install, start, self-test); 3 this CPU cannot run it (the probe: Linux
 # x86-64 with AVX2, the least vLLM's x86 CPU kernels need, and MemAvailable >= 6 GiB),
 # with the reason on stderr. Nothing listens beyond 127.0.0.1.
@@ -36,6 +43,8 @@ MODEL=${OPENFORGE_VLLM_MODEL:-$CACHE/models/smollm2-135m-instruct}
 NAME=${OPENFORGE_VLLM_SERVED_NAME:-smollm2-135m}
 KV_GIB=${OPENFORGE_VLLM_KV_GIB:-1}
 BATCH_TOKENS=${OPENFORGE_VLLM_BATCH_TOKENS:-2048}  # the prefill chunk: longer prompts are chunked
+LORA_RANK=${OPENFORGE_VLLM_MAX_LORA_RANK:-16}  # the largest adapter rank the server takes; 0: no LoRA
+DEV_MODE=${OPENFORGE_VLLM_DEV_MODE:-0}  # 1: /collective_rpc (full-weight reloads)
 VERSION=0.32.0
 PY=$VENV/bin/python
 URL=http://127.0.0.1:$PORT
@@ -106,20 +115,26 @@ cmd_start() {
     ensure_model
     mkdir -p "$RUN"
     if ! alive; then
+        local extra=() envs=()
+        if [ "$LORA_RANK" != 0 ]; then
+            extra+=(--enable-lora --max-lora-rank "$LORA_RANK" --max-loras 1 --max-cpu-loras 2)
+            envs+=(VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)
+        fi
+        if [ "$DEV_MODE" = 1 ]; then envs+=(VLLM_SERVER_DEV_MODE=1); fi
         # VLLM_CPU_KVCACHE_SPACE: GiB of KV cache (1 GiB holds ~23k SmolLM2 tokens in fp32). setsid: the
         # server and its engine-core process form one process group, which `stop` ends as a whole.
         VLLM_CPU_KVCACHE_SPACE=$KV_GIB VLLM_TARGET_DEVICE=cpu HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
-        VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 \
+        VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 env ${envs[@]+"${envs[@]}"} \
             setsid nice -n 5 "$PY" -m vllm.entrypoints.openai.api_server --host 127.0.0.1 --port "$PORT" \
             --model "$MODEL" --served-model-name "$NAME" --dtype float32 --max-model-len "$MAX_LEN" \
-            --max-num-batched-tokens "$BATCH_TOKENS" --enforce-eager --logprobs-mode processed_logprobs --disable-log-stats \
+            --max-num-batched-tokens "$BATCH_TOKENS" --enforce-eager --logprobs-mode processed_logprobs --disable-log-stats ${extra[@]+"${extra[@]}"} \
             >"$RUN/server.log" 2>&1 &
         echo $! >"$RUN/server.pid"
     fi
     local i
     for i in $(seq 1 300); do
         if ready; then
-            say "ready at $URL/v1 (vllm-cpu $VERSION, $MODEL as $NAME, max_model_len $MAX_LEN)"
+            say "ready at $URL/v1 (vllm-cpu $VERSION, $MODEL as $NAME, max_model_len $MAX_LEN, max LoRA rank $LORA_RANK, dev mode $DEV_MODE)"
             cmd_selftest
             return
         fi
@@ -158,6 +173,6 @@ case "${1:-}" in
     status) cmd_status ;;
     selftest) cmd_selftest ;;
     probe) cmd_probe ;;
-    env) echo "export OPENFORGE_VLLM_URL=$URL/v1 OPENFORGE_VLLM_MAX_MODEL_LEN=$MAX_LEN" ;;
+    env) echo "export OPENFORGE_VLLM_URL=$URL/v1 OPENFORGE_VLLM_MAX_MODEL_LEN=$MAX_LEN OPENFORGE_VLLM_MAX_LORA_RANK=$LORA_RANK" ;;
     *) die "usage: $0 install|start|stop|status|env|selftest|probe" ;;
 esac

@@ -1,7 +1,7 @@
 """Readable views of recorded calls for the trajectory viewer of the HTML report.
 
 Owns: :class:`Entry` (one displayable message part), :func:`request_entries` /
-:func:`response_entries` (wire JSON of chat, responses or messages → entries),
+:func:`response_entries` (wire JSON of chat, responses, messages or gemini → entries),
 :func:`new_request_entries` (only what a call added to the conversation since the call before),
 and :func:`token_runs` (a segment's tokens as runs of trained / context tokens, decoded when a
 tokenizer is available). Pure functions; no HTML here.
@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ProxyError
+from ..gemini_contents import gemini_messages
 from ..types import ModelCall, Segment
 
 __all__ = ["Entry", "TokenRun", "new_request_entries", "request_entries", "response_entries", "token_runs"]
@@ -119,10 +121,21 @@ def _messages_message(msg: dict[str, Any]) -> list[Entry]:
     return out
 
 
+def _gemini_messages(req: dict[str, Any]) -> list[dict[str, Any]]:
+    try:
+        return gemini_messages(req)
+    except ProxyError:
+        return []
+
+
 def request_entries(call: ModelCall) -> list[Entry]:
     """The conversation a call sent, as entries (system prompt first)."""
     req = call.request or {}
     out: list[Entry] = []
+    if call.api == "gemini" or "contents" in req:
+        for m in _gemini_messages(req):
+            out += _chat_message(m)
+        return out
     if call.api == "messages" or "system" in req:
         if req.get("system"):
             out.append(Entry("system", "text", _text(req["system"])))

@@ -186,7 +186,7 @@ def register(app: typer.Typer) -> None:
                                               "HARNESS.KEY=VALUE for one of several (repeatable)"),
         launcher: str = typer.Option("local", "--launcher", "-l", help="local | kubernetes"),
         faults: str = typer.Option(None, "--faults", help="inject faults: 'default' (every recoverable kind), a "
-                                   "YAML file or inline YAML in the env.options.faults format (README: Fault injection)"),
+                                   "YAML file or inline YAML in the env.options.faults format (docs/guides/faults.md)"),
         fault_fraction: float = typer.Option(None, "--fault-fraction", min=0.0, max=1.0,
                                              help="share of the task groups that get faults (with --faults)"),
     ) -> None:

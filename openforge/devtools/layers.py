@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("openforge.types", "openforge.errors", "openforge.heap", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.atomicdir",
      "openforge.console", "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving",
      "openforge.overrides",
-     "openforge.task_cursor"),
+     "openforge.task_cursor", "openforge.gemini_contents"),
     ("openforge.trajectory", "openforge.call_origin", "openforge.reasoning", "openforge.finite", "openforge.trajectory_io", "openforge.store",
      "openforge.readings"),
     ("openforge.proxy",),

@@ -44,6 +44,9 @@ class Unsupported(ValueError):
         self.line, self.instruction, self.why = line, instruction, why
         super().__init__(f"environment/Dockerfile:{line} `{instruction[:120]}`: {why}")
 
+    def __reduce__(self) -> tuple:  # crosses processes (workers) with its fields
+        return type(self), (self.line, self.instruction, self.why)
+
 
 @dataclass(frozen=True)
 class CopyStep:

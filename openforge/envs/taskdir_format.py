@@ -44,7 +44,7 @@ TASK_TOML_KEYS = {
     "exit_code_reward": "score by the verifier's exit status when it prints no result line",
     "verify_on_host": "run the verifier on the host (as the driver) on a copy of the workdir, not in a sandbox",
     "environment": "environment name recorded on trajectories (default: the folder's name)",
-    "faults": "[[faults]] kind, ...: faults injected on every episode (openforge.faults, README 'Fault injection')",
+    "faults": "[[faults]] kind, ...: faults injected on every episode (openforge.faults, docs/guides/faults.md)",
     "metadata": "[metadata]: anything else, free-form",
 }
 _SUBGOAL_KEYS = {"text", "score"}

@@ -27,7 +27,7 @@ builders in ``k8s_manifests``; this module owns the client flow:
 **Proxy exposure in-cluster**: run ``forge proxy serve --host 0.0.0.0`` (or the driver) behind a
 ClusterIP Service and pass its in-cluster URL as ``proxy_url`` (e.g. ``http://openforge-proxy.ns.svc:8765``)
 plus ``proxy_pod_labels`` / ``proxy_namespace`` (or ``proxy_cidr``) for the NetworkPolicy
-(``allow_dns=True`` when the URL is a DNS name). See README "Sandboxes".
+(``allow_dns=True`` when the URL is a DNS name). See docs/kubernetes.md.
 
 **Environment services** (``Sandbox.expose``: a task's ``[[services]]``, the claw mock services) are
 published by the driver itself, on the same host as the proxy: a TCP listener per service on

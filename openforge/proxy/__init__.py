@@ -1,5 +1,5 @@
 """The openforge proxy: impersonates the model API a harness speaks (OpenAI Chat Completions, OpenAI
-Responses, Anthropic Messages — streaming and not), serves each call from the policy back-end
+Responses, Anthropic Messages, Gemini generateContent — streaming and not), serves each call from the policy back-end
 token-in/token-out, and records every call token-exactly.
 
 API summary (names other modules rely on)::
@@ -9,7 +9,8 @@ API summary (names other modules rely on)::
     backend = parse_backend_spec("scripted:script.yaml")     # | transformers:smollm2-135m | vllm:URL | openai:URL
     async with ProxyServer(backend, store=store, uds=None) as proxy:   # uvicorn inside this event loop
         h = proxy.create_rollout(task_id, harness="codex")   # RolloutHandle(rollout_id, api_key,
-                                                              #   openai_base_url, anthropic_base_url)
+                                                              #   openai_base_url, anthropic_base_url,
+                                                              #   gemini_base_url)
         ...                                                   # harness calls {h.openai_base_url}/chat/completions ...
         proxy.get_trajectory(h.rollout_id)                    # calls so far
         traj = proxy.finish_rollout(h.rollout_id, reward=1.0) # segments built + validated (409 if calls in flight)

@@ -5,7 +5,8 @@ Owns: :func:`max_token_bytes` (the most UTF-8 bytes of text any single token can
 when the tokenizer's pipeline gives no such guarantee), :class:`PromptTooLong` (raised by the renderer
 when the byte bound alone proves a prompt cannot fit) and :func:`context_overflow` (the overflow as a
 :class:`~openforge.errors.ProxyError` in the called API's terms: OpenAI ``400 context_length_exceeded``,
-Anthropic ``400 invalid_request_error`` "prompt is too long: N tokens > M maximum").
+Anthropic ``400 invalid_request_error`` "prompt is too long: N tokens > M maximum", Gemini ``400
+INVALID_ARGUMENT`` "The input token count (N) exceeds the maximum number of tokens allowed (M).").
 
 **The bound.** If every token of a tokenizer's vocabulary (added and special tokens included) stands for
 at most ``M`` bytes of the text it was encoded from, a text of ``B`` bytes needs at least ``ceil(B / M)``
@@ -49,6 +50,9 @@ def context_overflow(api: ServedAPI, limit: int, n_tokens: int, *, n_bytes: int 
     if api == "messages":  # Anthropic's wording; Claude Code parses "N tokens > M maximum" to compact
         return ContextOverflow(f"prompt is too long: {n_tokens} tokens > {limit} maximum{how}",
                                n_tokens=n_tokens, limit=limit, kind="invalid_request_error")
+    if api == "gemini":  # the Gemini API's wording
+        return ContextOverflow(f"The input token count ({n_tokens}) exceeds the maximum number of tokens allowed "
+                               f"({limit}){how}.", n_tokens=n_tokens, limit=limit, param="contents")
     return ContextOverflow(f"This model's maximum context length is {limit} tokens. However, your messages resulted "
                            f"in {n_tokens} tokens{how}. Please reduce the length of the messages.",
                            n_tokens=n_tokens, limit=limit, param="input" if api == "responses" else "messages",
@@ -63,6 +67,9 @@ def budget_spent(api: ServedAPI, budget: int, used: int) -> ContextOverflow:
             "(the proxy's rollout_max_tokens): no more calls")
     if api == "messages":
         return ContextOverflow(f"prompt is too long: {what}", n_tokens=used, limit=budget, kind="invalid_request_error")
+    if api == "gemini":
+        return ContextOverflow(f"The input token count exceeds the maximum number of tokens allowed: {what}",
+                               n_tokens=used, limit=budget, param="contents")
     return ContextOverflow(f"This model's token budget is spent: {what}", n_tokens=used, limit=budget,
                            param="input" if api == "responses" else "messages", code="context_length_exceeded")
 

@@ -197,10 +197,13 @@ class Engine:
             rendered = await self.render(st, req, size=len(body))
         index = st.take_index()
         clock = CallTiming()  # the call reaches the back-end now: its queue, first token, stalls
+        # the served policy's version now; a back-end that picks its weights per call (vLLM's adapter) may
+        # overwrite it in generate: the call records the version that sampled it
         ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools,
-                         timing=clock)
+                         timing=clock, policy_version=self.backend.policy_version)
         started = time.time()
         call = ModelCall(index=index, api=req.api, request=_request_record(req, body), model=req.model,
+                         policy_version=ctx.policy_version,
                          started_at=started, exact=self.backend.exact and not self.backend.passthrough,
                          sampling={"enforced": params.model_dump(exclude_none=True),
                                    "requested": req.requested_sampling(),
@@ -217,6 +220,7 @@ class Engine:
                     ctx.on_tokens, ctx.loop = sink.push, asyncio.get_running_loop()
                     sink.start(len(rendered.ids), prefix, call_index=index)
                 gen = await self._generate(rendered.ids, params, ctx)
+                call.policy_version = ctx.policy_version
                 cut = cut_at_stop(gen, req.stop, self.renderer.decode, self.renderer.eos_id) if req.stop else None
                 if cut is not None:
                     gen = cut.generation
@@ -229,6 +233,7 @@ class Engine:
                 call.has_reasoning = bool(result.reasoning)
         except asyncio.CancelledError:
             call.status, call.error = CallStatus.CANCELLED, "client disconnected"
+            call.policy_version = ctx.policy_version
             if not self.backend.passthrough:  # what the policy had sampled is kept (trained with the outcome)
                 call.output_ids, call.output_logprobs = clock.partial()
                 call.finish_reason = "cancelled"

@@ -49,8 +49,9 @@ class LiveSSE(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, body: AsyncIterator[bytes], call_index: int):
+    def __init__(self, body: AsyncIterator[bytes], call_index: int, media_type: str = "text/event-stream"):
         self.body_iterator, self.status_code, self.background = body, 200, None
+        self.media_type = media_type  # the Gemini API's non-SSE stream is one JSON array
         self.closed = False  # the closing events (the whole answer) were written, not just the end of the body
         self.init_headers({**SSE_HEADERS, "x-openforge-call": str(call_index)})
 

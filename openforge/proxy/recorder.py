@@ -62,6 +62,7 @@ class RolloutHandle:
     api_key: str
     openai_base_url: str
     anthropic_base_url: str
+    gemini_base_url: str  # google.genai.Client(http_options={"base_url": ...}); the same root as Anthropic's
 
     def to_json(self) -> dict[str, str]:
         return dict(self.__dict__)

@@ -63,7 +63,7 @@ class AdminRoutes:
             self.state.on_create(st)
         base = f"{self.state.public_url()}/r/{st.rollout_id}"
         return JsonResponse({"rollout_id": st.rollout_id, "api_key": st.api_key, "openai_base_url": base + "/v1",
-                             "anthropic_base_url": base}, status_code=201)
+                             "anthropic_base_url": base, "gemini_base_url": base}, status_code=201)
 
     async def get_rollout(self, request: LeanRequest) -> Response:
         self.admin(request)

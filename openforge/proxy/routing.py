@@ -6,7 +6,7 @@ handlers once captured from ``build_app``'s closure), :class:`LeanRequest`, :dat
 :class:`JsonResponse`, :func:`admin_error` / :func:`error_response` (every error in the called API's
 shape, with the headers that make SDK retries behave), :func:`guard` (a handler's errors answered in
 that shape), :func:`http_error` (Starlette's own 404/405), :func:`request_key` and :func:`read_json`
-(a request body read, decompressed and parsed within bounds, see :mod:`.intake`).
+(a request body read, decompressed and parsed within bounds, see :mod:`.intake`), :func:`query_param`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
+from urllib.parse import parse_qsl
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -27,6 +28,7 @@ from .intake import BodyDisconnect, Limits, decode_body, header_map, parse_json,
 from .recorder import Recorder, RolloutState
 from .sse import dumps
 from .wire_chat import openai_error
+from .wire_gemini_out import gemini_error
 from .wire_messages import anthropic_error
 
 __all__ = [
@@ -42,6 +44,8 @@ __all__ = [
     "guard",
     "http_error",
     "internal_error",
+    "lean_guard",
+    "query_param",
     "read_json",
     "request_key",
 ]
@@ -49,9 +53,12 @@ __all__ = [
 log = logging.getLogger("openforge.proxy")
 ADMIN_MAX_BODY = 1 << 20  # admin bodies are small JSON objects
 PARSE_IN_THREAD_BYTES = 1 << 20  # larger bodies are parsed off the event loop
+MAX_QUERY_FIELDS = 32
+_GEMINI_VERSIONS = ("/v1beta/", "/v1alpha/")
 
-#: Whose error shape a response takes: Anthropic's for ``messages``, the admin one, else OpenAI's.
-ErrorShape = Literal["chat", "responses", "messages", "admin"]
+#: Whose error shape a response takes: Anthropic's for ``messages``, Gemini's for ``gemini``, the admin
+#: one, else OpenAI's.
+ErrorShape = Literal["chat", "responses", "messages", "gemini", "admin"]
 
 
 @dataclass
@@ -76,15 +83,16 @@ class AppState:
 
 
 class LeanRequest:
-    """The part of a request the model routes read — lower-cased headers, the path parameters, the body
-    stream, ``receive`` — built straight from the ASGI scope, so the hot routes skip Starlette's
-    middleware stack, router and header views."""
+    """The part of a request the model routes read — lower-cased headers, the path parameters, the raw
+    query string, the body stream, ``receive`` — built straight from the ASGI scope, so the hot routes
+    skip Starlette's middleware stack, router and header views."""
 
-    __slots__ = ("headers", "path_params", "receive")
+    __slots__ = ("headers", "path_params", "query", "receive")
 
     def __init__(self, scope: dict[str, Any], receive: Any, path_params: dict[str, str]):
         self.headers = header_map(scope["headers"])
         self.path_params = path_params
+        self.query: bytes = scope.get("query_string") or b""
         self.receive = receive
 
     @classmethod
@@ -109,8 +117,9 @@ def admin_error(e: ProxyError) -> dict[str, Any]:
 
 
 def error_response(api: ErrorShape, e: ProxyError) -> Response:
-    """``e`` in the error shape of ``api``: ``messages`` (Anthropic), ``admin``, else OpenAI's."""
-    body = anthropic_error(e) if api == "messages" else admin_error(e) if api == "admin" else openai_error(e)
+    """``e`` in the error shape of ``api``: ``messages`` (Anthropic), ``gemini``, ``admin``, else OpenAI's."""
+    body = (anthropic_error(e) if api == "messages" else gemini_error(e) if api == "gemini" else
+            admin_error(e) if api == "admin" else openai_error(e))
     headers = None
     if e.status in (429, 503):
         headers = {"retry-after": "1"}
@@ -125,19 +134,36 @@ def internal_error(e: Exception) -> ProxyError:
 
 
 def api_of(path: str, headers: Mapping[str, str]) -> ErrorShape:
-    """Which error shape a request outside the routes gets: admin, Anthropic or OpenAI."""
+    """Which error shape a request outside the routes gets: admin, Anthropic, Gemini or OpenAI."""
     if path.startswith("/admin"):
         return "admin"
-    return "messages" if "/messages" in path or "anthropic-version" in headers else "chat"
+    if "/messages" in path:
+        return "messages"
+    if any(v in path for v in _GEMINI_VERSIONS):
+        return "gemini"
+    if "anthropic-version" in headers:
+        return "messages"
+    return "gemini" if "x-goog-api-key" in headers else "chat"
 
 
 def guard(api: ErrorShape, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """A Starlette endpoint running ``handler``: every error it raises answered in ``api``'s shape (a
     bug is logged and still answered in that shape)."""
 
+    guarded = lean_guard(api, handler)
+
     async def endpoint(request: Request) -> Response:
+        return await guarded(LeanRequest.of(request))
+
+    return endpoint
+
+
+def lean_guard(api: ErrorShape, handler: Handler) -> Handler:
+    """``handler`` with every error it raises answered in ``api``'s shape (for the hot dispatch)."""
+
+    async def guarded(request: LeanRequest) -> Response:
         try:
-            return await handler(LeanRequest.of(request))
+            return await handler(request)
         except ProxyError as e:
             return error_response(api, e)
         except (ClientGone, BodyDisconnect):
@@ -146,7 +172,7 @@ def guard(api: ErrorShape, handler: Handler) -> Callable[[Request], Awaitable[Re
             log.exception("proxy error")
             return error_response(api, internal_error(e))
 
-    return endpoint
+    return guarded
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -160,12 +186,25 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return error_response(api, internal_error(exc))
 
 
-def request_key(request: LeanRequest) -> str | None:
-    """The API key a request carries: ``Authorization: Bearer KEY`` or ``x-api-key``."""
+def request_key(request: LeanRequest, *, query: bool = False) -> str | None:
+    """The API key a request carries: ``Authorization: Bearer KEY``, ``x-api-key`` or ``x-goog-api-key``;
+    with ``query`` (the model routes: the Gemini API's form) also ``?key=KEY``."""
     auth = request.headers.get("authorization")
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip()
-    return request.headers.get("x-api-key")
+    key = request.headers.get("x-api-key") or request.headers.get("x-goog-api-key")
+    if key is None and query and request.query:
+        key = query_param(request, "key")
+    return key
+
+
+def query_param(request: LeanRequest, name: str) -> str | None:
+    """The last value of ``name`` in the request's query string (a 400 for more than 32 fields)."""
+    try:
+        pairs = parse_qsl(request.query.decode("latin-1"), max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        raise ProxyError(f"the query string has more than {MAX_QUERY_FIELDS} fields", 400, param="query") from None
+    return next((v for k, v in reversed(pairs) if k == name), None)
 
 
 async def read_json(request: LeanRequest, limits: Limits) -> tuple[bytes, dict[str, Any]]:

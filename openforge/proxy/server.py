@@ -7,7 +7,7 @@ Owns: :class:`ProxyServer`.
 
     async with ProxyServer(backend, store=store) as proxy:
         h = proxy.create_rollout("task-1", harness="codex")     # id, api_key, base URLs
-        ...  # run the harness against h.openai_base_url / h.anthropic_base_url
+        ...  # run the harness against h.openai_base_url / h.anthropic_base_url / h.gemini_base_url
         traj = proxy.finish_rollout(h.rollout_id, reward=1.0)    # segments built and validated
         await proxy.pause(); ...update weights...; await proxy.resume()
 """
@@ -57,7 +57,8 @@ class AgentOnly:
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         rid, _, rest = path[3:].partition("/") if path.startswith("/r/") else ("", "", "")
-        if scope["type"] == "http" and rid and (rest == "" or rest == "v1" or rest.startswith("v1/")):
+        version = rest.partition("/")[0]
+        if scope["type"] == "http" and rid and (rest == "" or version in ("v1", "v1beta", "v1alpha")):
             return await self.app(scope, receive, send)
         body = b'{"error": {"type": "not_found", "message": "not served on the sandbox socket: only a rollout\'s model routes are"}}'
         await send({"type": "http.response.start", "status": 404,
@@ -216,7 +217,7 @@ class ProxyServer:
         st = self.recorder.create(task_id, harness=harness, metadata=metadata, environment=environment,
                                   rollout_id=rollout_id)
         base = f"{(base_url or self.url).rstrip('/')}/r/{st.rollout_id}"
-        return RolloutHandle(st.rollout_id, st.api_key, base + "/v1", base)
+        return RolloutHandle(st.rollout_id, st.api_key, base + "/v1", base, base)
 
     def finish_rollout(self, rollout_id: str, *, reward: float | None = None,
                        status: RolloutStatus | str | None = None, rewards: dict[str, float] | None = None,

@@ -1,11 +1,11 @@
-"""The seam between the proxy's model routes and its three wire adapters (Chat Completions,
-Responses, Messages).
+"""The seam between the proxy's model routes and its four wire adapters (Chat Completions,
+Responses, Messages, Gemini).
 
 Owns: :class:`WireAdapter` (a wire API's request → :class:`~.canonical.CanonicalRequest`, and a
 :class:`~.canonical.CanonicalResult` → its JSON answer or its whole SSE event sequence) and
 :class:`WireStream` (the events of one live streaming answer: opening, deltas, then closing or
 failure). :class:`~.wire_chat.ChatAdapter`, :class:`~.wire_responses.ResponsesAdapter` and
-:class:`~.wire_messages.MessagesAdapter` satisfy them structurally.
+:class:`~.wire_messages.MessagesAdapter` and :class:`~.wire_gemini.GeminiAdapter` satisfy them structurally.
 """
 
 from __future__ import annotations

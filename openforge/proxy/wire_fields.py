@@ -1,4 +1,4 @@
-"""What the proxy does with each top-level request field of the three wire APIs.
+"""What the proxy does with each top-level request field of the four wire APIs.
 
 Owns: :data:`FIELDS` (per API: field → :class:`WireField`), :func:`check_fields` (called first by each
 adapter's ``parse``). Every field is one of:
@@ -15,7 +15,8 @@ A field in no table (harnesses add new ones all the time) is served as if absent
 every call of such a harness — and never silently: the call's ``sampling["unrecognized"]`` records it
 and the proxy logs it once. The user-facing
 table is docs/wire-fields.md; ``tests/proxy/test_wire_fields.py`` keeps the two equal and checks each
-treatment against the running proxy.
+treatment against the running proxy. The Gemini API's ``generationConfig`` holds most of its
+options: its fields are classified one by one, named ``generationConfig.<field>``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ __all__ = ["FIELDS", "HONOURED", "OVERRIDDEN", "REFUSED", "FieldCheck", "WireFie
 log = logging.getLogger("openforge.proxy")
 HONOURED, OVERRIDDEN, REFUSED = "honoured", "overridden", "refused"
 _LOGGED: set[tuple[ServedAPI, str]] = set()  # (api, field) already warned about
-API_NAMES: dict[ServedAPI, str] = {"chat": "Chat Completions", "responses": "Responses", "messages": "Messages"}
+API_NAMES: dict[ServedAPI, str] = {"chat": "Chat Completions", "responses": "Responses", "messages": "Messages",
+                                   "gemini": "Gemini generateContent"}
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,54 @@ MESSAGES: dict[str, WireField] = {
     "container": _r("containers are not supported", harmless=_falsy),
 }
 
-FIELDS: dict[ServedAPI, dict[str, WireField]] = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES}
+_GEN = "generationConfig."
+GEMINI: dict[str, WireField] = {
+    "contents": _h("rendered with the chat template (consecutive contents of one role are one turn)"),
+    "systemInstruction": _h("the leading system turn"),
+    "tools": _h("`functionDeclarations` rendered into the prompt with the chat template; calls parsed back "
+                "(built-in tools such as `googleSearch` are a 400)"),
+    "toolConfig": _h("`functionCallingConfig.mode`: `NONE` hides the tools; `ANY` prefills a call (of the one "
+                     "function `allowedFunctionNames` names, if it names one)"),
+    "generationConfig": _h("each of its fields has its own row (`generationConfig.<field>`)"),
+    "model": _h("the model named in the path is served and echoed (`modelVersion`)"),
+    "labels": _h(_NO_EFFECT),
+    "store": _h(_NO_EFFECT + " (every call is recorded anyway)"),
+    "safetySettings": _o("no safety filtering is applied"),
+    "serviceTier": _o(_ONE_TIER),
+    "cachedContent": _r("server-held cached contents are not supported; send the contents", harmless=_falsy),
+    "continuationToken": _r("continuations are not supported: every answer is complete", harmless=_falsy),
+    _GEN + "maxOutputTokens": _h("a smaller limit than the run's is applied"),
+    _GEN + "stopSequences": _h("applied exactly: the text ends before the stop string, the recorded ids end at the "
+                               "token that completes it"),
+    _GEN + "responseLogprobs": _h("`logprobsResult.chosenCandidates`: the recorded behaviour logprobs of the "
+                                  "generated tokens"),
+    _GEN + "temperature": _o(_SAMPLING),
+    _GEN + "topP": _o(_SAMPLING),
+    _GEN + "topK": _o(_SAMPLING),
+    _GEN + "seed": _o(_SAMPLING),
+    _GEN + "presencePenalty": _o(_SAMPLING + " (no penalties: the trainer does not model them)"),
+    _GEN + "frequencyPenalty": _o(_SAMPLING + " (no penalties: the trainer does not model them)"),
+    _GEN + "thinkingConfig": _o(_THINKING),
+    _GEN + "responseMimeType": _o("not enforced by constrained decoding"),
+    _GEN + "responseSchema": _o("not enforced by constrained decoding"),
+    _GEN + "responseJsonSchema": _o("not enforced by constrained decoding"),
+    _GEN + "mediaResolution": _o("input images and files are placeholders in the prompt"),
+    _GEN + "enableEnhancedCivicAnswers": _o("no answer filtering is applied"),
+    _GEN + "routingConfig": _o("the policy serves every call"),
+    _GEN + "modelSelectionConfig": _o("the policy serves every call"),
+    _GEN + "candidateCount": _r("the proxy records one sample per call; send separate requests",
+                                harmless=lambda v: v == 1, accepts="1"),
+    _GEN + "logprobs": _r("alternatives (`topCandidates`) are not computed", harmless=lambda v: v == 0, accepts="0"),
+    _GEN + "responseModalities": _r("only text output", harmless=lambda v: v in (["TEXT"], ["text"]),
+                                    accepts='["TEXT"]'),
+    _GEN + "speechConfig": _r("audio output is not supported", harmless=_falsy),
+    _GEN + "audioTimestamp": _r("audio input is not supported", harmless=_falsy),
+    _GEN + "audioTranscriptionConfig": _r("audio input is not supported", harmless=_falsy),
+    _GEN + "imageConfig": _r("image output is not supported", harmless=_falsy),
+}
+
+FIELDS: dict[ServedAPI, dict[str, WireField]] = {"chat": CHAT, "responses": RESPONSES, "messages": MESSAGES,
+                                                 "gemini": GEMINI}
 
 
 @dataclass

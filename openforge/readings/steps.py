@@ -9,7 +9,10 @@ and the generic-shell tool list. Pure functions over the wire JSON the proxy rec
 * responses (OpenAI Responses): ``function_call`` / ``custom_tool_call`` / ``local_shell_call``
   items in ``response.output``; results are ``*_output`` items (``call_id``) in later ``input``;
 * messages (Anthropic Messages): ``tool_use`` blocks in ``response.content``; results are
-  ``tool_result`` blocks (``tool_use_id``, ``is_error``) in later user messages.
+  ``tool_result`` blocks (``tool_use_id``, ``is_error``) in later user messages;
+* gemini (Gemini API): ``functionCall`` parts; results are ``functionResponse`` parts in later
+  ``contents``, paired with their call by ``id`` or, without one, by name as the proxy pairs them
+  (:func:`~openforge.gemini_contents.gemini_messages`).
 
 browser-use calls no tools: its actions are a JSON answer ``{"action": [{"navigate": {...}}]}`` (chat)
 or the input of one forced ``AgentOutput`` tool (messages); each action is read as a step.
@@ -30,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import ProxyError
+from ..gemini_contents import gemini_messages
 from ..types import CallStatus, ModelCall
 
 __all__ = [
@@ -290,7 +295,10 @@ def _agent_actions(obj: Any) -> list[tuple[str, Any]]:
 
 def _results_in_request(request: dict[str, Any]) -> Iterable[tuple[str, str, bool | None]]:
     """(normalised call_id, result text, explicit error flag or None) of every tool result sent."""
-    for msg in request.get("messages") or []:
+    messages = request.get("messages") or []
+    if "contents" in request:
+        messages = _gemini_messages(request)
+    for msg in messages:
         if not isinstance(msg, dict):
             continue
         if msg.get("role") == "tool":
@@ -313,6 +321,13 @@ def _results_in_request(request: dict[str, Any]) -> Iterable[tuple[str, str, boo
                 if cid:
                     text, flag = _unwrap_output(item.get("output"))
                     yield cid, text, flag
+
+
+def _gemini_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
+    try:
+        return gemini_messages(request)
+    except ProxyError:
+        return []
 
 
 def extract_steps(calls: Iterable[ModelCall]) -> list[ToolStep]:

@@ -34,7 +34,8 @@ tokens each. ``none``: every token 1/8, so A weighs 2/8 and B 6/8. ``equal``: A'
 1/12 each, so A and B weigh 1/2 each.
 
 What enters: only rollouts whose outcome is trainable *and* that were captured as exact tokens
-(:attr:`~openforge.trajectory.TrajectoryGroup.trainable`). A ``capture: text`` rollout (a pass-through
+(:attr:`~openforge.trajectory.TrajectoryGroup.trainable`) *and*, when the step names the policy version it
+trains, whose every trained call that version sampled (:func:`stale_calls`). A ``capture: text`` rollout (a pass-through
 back-end that returns no token ids) is dropped before the group statistics, with a logged reason: its
 reward is not the behaviour policy's, so it must not move the baseline either.
 
@@ -62,9 +63,11 @@ __all__ = [
     "TrainSample",
     "build_samples",
     "count_mixed_groups",
+    "count_stale",
     "group_advantages",
     "is_tied",
     "policy_loss",
+    "stale_calls",
 ]
 
 log = logging.getLogger("openforge.train")
@@ -150,15 +153,39 @@ def session_of(traj: Trajectory) -> str:
     return f"session:{sid}" if isinstance(sid, (str, int)) and sid != "" else f"rollout:{traj.rollout_id}"
 
 
-def _trainable(group: TrajectoryGroup) -> list[Trajectory]:
-    """The group's rollouts a trainer may use; each valid one captured as text is dropped, logged."""
+def stale_calls(traj: Trajectory, version: int) -> list[int]:
+    """Indices of ``traj``'s trainable calls not sampled by policy ``version`` (an older adapter or weights,
+    or no version stated): a rollout with any is not trained as on-policy."""
+    return [c.index for c in traj.calls if c.trainable and c.policy_version != version]
+
+
+def _trainable(group: TrajectoryGroup, policy_version: int | None = None) -> list[Trajectory]:
+    """The group's rollouts a trainer may use; each valid one captured as text, or (``policy_version``
+    given) with a call another policy version sampled, is dropped, logged."""
     keep = group.trainable
     for t in group.valid:
         if t.capture != "tokens":
             log.warning("rollout %s (task %s) is left out of training: captured as text (an answer came back "
                         "without the token ids the policy sampled), so it never enters a trainer",
                         t.rollout_id, t.task_id)
-    return keep
+    if policy_version is None:
+        return keep
+    fresh = []
+    for t in keep:
+        stale = stale_calls(t, policy_version)
+        if stale:
+            got = sorted({str(c.policy_version) for c in t.calls if c.index in stale})
+            log.warning("rollout %s (task %s) is left out of training: call(s) %s were sampled by policy version "
+                        "%s, not %d, the one this step trains (stale calls are refused, never trained as "
+                        "on-policy)", t.rollout_id, t.task_id, stale, "/".join(got), policy_version)
+        else:
+            fresh.append(t)
+    return fresh
+
+
+def count_stale(groups: Iterable[TrajectoryGroup], policy_version: int) -> int:
+    """How many trainable rollouts of ``groups`` hold a call of another policy version (refused)."""
+    return sum(1 for g in groups for t in g.trainable if stale_calls(t, policy_version))
 
 
 def build_samples(
@@ -169,6 +196,7 @@ def build_samples(
     skip_zero_advantage: bool = True,
     loss_scale_tokens: int = 4096,
     session_weight: SessionWeight = "none",
+    policy_version: int | None = None,
 ) -> list[TrainSample]:
     """Turn task groups into training rows.
 
@@ -178,7 +206,9 @@ def build_samples(
     (:func:`is_tied`) are left out: their policy-gradient term is zero, so they would only cost
     compute and dilute the weight of the informative rollouts. ``loss_scale_tokens`` is the
     constant normaliser of ``seq-mean-token-sum-norm``; ``session_weight="equal"`` makes every
-    session weigh the same (see the module docstring).
+    session weigh the same (see the module docstring). ``policy_version``: the version of the policy being
+    trained; a rollout with a call any other version sampled (or that states none) is refused — left out
+    before the group statistics, logged (:mod:`openforge.train.policy_sync`: refused, not importance-corrected).
     """
     if loss_agg not in LOSS_AGG_MODES:
         raise ValueError(f"loss_agg must be one of {', '.join(LOSS_AGG_MODES)}; got {loss_agg!r}")
@@ -186,7 +216,7 @@ def build_samples(
         raise ValueError(f"session_weight must be one of {', '.join(SESSION_WEIGHTS)}; got {session_weight!r}")
     rows: list[tuple[Trajectory, float, list]] = []
     for group in groups:
-        valid = _trainable(group)
+        valid = _trainable(group, policy_version)
         rewards = [t.reward for t in valid]
         if skip_zero_advantage and is_tied(rewards):
             continue

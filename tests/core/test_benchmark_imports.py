@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-BENCHMARKS = sorted((Path(__file__).resolve().parents[2] / "benchmarks").glob("*.py"))
+BENCHMARKS = sorted((Path(__file__).resolve().parents[2] / "benchmarks").rglob("*.py"))
 
 
 def _openforge_imports(path: Path) -> list[tuple[int, str, str | None]]:

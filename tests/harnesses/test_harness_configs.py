@@ -52,6 +52,13 @@ def test_codex_config_and_argv(ctx):
     assert h.final_text(events) == "done!"
 
 
+def test_every_harness_process_gets_the_gemini_endpoint(ctx):
+    """The names the Gemini SDKs read (google-genai, gemini-cli): the same root as Anthropic's, the same key."""
+    env = ctx.base_env()
+    assert env["GOOGLE_GEMINI_BASE_URL"] == ctx.gemini_base_url == AN and env["GEMINI_API_KEY"] == "sk-roll"
+    assert env["ANTHROPIC_BASE_URL"] == AN and env["OPENAI_BASE_URL"] == OA
+
+
 def test_claude_code_env_and_argv(ctx):
     h = ClaudeCodeHarness()
     env = h.environment(ctx)

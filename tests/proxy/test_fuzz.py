@@ -14,17 +14,28 @@ from hypothesis import strategies as st
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import ProxyServer
 
-ROUTES = ["chat/completions", "responses", "messages", "messages/count_tokens"]
+ROUTES = ["v1/chat/completions", "v1/responses", "v1/messages", "v1/messages/count_tokens",
+          "v1beta/models/m:generateContent", "v1beta/models/m:streamGenerateContent?alt=sse",
+          "v1beta/models/m:countTokens"]
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=20))
 values = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=4), st.dictionaries(st.text(max_size=8), c, max_size=4)),
                       max_leaves=12)
 KEYS = ["model", "messages", "input", "tools", "tool_choice", "stream", "max_tokens", "max_output_tokens",
         "max_completion_tokens", "temperature", "top_p", "n", "system", "instructions", "previous_response_id",
-        "stream_options", "response_format", "metadata", "thinking", "role", "content", "type"]
+        "stream_options", "response_format", "metadata", "thinking", "role", "content", "type", "contents",
+        "systemInstruction", "generationConfig", "toolConfig", "parts", "functionDeclarations"]
 msg_like = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool", "developer", "bogus", 3]),
                                   "content": values}, optional={"tool_calls": values, "type": values, "tool_call_id": values})
+part_like = st.one_of(values, st.fixed_dictionaries({}, optional={
+    k: values for k in ("text", "thought", "functionCall", "functionResponse", "inlineData", "function_call")}))
+content_like = st.fixed_dictionaries({"parts": st.one_of(values, st.lists(part_like, max_size=3))},
+                                     optional={"role": st.sampled_from(["user", "model", "function", "bogus", 3])})
 bodies = st.one_of(
+    st.fixed_dictionaries({"contents": st.lists(content_like, max_size=3)},
+                          optional={"tools": st.one_of(values, st.lists(st.fixed_dictionaries(
+                              {"functionDeclarations": st.lists(values, max_size=2)}), max_size=2)),
+                                    "systemInstruction": values, "generationConfig": values, "toolConfig": values}),
     st.dictionaries(st.sampled_from(KEYS), values, max_size=8),
     st.fixed_dictionaries({"model": st.just("m"), "max_tokens": st.just(8)},
                           optional={"messages": st.lists(msg_like, max_size=3), "input": st.one_of(st.text(max_size=10), st.lists(msg_like, max_size=3)),
@@ -44,7 +55,7 @@ def fuzz_env(tokenizer):
 async def test_random_bodies_never_5xx(fuzz_env, route, body):
     proxy, h = fuzz_env
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as c:
-        r = await c.post(f"/r/{h.rollout_id}/v1/{route}", json=body, headers={"x-api-key": h.api_key})
+        r = await c.post(f"/r/{h.rollout_id}/{route}", json=body, headers={"x-api-key": h.api_key})
     assert r.status_code < 500, (body, r.text)
     if r.status_code >= 400:
         err = r.json()
@@ -57,9 +68,9 @@ async def test_malformed_and_huge_bodies(fuzz_env):
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as c:
         for route in ROUTES:
             for raw in (b"{", b"", b"[1,2]", b"null", b'"str"', b"\xff\xfe", b'{"model": "m", "messages": [}'):
-                r = await c.post(f"/r/{h.rollout_id}/v1/{route}", content=raw, headers=hdr)
+                r = await c.post(f"/r/{h.rollout_id}/{route}", content=raw, headers=hdr)
                 assert r.status_code == 400, (route, raw, r.text)
-            r = await c.post(f"/r/{h.rollout_id}/v1/{route}", content=b'{"x": "' + b"a" * (2 << 20) + b'"}', headers=hdr)
+            r = await c.post(f"/r/{h.rollout_id}/{route}", content=b'{"x": "' + b"a" * (2 << 20) + b'"}', headers=hdr)
             assert r.status_code == 413
         import gzip
         import json as _json

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from openforge.proxy.backends.scripted import ScriptedBackend
+from openforge.proxy.routes_model import GEMINI_PATH
 from openforge.proxy.server import ProxyServer
 
 SEED, N_REQUESTS, BOUND_S = 11, 5000, 5.0
@@ -47,6 +48,13 @@ BASES: dict[str, dict[str, Any]] = {
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [
             {"type": "text", "text": "ok"}]}]}],
         "tools": [{"name": "sh", "input_schema": {"type": "object"}}], "stream": False},
+    "gemini": {"systemInstruction": {"parts": [{"text": "be brief"}]}, "contents": [
+        {"role": "user", "parts": [{"text": "hi"}]},
+        {"role": "model", "parts": [{"text": "hm", "thought": True}, {"functionCall": {"name": "sh", "args": {"cmd": "ls"}}}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "sh", "response": {"output": "ok"}}}]}],
+        "tools": [{"functionDeclarations": [{"name": "sh", "parameters": {"type": "OBJECT", "properties": {
+            "cmd": {"type": "STRING"}}}}]}], "toolConfig": {"functionCallingConfig": {"mode": "AUTO"}},
+        "generationConfig": {"maxOutputTokens": 8, "temperature": 1.0, "stopSequences": ["\n\n"]}},
     "create": {"task_id": "t", "harness": "h", "metadata": {"k": [1, 2]}},
     "finish": {"reward": 1.0, "status": "success", "rewards": {"a": 0.5}, "error": "e"},
     "none": {},
@@ -61,6 +69,7 @@ ODD_HEADERS = {
     "accept": [b"*/*", b"text/event-stream", b"\x80"],
     "authorization": [b"Bearer", b"Bearer \xff\xfe", b"Basic Zm9vOmJhcg==", b"bearer  "],
     "x-api-key": [b"", b"\xff" * 64, b"sk-" + b"a" * 5000],
+    "x-goog-api-key": [b"", b"\xff" * 64, b"k" * 5000],
 }
 
 
@@ -90,6 +99,9 @@ def _hostile(rng: random.Random, depth: int = 0) -> Any:
         return {rng.choice(["type", "text", "content", "role", "name", "id", "input", "x"]): _hostile(rng, depth + 1)
                 for _ in range(rng.randrange(4))}
     if pick == 13:
+        if rng.random() < 0.3:  # a Gemini part
+            return {rng.choice(["text", "functionCall", "functionResponse", "inlineData", "thought", "executableCode",
+                                "function_call"]): _hostile(rng, depth + 1) if depth < 3 else "t"}
         return {"type": rng.choice(["text", "image", "tool_use", "tool_result", "thinking", "input_text",
                                     "function_call", "function_call_output", "message", "redacted_thinking",
                                     "document", "reasoning", "custom_tool_call", "bogus"]),
@@ -118,7 +130,8 @@ def _mutate(rng: random.Random, body: dict[str, Any]) -> dict[str, Any]:
             body[rng.choice(["model", "messages", "input", "tools", "tool_choice", "stream", "max_tokens", "n",
                              "max_output_tokens", "system", "instructions", "previous_response_id", "metadata",
                              "temperature", "top_p", "thinking", "logit_bias", "audio", "task_id", "reward",
-                             "status", "rewards", "error", "harness", "response_format", "text"])] = _hostile(rng)
+                             "status", "rewards", "error", "harness", "response_format", "text", "contents",
+                             "systemInstruction", "generationConfig", "toolConfig", "cachedContent"])] = _hostile(rng)
             continue
         *parent, last = rng.choice(paths)
         node = body
@@ -238,21 +251,45 @@ class _Asgi:
                 if not msg.get("more_body"):
                     done.set()
 
+        path, _, query = path.partition("?")
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
-                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
                  "headers": [(b"host", b"proxy"), *headers], "client": ("127.0.0.1", 1), "server": ("proxy", 80)}
         await self.app(scope, receive, send)
         done.set()
         return start["status"], dict(start.get("headers", [])), b"".join(out)
 
 
-def _shape_ok(api: str, body: bytes) -> bool:
+def _expected_shape(api: str, method: str, path: str, headers: list[tuple[bytes, bytes]]) -> str:
+    """The shape of a route's errors; the routes that answer whoever calls them (no such route, the
+    models list) in the shape of the client the request's path or headers say it is."""
+    names = {k for k, _ in headers}
+    if api == "gemini" and method == "POST" and not GEMINI_PATH.fullmatch(path.split("/", 3)[3].partition("?")[0]):
+        api = "unknown"  # a model name with a slash: no Gemini method, the router's 404
+    if api == "models":
+        return "gemini" if b"x-goog-api-key" in names else "chat"
+    if api != "unknown":
+        return api
+    if "/messages" in path:
+        return "messages"
+    if "/v1beta/" in path:
+        return "gemini"
+    if b"anthropic-version" in names:
+        return "messages"
+    return "gemini" if b"x-goog-api-key" in names else "chat"
+
+
+def _shape_ok(api: str, body: bytes, status: int) -> bool:
     try:
         doc = json.loads(body)
     except ValueError:
         return False
     err = doc.get("error") if isinstance(doc, dict) else None
-    if not isinstance(err, dict) or not isinstance(err.get("message"), str) or not isinstance(err.get("type"), str):
+    if not isinstance(err, dict) or not isinstance(err.get("message"), str):
+        return False
+    if api == "gemini":
+        return set(doc) == {"error"} and err.get("code") == status and isinstance(err.get("status"), str)
+    if not isinstance(err.get("type"), str):
         return False
     if api == "messages":
         return doc.get("type") == "error"
@@ -290,16 +327,25 @@ async def _fuzz_every_route(proxy: ProxyServer) -> None:
         """method, path, body base, expected error shape, auth headers."""
         user = [(b"x-api-key", key.encode())] if rng.random() < 0.9 else [
             (rng.choice([b"x-api-key", b"authorization"]), rng.choice(ODD_HEADERS["x-api-key"]))]
+        goog = [(b"x-goog-api-key", key.encode())] if rng.random() < 0.9 else [
+            (b"x-goog-api-key", rng.choice(ODD_HEADERS["x-goog-api-key"]))]
         admin = [(b"authorization", b"Bearer adm")] if rng.random() < 0.9 else [
             (b"authorization", rng.choice(ODD_HEADERS["authorization"]))]
         junk = rng.choice(["x", "%ff%fe", "a" * 300, "..%2f..", "gpt-4o/../../admin"])
+        model = rng.choice(["gemini-x", "m", junk])
         table = [
             ("POST", f"/r/{rid}/v1/chat/completions", "chat", "chat", user),
             ("POST", f"/r/{rid}/v1/responses", "responses", "chat", user),
             ("POST", f"/r/{rid}/v1/messages", "messages", "messages", user),
             ("POST", f"/r/{rid}/v1/messages/count_tokens", "messages", "messages", user),
-            ("GET", f"/r/{rid}/v1/models", "none", "chat", user),
-            ("GET", f"/r/{rid}/v1/models/{junk}", "none", "chat", user),
+            ("POST", f"/r/{rid}/v1beta/models/{model}:generateContent", "gemini", "gemini", goog),
+            ("POST", f"/r/{rid}/v1beta/models/{model}:streamGenerateContent"
+                     f"{rng.choice(['', '?alt=sse', '?alt=json', '?alt=%ff', '?' + '&'.join(['a=1'] * 40)])}",
+             "gemini", "gemini", goog),
+            ("POST", f"/r/{rid}/v1/models/{model}:countTokens", "gemini", "gemini", goog),
+            ("GET", f"/r/{rid}/v1beta/models", "none", "gemini", goog),
+            ("GET", f"/r/{rid}/v1/models", "none", "models", user),
+            ("GET", f"/r/{rid}/v1/models/{junk}", "none", "models", user),
             ("HEAD", f"/r/{rid}", "none", "chat", user),
             ("HEAD", "/", "none", "chat", []),
             ("GET", f"/r/{rid}/v1/{junk}", "chat", "unknown", user),
@@ -328,8 +374,7 @@ async def _fuzz_every_route(proxy: ProxyServer) -> None:
         for name, values in ODD_HEADERS.items():
             if name not in ("authorization", "x-api-key") and rng.random() < 0.06:
                 headers.append((name.encode(), rng.choice(values)))
-        if api == "unknown":  # no such route: an Anthropic client (anthropic-version) gets Anthropic's shape
-            api = "messages" if any(k == b"anthropic-version" for k, _ in headers) else "chat"
+        api = _expected_shape(api, method, path, headers)
         if rng.random() < 0.03:
             headers.append((b"content-length", rng.choice([b"\xb2", b"-5", b"99999999999999999999", b"1e3", b"0"])))
         t0 = time.monotonic()
@@ -341,15 +386,16 @@ async def _fuzz_every_route(proxy: ProxyServer) -> None:
         assert status < 500, what
         assert took < BOUND_S, f"{took:.1f}s: {what}"
         if status >= 400 and method != "HEAD" and status != 499:
-            assert _shape_ok(api, rbody), what
+            assert _shape_ok(api, rbody, status), what
         if path == "/admin/pause" and status == 200:
             await proxy.resume()  # the fuzzer must not leave new calls waiting
         statuses[(api, status)] += 1
     took_all = time.monotonic() - t_start
     print(f"{N_REQUESTS} hostile requests in {took_all:.1f}s, slowest {slowest * 1000:.0f} ms: {sorted(statuses.items())}")
-    for api in ("chat", "messages", "admin"):  # every shape got both served and refused traffic
+    for api in ("chat", "messages", "gemini", "admin"):  # every shape got both served and refused traffic
         assert any(s < 300 for (a, s) in statuses if a == api) and any(s >= 400 for (a, s) in statuses if a == api)
     assert statuses[("chat", 413)] and statuses[("chat", 400)] and statuses[("messages", 400)]
+    assert statuses[("gemini", 400)] and statuses[("gemini", 413)]
 
 
 async def test_malformed_and_half_sent_requests_over_a_real_socket(fuzzed, tokenizer):
@@ -441,3 +487,7 @@ async def test_malformed_and_half_sent_requests_over_a_real_socket(fuzzed, token
         ant = anthropic.AsyncAnthropic(base_url=h.anthropic_base_url, api_key=h.api_key, max_retries=0)
         m = await ant.messages.create(model="m", max_tokens=8, messages=[{"role": "user", "content": "and now?"}])
         assert m.content[0].text == "ok"
+        genai = pytest.importorskip("google.genai")
+        gem = genai.Client(api_key=h.api_key, http_options={"base_url": h.gemini_base_url})
+        g = await gem.aio.models.generate_content(model="m", contents="and Gemini?")
+        assert g.text == "ok"

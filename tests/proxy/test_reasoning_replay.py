@@ -2,7 +2,7 @@
 
 The policy answers with reasoning (``<think>``); the harness sends the conversation back with that turn
 either intact (reasoning replayed in its API's own form: chat ``reasoning_content``, a Responses
-``reasoning`` item, a Messages ``thinking`` block) or stripped of it. Intact: the proxy splices the
+``reasoning`` item, a Messages ``thinking`` block, a Gemini ``thought`` part) or stripped of it. Intact: the proxy splices the
 next call onto the exact tokens, one segment. Stripped: the harness did not send what was generated,
 so a new segment begins with ``break_reason: thinking_stripped``.
 
@@ -58,7 +58,19 @@ async def _messages(h, stripped: bool) -> None:
     assert m2.content[-1].text == SECOND
 
 
-SDKS = {"chat": _chat, "responses": _responses, "messages": _messages}
+async def _gemini(h, stripped: bool) -> None:
+    from google import genai
+
+    client = genai.Client(api_key=h.api_key, http_options={"base_url": h.gemini_base_url})
+    r = await client.aio.models.generate_content(model="gemini", contents="hi")
+    parts = r.candidates[0].content.parts
+    assert [p.thought for p in parts] == [True, None] and parts[0].text == REASONING and r.text == FIRST
+    turn = genai.types.Content(role="model", parts=[p for p in parts if not (stripped and p.thought)])
+    r2 = await client.aio.models.generate_content(model="gemini", contents=["hi", turn, "how are you?"])
+    assert r2.text == SECOND
+
+
+SDKS = {"chat": _chat, "responses": _responses, "messages": _messages, "gemini": _gemini}
 
 
 async def _reasons(tokenizer, api: str, stripped: bool, renderer: Renderer | None = None) -> list[BreakReason]:

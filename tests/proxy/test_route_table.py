@@ -1,5 +1,5 @@
-"""The proxy's HTTP contract as a table: every route (method + path, in matching order) and the three
-serving routes dispatched straight from the ASGI scope. A route lost or reordered by a refactor of
+"""The proxy's HTTP contract as a table: every route (method + path, in matching order) and the
+serving routes dispatched straight from the ASGI scope (three by path, the Gemini methods by pattern). A route lost or reordered by a refactor of
 the app fails here before any wire test runs."""
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ ROUTES = [
     (["POST"], "/r/{rollout_id}/v1/messages/count_tokens"),
     (GET, "/r/{rollout_id}/v1/models"),
     (GET, "/r/{rollout_id}/v1/models/{model:path}"),
+    (GET, "/r/{rollout_id}/v1beta/models"),
+    (GET, "/r/{rollout_id}/v1beta/models/{model:path}"),
     (["POST"], "/admin/rollouts"),
     (GET, "/admin/rollouts"),
     (GET, "/admin/rollouts/{rollout_id}"),
@@ -37,6 +39,9 @@ def test_route_table_is_the_documented_one(tokenizer):
     app = _proxy(tokenizer).app
     assert [(sorted(r.methods), r.path) for r in app.router.routes] == ROUTES
     assert sorted(app.hot) == HOT
+    assert app.match("v1beta/models/gemini-x:generateContent")[1] == {"model": "gemini-x", "method": "generateContent"}
+    assert app.match("v1/models/m:streamGenerateContent") and app.match("v1alpha/models/m:countTokens")
+    assert app.match("v2/models/m:generateContent") is None and app.match("v1beta/models/a/b:generateContent") is None
 
 
 async def test_every_route_answers_in_its_own_handler(tokenizer):
@@ -56,6 +61,11 @@ async def test_every_route_answers_in_its_own_handler(tokenizer):
         ("PUT", r + "/v1/other", {}, 404),
         ("POST", r + "/v1/chat/completions", {}, 401), ("POST", r + "/v1/responses", {}, 401),
         ("POST", r + "/v1/messages", {}, 401),
+        ("GET", r + "/v1beta/models", {}, 401), ("GET", r + "/v1beta/models/gemini-x", {}, 401),
+        ("POST", r + "/v1beta/models/gemini-x:generateContent", {}, 401),
+        ("POST", r + "/v1beta/models/gemini-x:streamGenerateContent", {}, 401),
+        ("POST", r + "/v1beta/models/gemini-x:countTokens", {}, 401),
+        ("POST", r + "/v1beta/models/gemini-x:embedContent", {}, 404),
     ]
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=proxy.app), base_url="http://p") as c:
         got = [(m, p, (await c.request(m, p, headers=hd)).status_code) for m, p, hd, _ in want]

@@ -1,4 +1,4 @@
-"""docs/wire-fields.md is complete and true: every request field of the three APIs — every field the
+"""docs/wire-fields.md is complete and true: every request field of the four APIs — every field the
 installed SDKs can send among them — is in the table, and the running proxy gives each its treatment."""
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ from openforge.proxy.wire_fields import FIELDS, HONOURED, OVERRIDDEN, REFUSED, m
 from .conftest import TOOLS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-fields.md"
-ROUTES = {"chat": "chat/completions", "responses": "responses", "messages": "messages"}
+ROUTES = {"chat": "v1/chat/completions", "responses": "v1/responses", "messages": "v1/messages",
+          "gemini": "v1beta/models/m:generateContent"}
 BASE = {"chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
         "responses": {"model": "m", "input": "hi"},
-        "messages": {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]}}
+        "messages": {"model": "m", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
+        "gemini": {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}}
+GEN = "generationConfig."
 ANT_TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 RESP_TOOLS = [{"type": "function", "name": "bash", "parameters": {"type": "object", "properties": {}}}]
 _COMMON = {"model": "other-model", "stream": True, "metadata": {"k": "v"}}
@@ -54,6 +57,22 @@ EXAMPLES: dict[str, dict[str, object]] = {
                  "context_management": {"edits": []}, "compaction": {"x": 1}, "fallbacks": [{"model": "x"}],
                  "service_tier": "auto", "speed": "fast", "inference_geo": "us", "thread": {"type": "create"},
                  "mcp_servers": [{"type": "url", "url": "http://127.0.0.1:1", "name": "x"}], "container": "c"},
+    "gemini": {"contents": [{"role": "user", "parts": [{"text": "hello there"}]}], "model": "models/other",
+               "systemInstruction": {"parts": [{"text": "be brief"}]},
+               "tools": [{"functionDeclarations": [{"name": "bash", "parameters": {"type": "OBJECT"}}]}],
+               "toolConfig": {"functionCallingConfig": {"mode": "NONE"}}, "generationConfig": {"maxOutputTokens": 7},
+               "labels": {"k": "v"}, "store": False, "serviceTier": "flex", "cachedContent": "cachedContents/c1",
+               "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+               "continuationToken": "tok", GEN + "maxOutputTokens": 7, GEN + "stopSequences": ["\n\n"],
+               GEN + "responseLogprobs": True, GEN + "temperature": 0.3, GEN + "topP": 0.5, GEN + "topK": 5,
+               GEN + "seed": 7, GEN + "presencePenalty": 0.5, GEN + "frequencyPenalty": 0.5,
+               GEN + "thinkingConfig": {"thinkingBudget": 0}, GEN + "responseMimeType": "application/json",
+               GEN + "responseSchema": {"type": "OBJECT"}, GEN + "responseJsonSchema": {"type": "object"},
+               GEN + "mediaResolution": "MEDIA_RESOLUTION_LOW", GEN + "enableEnhancedCivicAnswers": True,
+               GEN + "routingConfig": {"autoMode": {}}, GEN + "modelSelectionConfig": {"x": "BALANCED"},
+               GEN + "candidateCount": 2, GEN + "logprobs": 3, GEN + "responseModalities": ["IMAGE"],
+               GEN + "speechConfig": {"voiceConfig": {}}, GEN + "audioTimestamp": True,
+               GEN + "audioTranscriptionConfig": {"x": 1}, GEN + "imageConfig": {"aspectRatio": "1:1"}},
 }
 
 
@@ -66,7 +85,7 @@ def _doc_tables() -> dict[str, dict[str, str]]:
         if m:
             api = m.group(1)
             out[api] = {}
-        m = re.match(r"\| `(\w+)` \| (\w+) \|", line)
+        m = re.match(r"\| `([\w.]+)` \| (\w+) \|", line)
         if m and api:
             out[api][m.group(1)] = m.group(2)
     return out
@@ -85,12 +104,28 @@ def _sdk_fields() -> dict[str, set[str]]:
 
     return {"chat": keys(ccp.CompletionCreateParamsBase),
             "responses": keys(rcp.ResponseCreateParamsBase),
-            "messages": keys(mcp.MessageCreateParamsBase, bmcp.MessageCreateParamsBase)}
+            "messages": keys(mcp.MessageCreateParamsBase, bmcp.MessageCreateParamsBase),
+            "gemini": _genai_fields()}
+
+
+def _genai_fields() -> set[str]:
+    """The body fields google-genai writes from a ``GenerateContentConfig`` (read off its request builder:
+    ``parent_object`` is the body, ``to_object`` its ``generationConfig``)."""
+    import inspect
+
+    from google.genai import models
+
+    src = inspect.getsource(models._GenerateContentConfig_to_mldev)
+    top = set(re.findall(r"setv\(\s*parent_object,\s*\['(\w+)'\]", src))
+    gen = set(re.findall(r"setv\(\s*to_object,\s*\['(\w+)'\]", src))
+    assert "systemInstruction" in top and "maxOutputTokens" in gen, "the SDK's request builder changed: update"
+    return {"contents", "generationConfig", *top} | {GEN + k for k in gen}
 
 
 def test_the_docs_table_is_the_proxys_and_covers_every_sdk_field():
     pytest.importorskip("openai")
     pytest.importorskip("anthropic")
+    pytest.importorskip("google.genai")
     docs = _doc_tables()
     assert set(docs) == set(FIELDS)
     text = DOC.read_text()
@@ -114,6 +149,9 @@ def _field_named(api: str, body: dict, name: str) -> bool:
     err = body.get("error") or {}
     if api == "messages":
         return body.get("type") == "error" and f"'{name}'" in err.get("message", "")
+    if api == "gemini":
+        return (err.get("status") == "INVALID_ARGUMENT" and f"'{name}'" in err.get("message", "")
+                and err["details"][0]["fieldViolations"][0]["field"] == name)
     return err.get("param") == name and f"'{name}'" in err.get("message", "")
 
 
@@ -121,19 +159,20 @@ def _field_named(api: str, body: dict, name: str) -> bool:
 async def test_every_field_gets_its_documented_treatment(proxy, api):
     p, c = proxy
     h = p.create_rollout("t")
-    url, hdr = f"/r/{h.rollout_id}/v1/{ROUTES[api]}", {"x-api-key": h.api_key}
+    url, hdr = f"/r/{h.rollout_id}/{ROUTES[api]}", {"x-api-key": h.api_key}
     for name, treatment in _doc_tables()[api].items():
         value = EXAMPLES[api][name]
         if name == "previous_response_id":  # needs a response of this rollout to continue from
             value = (await c.post(url, json=BASE[api], headers=hdr)).json()["id"]
-        body = {**BASE[api], name: value}
+        top, _, sub = name.partition(".")
+        body = {**BASE[api], top: {sub: value} if sub else value}
         r = await c.post(url, json=body, headers=hdr)
         if treatment == REFUSED:
             assert r.status_code == 400 and _field_named(api, r.json(), name), (name, r.text)
             continue
         assert r.status_code == 200, (name, r.text)
         call = p.get_trajectory(h.rollout_id).calls[int(r.headers["x-openforge-call"])]
-        assert call.request[name] == value, name  # the request as sent is in the record
+        assert (call.request[top][sub] if sub else call.request[name]) == value, name  # the request as sent is recorded
         assert "unrecognized" not in call.sampling, name
         if treatment == OVERRIDDEN:
             assert call.sampling["overridden"] == {name: value}, (name, call.sampling)
@@ -169,3 +208,31 @@ async def test_unknown_fields_are_recorded_not_dropped(proxy):
     assert call.sampling["unrecognized"] == ["brand_new_field"]
     assert call.sampling["overridden"] == {"temperature": 0.2}
     assert json.loads(p.finish_rollout(h.rollout_id).to_json())["calls"][0]["sampling"]["unrecognized"]
+
+
+async def test_gemini_honoured_fields_change_what_is_served(proxy):
+    p, c = proxy
+    h = p.create_rollout("t")
+    url, hdr = f"/r/{h.rollout_id}/{ROUTES['gemini']}", {"x-goog-api-key": h.api_key}
+    tools = [{"function_declarations": [{"name": "bash", "parameters": {"type": "OBJECT", "properties": {
+        "command": {"type": "STRING"}}}}]}]
+
+    async def ask(**kw):
+        r = await c.post(url, json={**BASE["gemini"], **kw}, headers=hdr)
+        assert r.status_code == 200, r.text
+        return r.json()["candidates"][0]
+
+    plain = await ask()
+    capped = await ask(generationConfig={"maxOutputTokens": 1})
+    stopped = await ask(generation_config={"stop_sequences": ["k"]})  # snake_case, as the API accepts
+    with_lp = await ask(generationConfig={"responseLogprobs": True})
+    await ask(tools=tools)
+    await ask(tools=tools, toolConfig={"functionCallingConfig": {"mode": "NONE"}})
+    calls = p.get_trajectory(h.rollout_id).calls
+    assert plain["content"]["parts"] == [{"text": "ok"}] and "logprobsResult" not in plain
+    assert capped["finishReason"] and calls[1].sampling["enforced"]["max_tokens"] == 1
+    assert stopped["content"]["parts"] == [{"text": "o"}]
+    assert len(with_lp["logprobsResult"]["chosenCandidates"]) == len(calls[3].output_ids)
+    prompt = p.renderer.decode(calls[4].prompt_ids)  # the declaration, as JSON Schema, is in the prompt
+    assert '"parameters": {"type": "object", "properties": {"command": {"type": "string"}}}' in prompt
+    assert calls[5].prompt_ids == calls[0].prompt_ids  # mode NONE hides the tools

@@ -82,6 +82,9 @@ class GenContext:
     on_text_start: Callable[[], None] | None = None  # pass-through streaming: set by the engine
     on_text: Callable[[str, str], None] | None = None
     timing: CallTiming = field(default_factory=CallTiming)  # set by the engine when the call starts
+    #: The version of the policy sampling this call: set by a versioned back-end when it picks the weights
+    #: (or adapter) it samples with; recorded as the call's ``policy_version``. None: not versioned.
+    policy_version: int | None = None
 
     def admit(self) -> None:
         """The back-end admitted the call from its queue to generation (thread-safe)."""
@@ -158,6 +161,9 @@ class Backend(abc.ABC):
     # False for back-ends that write whole turns themselves (scripted): no forced-tool prefill then.
     honors_prefill: bool = True
     name: str = "backend"
+    #: The version of the policy it serves now (a training run sets it after each update: 0 for the policy
+    #: it starts from); stamped on each call it samples (:attr:`GenContext.policy_version`). None: unversioned.
+    policy_version: int | None = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Backend:
         if not issubclass(cls, (TokenBackend, MessageBackend)):

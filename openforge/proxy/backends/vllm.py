@@ -27,6 +27,10 @@ a server flag no request can change. So at ``temperature != 1`` a call is refuse
 is declared to return processed logprobs: ``vllm:URL?logprobs_mode=processed_logprobs`` (or
 ``VLLMBackend(..., logprobs_mode="processed_logprobs")``); at temperature 1 both modes agree.
 
+Policy versions. A training run (:mod:`openforge.train.policy_sync`) loads each new LoRA adapter under a
+new name and sets :attr:`model` to it together with :attr:`policy_version`; each call records the version of
+the adapter (or weights) it named.
+
 A sampling ``seed`` is never sent: in vLLM's CPU build a request carrying a ``seed`` whose prefill is
 chunked while other requests run kills the whole engine (every rollout on it then fails as infra), and
 no client can tell in advance whether the server will chunk a prompt. Unseeded sampling loses nothing
@@ -141,8 +145,10 @@ class VLLMBackend(TokenBackend):
         self.check_sampling(params)
         ctx = ctx if ctx is not None else GenContext()
         await self.ready()  # the server's max_model_len, when it lists one
+        model = await self._model()
+        ctx.policy_version = self.policy_version  # read with the model (adapter) name: the version that samples
         body: dict[str, Any] = {
-            "model": await self._model(), "prompt": list(prompt_ids),
+            "model": model, "prompt": list(prompt_ids),
             "max_tokens": self._room(len(prompt_ids), params.max_tokens),
             "temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k, "logprobs": 0,
             "return_token_ids": True, "return_tokens_as_token_ids": True, "skip_special_tokens": False,
