@@ -199,6 +199,10 @@ class RolloutConfig(_Section):
                           "engine=vllm (scripts/vllm-server.sh's: it returns processed, tempered logprobs)")
     vllm_start: bool = Field(True, description="engine=vllm with no server answering: start one with "
                              "scripts/vllm-server.sh (a source checkout's), stopped again at the end of the run")
+    train_calls: Literal["harness", "all"] = Field(
+        "harness", description="which model calls of a rollout are trained: harness (those on the harness's own "
+        "lineages; a call another process in the sandbox made, e.g. a tool script calling the proxy URL, is "
+        "labelled foreign and skipped) or all")
 
 
 class SFTConfig(_Section):

@@ -81,6 +81,7 @@ class ProxySettings:
     sampling: SamplingParams | Mapping[str, Any] | None = None
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
+    train_calls: str = "harness"  # rollout.train_calls: harness | all (openforge.call_origin)
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,8 @@ class Session:
                             admin_token=settings.admin_token, public_url=settings.public_url,
                             sampling=dict(settings.sampling) if isinstance(settings.sampling, Mapping)
                             else settings.sampling,
-                            timeouts=ProxyTimeouts(header_s=settings.header_timeout_s, body_s=settings.body_timeout_s))
+                            timeouts=ProxyTimeouts(header_s=settings.header_timeout_s, body_s=settings.body_timeout_s),
+                            train_calls=settings.train_calls)
         await proxy.start()  # closes its own listeners when it fails
         stack.push_async_callback(proxy.stop)
         return proxy
@@ -293,7 +295,8 @@ class Session:
         return cls(backend, environment=env, harness=make, launcher=load_launcher(cfg.launcher.name, cfg.launcher.options),
                    store=store,
                    proxy=ProxySettings(sampling={"temperature": cfg.rollout.temperature,
-                                                 "max_tokens": cfg.rollout.max_tokens}),
+                                                 "max_tokens": cfg.rollout.max_tokens},
+                                         train_calls=cfg.rollout.train_calls),
                    rollouts=RolloutSettings(concurrency=cfg.rollout.concurrency, budget_s=cfg.rollout.timeout_s,
                                             progress=progress), close_backend=close_backend,
                    hidden=[cache_root(cfg.cache_dir)])

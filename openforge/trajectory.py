@@ -40,6 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .call_origin import TRAIN_CALLS, TrainCalls, label_origins
 from .reasoning import replayed_reasoning
 from .types import TRAJECTORY_VERSION, BreakReason, CallStatus, Capture, ModelCall, RolloutStatus, Segment
 
@@ -165,6 +166,7 @@ def build_segments(
     *,
     reward: float = 0.0,
     detokenize: Detokenize | None = None,
+    train_calls: TrainCalls = "all",
 ) -> tuple[list[Segment], dict[int, str]]:
     """Turn one rollout's calls into training segments.
 
@@ -178,16 +180,29 @@ def build_segments(
 
     ``reward`` is the rollout's terminal reward, every segment's reward. ``detokenize`` (optional)
     lets the classifier tell template drift (same text, other tokens) from a rewritten history.
+    ``train_calls``: ``all`` (default here) trains every call; ``harness`` (the default of
+    :meth:`Trajectory.build` and of ``rollout.train_calls``) skips the calls
+    :func:`~openforge.call_origin.label_origins` labels ``foreign`` (reason ``foreign``: another process in
+    the sandbox made them).
     """
+    if train_calls not in TRAIN_CALLS:
+        raise ValueError(f"train_calls must be one of {', '.join(TRAIN_CALLS)}, got {train_calls!r}")
     ordered = sorted(calls, key=lambda c: c.index)
     by_index = {c.index: c for c in ordered}
     if len(by_index) != len(ordered):
         raise ValueError("duplicate call index in one rollout")
+    origins: dict[int, str | None] = {}
+    if train_calls == "harness":  # labels set by Trajectory.build are used as they are
+        origins = ({c.index: c.origin for c in ordered} if all(c.origin for c in ordered)
+                   else dict(label_origins(ordered)))
     lineages: list[_Lineage] = []
     seen_prompts: dict[tuple[int, int, int], list[ModelCall]] = {}
     skipped: dict[int, str] = {}
 
     for call in ordered:
+        if origins.get(call.index) == "foreign":
+            skipped[call.index] = "foreign"
+            continue
         if not call.exact:
             skipped[call.index] = "not_exact"
             continue
@@ -356,21 +371,26 @@ class Trajectory(BaseModel):
         A trainer also needs ``capture == "tokens"`` (:attr:`TrajectoryGroup.trainable`)."""
         return self.status.trainable
 
-    def build(self, *, detokenize: Detokenize | None = None) -> Trajectory:
-        """Return a copy with segments rebuilt from the calls and validated.
+    def build(self, *, detokenize: Detokenize | None = None, train_calls: TrainCalls = "harness") -> Trajectory:
+        """Return a copy with segments rebuilt from the calls and validated, each call labelled with its
+        ``origin`` (:func:`~openforge.call_origin.label_origins`); ``train_calls``: see :func:`build_segments`.
 
         A call with non-finite logprobs makes the copy an untrainable ``infra_error`` (a back-end
         fault, not the policy's) with no segments and the reason in ``error``; the calls are kept.
         """
+        origins = label_origins(self.calls)
+        calls = [c if c.origin == origins.get(c.index) else c.model_copy(update={"origin": origins.get(c.index)})
+                 for c in self.calls]
         try:
-            segments, skipped = build_segments(self.calls, reward=self.reward, detokenize=detokenize)
+            segments, skipped = build_segments(calls, reward=self.reward, detokenize=detokenize, train_calls=train_calls)
         except NonFiniteLogprobError as e:
-            return self.model_copy(update={"segments": [], "status": RolloutStatus.INFRA_ERROR, "reward": 0.0,
+            return self.model_copy(update={"segments": [], "status": RolloutStatus.INFRA_ERROR, "reward": 0.0, "calls": calls,
                                            "error": f"untrainable: {e}" + (f" (then: {self.error})" if self.error else "")})
-        validate_segments(self.calls, segments)
+        validate_segments(calls, segments)
         metrics = dict(self.metrics)
         metrics["skipped_calls"] = {str(k): v for k, v in skipped.items()}
-        return self.model_copy(update={"segments": segments, "metrics": metrics})
+        metrics["foreign_calls"] = sorted(i for i, o in origins.items() if o == "foreign")
+        return self.model_copy(update={"segments": segments, "metrics": metrics, "calls": calls})
 
     def validate_segments(self) -> None:
         validate_segments(self.calls, self.segments)

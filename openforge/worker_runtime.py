@@ -26,18 +26,20 @@ __all__ = ["episode_runner"]
 async def episode_runner(*, backend: Backend, max_tokens: int, harness: str, harness_options: dict[str, Any],
                          launcher: str, launcher_options: dict[str, Any], environment: str,
                          environment_options: dict[str, Any],
-                         rollout_timeout_s: float | None = None) -> Callable[[Task, str], Any]:
+                         rollout_timeout_s: float | None = None,
+                         train_calls: str = "harness") -> Callable[[Task, str], Any]:
     """Start a session over ``backend`` in this process and return ``run(task, rollout_id) -> Trajectory``
     (one real rollout: sandbox, harness, verifier; the proxy's rollout is named ``rollout_id``). Used
     by the veRL agent loop, once per worker process; it lives as long as the worker. ``rollout_timeout_s``:
-    each rollout's wall-clock budget (``rollout.timeout_s``; None: the task's ``timeout_s``)."""
+    each rollout's wall-clock budget (``rollout.timeout_s``; None: the task's ``timeout_s``). ``train_calls``:
+    ``rollout.train_calls`` (:mod:`openforge.call_origin`)."""
     session = Session.from_names(
         backend, environment=environment, environment_options=environment_options, harness=harness,
         harness_options=harness_options, launcher=launcher, launcher_options=launcher_options,
         proxy=ProxySettings(host=os.environ.get("OPENFORGE_PROXY_HOST", "127.0.0.1"),
                             admin_token=os.environ.get("OPENFORGE_ADMIN_TOKEN"),
                             public_url=os.environ.get("OPENFORGE_PROXY_PUBLIC_URL"),
-                            sampling={"max_tokens": max_tokens}),
+                            sampling={"max_tokens": max_tokens}, train_calls=train_calls),
         rollouts=RolloutSettings(progress=False, budget_s=rollout_timeout_s))
     await session.start()
     return _WorkerEpisodes(session)

@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, ...]] = [
      "openforge.console", "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving",
      "openforge.overrides",
      "openforge.task_cursor", "openforge.gemini_contents"),
-    ("openforge.trajectory", "openforge.reasoning", "openforge.finite", "openforge.trajectory_io", "openforge.store",
+    ("openforge.trajectory", "openforge.call_origin", "openforge.reasoning", "openforge.finite", "openforge.trajectory_io", "openforge.store",
      "openforge.readings"),
     ("openforge.proxy",),
     ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",

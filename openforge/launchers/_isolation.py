@@ -4,7 +4,8 @@ and the scrubbed environment a sandboxed process starts with.
 Owns: :func:`detect_isolation` (the strongest of ``bwrap`` > ``unshare`` > ``none``, probed once),
 :class:`CgroupSet` (one rollout's memory / cpu / pids cgroups where writable, and its memory cgroup's
 count of OOM kills: :func:`oom_kills`), :class:`OomWatch` (the OOM kills at the moment a command
-died), :func:`limits_prefix`, :func:`rlimit_memory_gaps`, :func:`scrub_env`.
+died), :func:`limits_prefix`, :func:`rlimit_memory_gaps`, :func:`scrub_env`, and :data:`WEAK_MODE_RISKS` (what
+an agent can do in the weaker modes).
 """
 
 from __future__ import annotations
@@ -20,10 +21,22 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CgroupSet", "OomWatch", "detect_isolation", "limits_prefix", "oom_kills", "rlimit_memory_gaps", "scrub_env"]
+__all__ = ["WEAK_MODE_RISKS", "CgroupSet", "OomWatch", "detect_isolation", "limits_prefix", "oom_kills", "rlimit_memory_gaps", "scrub_env"]
 
 #: Host variables a sandboxed process keeps; everything else (API keys, tokens, cloud creds) is dropped.
 KEEP_ENV = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "LC_ALL", "LC_CTYPE", "COLORTERM", "NO_COLOR")
+
+#: What an agent can do in each weaker mode, in plain words (logged when such a mode is asked for).
+WEAK_MODE_RISKS = {
+    "unshare": "only the network is isolated. The agent runs as your user (as root if the driver is root) on "
+               "the host's file system: it can read the driver's environment through /proc (API keys, "
+               "OPENFORGE_ADMIN_TOKEN) and so forge its reward, read and write other rollouts' directories, "
+               "read the task's verifier and reference solution, and leave files anywhere your user can write",
+    "none": "nothing is isolated. The agent runs as your user with the network open: it can read the driver's "
+            "environment through /proc (API keys, OPENFORGE_ADMIN_TOKEN), call the proxy's admin API and forge "
+            "its reward, read and write other rollouts' directories, read the task's verifier and reference "
+            "solution, and reach any port on this machine",
+}
 
 
 def scrub_env(home: Path, tmpdir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Reading a sandboxed command's output into the driver without trusting its size.
 
 Owns: :class:`BoundedOutput` (keeps the first and the last bytes of a stream, counts what it drops
-in between) and :func:`drain` (reads a pipe into one to EOF). An agent can print gigabytes, or write
+in between), :func:`drain` (reads a pipe into one to EOF) and :func:`communicate` (a process's stdin
+fed, both pipes drained, the process waited for). An agent can print gigabytes, or write
 into its parent's stdout (``/proc/$PPID/fd/1``); the driver keeps at most ``head + tail`` bytes of
 each stream, and the result says how much it dropped.
 """
@@ -9,8 +10,9 @@ each stream, and the result says how much it dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
-__all__ = ["DEFAULT_HEAD", "DEFAULT_TAIL", "BoundedOutput", "drain"]
+__all__ = ["DEFAULT_HEAD", "DEFAULT_TAIL", "BoundedOutput", "communicate", "drain"]
 
 #: Bytes kept from the start and from the end of each stream (stdout, stderr) of one command.
 DEFAULT_HEAD = 4 * 1024 * 1024
@@ -54,3 +56,19 @@ async def drain(stream: asyncio.StreamReader | None, out: BoundedOutput) -> None
         return
     while chunk := await stream.read(_CHUNK):
         out.feed(chunk)
+
+
+async def communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, out: BoundedOutput,
+                      err: BoundedOutput) -> None:
+    """``proc.communicate`` with bounded memory: feed ``stdin``, read both pipes to EOF, wait."""
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            proc.stdin.write(stdin or b"")
+            await proc.stdin.drain()
+        proc.stdin.close()
+
+    await asyncio.gather(feed(), drain(proc.stdout, out), drain(proc.stderr, err))
+    await proc.wait()

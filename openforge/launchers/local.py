@@ -19,7 +19,8 @@ Isolation (``isolation=``):
 * ``none`` — a plain process group. Asked for by name only, with the same kind of warning.
 
 Every sandbox process runs in cgroups (memory, cpu, pids; v1 or v2, where writable) and under
-lowered rlimits. Nothing outlives the driver: ``close`` kills process trees and removes the temp
+lowered rlimits. Its disk is bounded by ``disk_mb`` (``_disk.py``): a tmpfs of its own, mounted by a
+root driver or held in a user namespace of a normal-user driver's (``private-tmpfs``). Nothing outlives the driver: ``close`` kills process trees and removes the temp
 dir and cgroups; a watchdog process (``_reaper.py``) does the same if the driver is killed.
 """
 
@@ -39,7 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
+from ..errors import SandboxError
 from ._bwrap import (
     UNSIZED_SCRATCH,
     BwrapMode,
@@ -49,12 +50,21 @@ from ._bwrap import (
     ro_bind_list,
     scratch_bytes,
 )
+from ._disk import PrivateArea, disk_kind, start_private_area
 from ._fwd import bridge, to_tcp, to_unix
-from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
-from ._isolation import CgroupSet, OomWatch, detect_isolation, limits_prefix, rlimit_memory_gaps, scrub_env
-from ._output import DEFAULT_HEAD, BoundedOutput, drain
+from ._isolation import (
+    WEAK_MODE_RISKS,
+    CgroupSet,
+    OomWatch,
+    detect_isolation,
+    limits_prefix,
+    rlimit_memory_gaps,
+    scrub_env,
+)
+from ._local_files import SandboxFiles, lexically_under, read_owner
+from ._output import DEFAULT_HEAD, BoundedOutput, communicate
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
-from ._verifier import VERIFIER_WEAK_MODE_RISKS, intact_dir
+from ._verifier import VERIFIER_WEAK_MODE_RISKS
 from .base import ExecResult, Launcher, Sandbox, SandboxSpec, VerifierView
 
 __all__ = ["WEAK_MODE_RISKS", "LocalLauncher", "LocalSandbox"]
@@ -64,19 +74,6 @@ _HERE = Path(__file__).resolve().parent
 _FWD = str(_HERE / "_fwd.py")
 _REAPER = str(_HERE / "_reaper.py")
 FIRST_PORT = 18000
-
-#: What an agent can do in each weaker mode, in plain words (logged when such a mode is asked for).
-WEAK_MODE_RISKS = {
-    "unshare": "only the network is isolated. The agent runs as your user (as root if the driver is root) on "
-               "the host's file system: it can read the driver's environment through /proc (API keys, "
-               "OPENFORGE_ADMIN_TOKEN) and so forge its reward, read and write other rollouts' directories, "
-               "read the task's verifier and reference solution, and leave files anywhere your user can write",
-    "none": "nothing is isolated. The agent runs as your user with the network open: it can read the driver's "
-            "environment through /proc (API keys, OPENFORGE_ADMIN_TOKEN), call the proxy's admin API and forge "
-            "its reward, read and write other rollouts' directories, read the task's verifier and reference "
-            "solution, and reach any port on this machine",
-}
-
 
 class LocalLauncher(Launcher):
     """Provision :class:`LocalSandbox` es. ``isolation`` is ``auto`` (strongest available),
@@ -125,7 +122,8 @@ class LocalLauncher(Launcher):
         #: last half; the rest is dropped and counted (``ExecResult.output_dropped``)
         self.max_output_bytes = max_output_bytes
         #: Bound each rollout's disk (``Resources.disk_mb``): a tmpfs of that size as its directory when
-        #: the driver is root; a per-file size limit otherwise (see ``LocalSandbox.disk``)
+        #: the driver is root; a tmpfs of that size in a user namespace of its own (``_disk.py``) when it
+        #: is a normal user with a bwrap that can size one; a per-file size limit otherwise (``LocalSandbox.disk``)
         self.disk_quota = disk_quota
         self._reaper: subprocess.Popen | None = None
         self._warned_rlimit_memory = False
@@ -156,7 +154,7 @@ class LocalLauncher(Launcher):
         removed = []
         for d in self.base_dir.iterdir():
             try:
-                owner = _read_owner(d)
+                owner = read_owner(d)
                 if owner is None or owner == os.getpid() or Path(f"/proc/{owner}").exists():
                     continue
                 unmount_quota(d)
@@ -171,15 +169,27 @@ class LocalLauncher(Launcher):
     # -- Launcher API --------------------------------------------------------------------------
 
     async def start(self, spec: SandboxSpec) -> LocalSandbox:
+        return await self._start(spec)
+
+    async def _start(self, spec: SandboxSpec, *, share: PrivateArea | None = None) -> LocalSandbox:
+        """:meth:`start`; ``share``: run in that rollout's private area (a verifier's sandbox)."""
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in spec.rollout_id)[:48]
         root = Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=self.base_dir))
         self._watch(f"+dir {root}")
-        quota = self.disk_quota and mount_quota(root, spec.task.resources.disk_mb)
+        (root / ".owner").write_text(str(os.getpid()))
+        quota = self.disk_quota and share is None and mount_quota(root, spec.task.resources.disk_mb)
         if quota:
             self._watch(f"+mnt {root}")
-        (root / ".owner").write_text(str(os.getpid()))
+        bw = self.bwrap
+        area = share
+        if self.disk_quota and share is None and not quota and bw is not None and bw.sized and not bw.privileged:
+            assert bw.binary is not None
+            area = start_private_area(bw.binary, root, spec.task.resources.disk_mb)
+            if area is not None:
+                self._watch(f"+pid {area.proc.pid}")
         sbx = LocalSandbox(self, spec, root)
-        sbx.disk = "tmpfs" if quota else "file-size"
+        sbx._area, sbx._owns_area = area, area is not None and share is None
+        sbx.disk = disk_kind(mounted=bool(quota), area=area)
         self._warn_rlimit_memory(sbx)
         self._sandboxes.add(sbx)
         try:
@@ -198,7 +208,7 @@ class LocalLauncher(Launcher):
         scratch = (f"{scratch_bytes(res.disk_mb) >> 20} MB each" if self.bwrap is not None and self.bwrap.sized
                    else "unbounded" if self.bwrap is not None else "in the rollout directory")
         log.warning("local launcher: %s", rlimit_memory_gaps(res.memory_mb, res.max_processes, scratch,
-                                                             res.disk_mb if sbx.disk == "tmpfs" else None))
+                                                             res.disk_mb if sbx.disk != "file-size" else None))
 
     async def aclose(self) -> None:
         for sbx in list(self._sandboxes):
@@ -213,7 +223,7 @@ class LocalLauncher(Launcher):
                 self._reaper = None
 
 
-class LocalSandbox(Sandbox):
+class LocalSandbox(SandboxFiles, Sandbox):
     """One rollout's sandbox on this machine; see the module docstring."""
 
     def __init__(self, launcher: LocalLauncher, spec: SandboxSpec, root: Path):
@@ -229,10 +239,12 @@ class LocalSandbox(Sandbox):
         self._places: dict[str, tuple[str, bool]] = {}  # path inside -> (host dir, writable) (place)
         self._procs: set[int] = set()
         self._closed = False
-        #: How the rollout's disk is bounded: ``tmpfs`` (its own of ``disk_mb``: it cannot fill the
-        #: host's disk or another rollout's) or ``file-size`` (RLIMIT_FSIZE only: no single file
-        #: beyond ``disk_mb``; a non-root driver cannot mount)
+        #: How the rollout's disk is bounded (``_disk.py``): ``tmpfs`` (its own of ``disk_mb``, mounted by
+        #: a root driver), ``private-tmpfs`` (the same inside a user namespace of a normal-user driver's:
+        #: it cannot fill the host's disk or another rollout's) or ``file-size`` (RLIMIT_FSIZE only)
         self.disk = "file-size"
+        self._area: PrivateArea | None = None  # the private area the sandbox runs in (normal-user driver)
+        self._owns_area = False
         self.proxy_url = spec.proxy_url.rstrip("/")
         res = spec.task.resources
         self.cgroups: CgroupSet | None = None
@@ -244,7 +256,7 @@ class LocalSandbox(Sandbox):
 
     async def _init(self) -> None:
         for d in (self.root / "work", self.home, self.tmpdir):
-            d.mkdir(mode=0o755)
+            self._h(d).mkdir(mode=0o755)
             self._own(d)
         self._own(self.root)
         isolated_net = self.isolation != "none" and not self.spec.network
@@ -260,11 +272,11 @@ class LocalSandbox(Sandbox):
         u = urlparse(url)
         host, port = u.hostname or "127.0.0.1", u.port or (443 if u.scheme == "https" else 80)
         path = self.root / "proxy.sock"
-        if len(str(path)) > 100:
+        if len(str(self._h(path))) > 100:
             raise SandboxError(f"sandbox dir {self.root} is too deep for a Unix socket; use a shorter base_dir "
                                "or give the proxy a uds path")
 
-        self._host_fwd.append(await asyncio.start_unix_server(bridge(to_tcp(host, port)), str(path)))
+        self._host_fwd.append(await asyncio.start_unix_server(bridge(to_tcp(host, port)), str(self._h(path))))
         return str(path)
 
     @property
@@ -288,10 +300,10 @@ class LocalSandbox(Sandbox):
     async def verifier_view(self, ro_paths: Sequence[str], places: Sequence[str] = ()) -> VerifierView:
         """A fresh sandbox of this launcher for the verifier (see :meth:`Sandbox.verifier_view`). A
         workdir the agent replaced by a symlink is not followed: the verifier then sees an empty one."""
-        work = str(self.workdir) if intact_dir(self.workdir) else None
+        work = str(self.workdir) if self._intact(self.workdir) else None
         spec = SandboxSpec(rollout_id=f"{self.spec.rollout_id}-verify", task=self.spec.task, proxy_url="",
                            api_key="", ro_paths=[*([work] if work else []), *ro_paths], view_workdir=work)
-        vs = await self.launcher.start(spec)
+        vs = await self.launcher._start(spec, share=self._area)
         try:
             for inside in places:
                 vs.place(inside)
@@ -309,7 +321,7 @@ class LocalSandbox(Sandbox):
         if self.isolation != "bwrap":
             raise NotImplementedError(f"isolation {self.isolation!r} shows the host's own file system: it cannot "
                                       f"show a directory at {inside} (use isolation 'bwrap')")
-        why = None if _lexically_under(Path(inside), self.root) else bad_place(inside)
+        why = None if lexically_under(Path(inside), self.root) else bad_place(inside)
         if why:
             raise SandboxError(f"cannot show a directory at {inside!r}: {why}")
         if host is None:
@@ -318,12 +330,12 @@ class LocalSandbox(Sandbox):
                 host = old[0]
             else:
                 d = self.root / "places" / str(len(self._places))
-                d.mkdir(parents=True)
+                self._h(d).mkdir(parents=True)
                 self._own(d.parent)
                 self._own(d)
                 host = d
         host_p = Path(host).absolute()
-        if not host_p.is_dir():
+        if not self._h(host_p).is_dir():
             raise SandboxError(f"cannot show {host} at {inside}: not a directory")
         self._places[inside] = (str(host_p), writable)
         return host_p
@@ -332,7 +344,7 @@ class LocalSandbox(Sandbox):
         """Where a command run in ``cwd`` (a host path) runs inside: below the workdir, at the path the
         workdir is placed at (:meth:`place`), if any."""
         for inside, (host, _) in self._places.items():
-            if host == str(self.workdir) and _lexically_under(cwd, self.workdir):
+            if host == str(self.workdir) and lexically_under(cwd, self.workdir):
                 return Path(inside) / os.path.relpath(cwd, self.workdir)
         return cwd
 
@@ -354,48 +366,6 @@ class LocalSandbox(Sandbox):
                 os.chown(uds_path, -1, bw.agent_uid, follow_symlinks=False)
                 os.chmod(uds_path, os.stat(uds_path, follow_symlinks=False).st_mode & 0o777 | 0o060)
 
-    def _resolve(self, path: str | Path) -> Path:
-        p = Path(path)
-        p = (self.workdir / p) if not p.is_absolute() else p
-        real = p.resolve()
-        if not real.is_relative_to(self.root.resolve()):
-            raise SandboxError(f"path {path} is outside the sandbox {self.root}")
-        return real
-
-    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
-        """See :meth:`Sandbox.read_file`: read with :func:`~._hostile_read.read_hostile` from the
-        sandbox's own directory (or, for a verifier's sandbox, the rollout's intact workdir)."""
-        p = Path(path)
-        p = p if p.is_absolute() else self.workdir / p
-        root = self._read_root(p, path)
-        try:
-            return await asyncio.to_thread(read_hostile, p, root=root, max_bytes=max_bytes, shown=str(path))
-        except FileRefused as e:
-            raise SandboxFileRefused(f"refused to read {path} in the sandbox: {e.why}", str(path), e.why) from e
-        except (FileNotFoundError, NotADirectoryError) as e:
-            raise SandboxFileNotFound(f"no file {path} in the sandbox (the agent did not write it)", str(path)) from e
-        except OSError as e:
-            raise SandboxError(f"cannot read {path} in the sandbox: {e.strerror or e}") from e
-
-    def _read_root(self, p: Path, asked: str | Path) -> Path:
-        """The driver's directory a read of ``p`` walks from (nothing below it is followed)."""
-        for root in (self.root, *([self.workdir] if self.spec.view_workdir else [])):
-            if _lexically_under(p, root):
-                if root == self.workdir and not intact_dir(root):
-                    raise SandboxFileRefused(f"refused to read {asked}: the workdir is not the launcher's "
-                                             "directory any more", str(asked), "the workdir was replaced")
-                return root
-        raise SandboxError(f"path {asked} is outside the sandbox {self.root}")
-
-    async def write_file(self, path: str | Path, data: bytes, mode: int = 0o644) -> None:
-        p = self._resolve(path)
-        missing = [d for d in [p.parent, *p.parent.parents] if not d.exists() and d.is_relative_to(self.root)]
-        p.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(p.write_bytes, data)
-        p.chmod(mode)
-        for d in [p, *missing]:
-            self._own(d)
-
     def _command(self, argv: Sequence[str], cwd: Path) -> list[str]:
         maps: list[str] = []
         for port, sock in self._maps:
@@ -405,13 +375,17 @@ class LocalSandbox(Sandbox):
                     *maps, "--", *argv] if not self.spec.network else list(argv)
         if self.isolation != "bwrap" or self.launcher.bwrap is None:
             return list(argv)
-        return bwrap_argv(
-            self.launcher.bwrap, binds=[*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared],
+        binds = [*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared]
+        area = self._area
+        # a path in the private area is not on the host, where bwrap_argv looks for what to bind: a mount
+        in_area = [b for b in binds if area is not None and lexically_under(Path(b), area.root)]
+        mounts = [*((b, b, False) for b in in_area), *((h, i, w) for i, (h, w) in self._places.items())]
+        return [*(area.enter() if area is not None else []), *bwrap_argv(
+            self.launcher.bwrap, binds=[b for b in binds if b not in in_area],
             hidden=[*_ALWAYS_HIDDEN, *self._run_hidden(), *self.spec.hidden_paths],
-            rw=[str(self.root), *(s for _, s in self._maps)],
-            cwd=self._inside_cwd(cwd), maps=maps, network=self.spec.network, argv=argv,
-            disk_mb=self.spec.task.resources.disk_mb, mounts=[(h, i, w) for i, (h, w) in self._places.items()],
-        )
+            rw=[str(self.root), *(s for _, s in self._maps)], cwd=self._inside_cwd(cwd), maps=maps,
+            network=self.spec.network, argv=argv, disk_mb=self.spec.task.resources.disk_mb, mounts=mounts,
+        )]
 
     def _run_hidden(self) -> list[str]:
         """What the run hides from every sandbox, less what this sandbox's spec binds by name (a
@@ -438,6 +412,9 @@ class LocalSandbox(Sandbox):
             raise SandboxError("the sandbox is closed")
         if not argv:
             raise SandboxError("exec needs a command")
+        if self._area is not None and not self._area.alive():
+            raise SandboxError("the rollout's private area is gone: its keeper process died (killed from outside, "
+                               "or out of memory)")
         cwd_p = self._resolve(cwd) if cwd is not None else self.workdir
         # Under bwrap /tmp is private to the sandbox (and short: Chromium's singleton socket path must
         # fit AF_UNIX's 108 bytes); otherwise the rollout's own tmp dir.
@@ -453,7 +430,7 @@ class LocalSandbox(Sandbox):
         t0 = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *prefix, *self._command(argv, cwd_p), cwd=str(cwd_p), env=full_env,
+                *prefix, *self._command(argv, cwd_p), cwd=str(self.root if self._area else cwd_p), env=full_env,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             )
@@ -464,7 +441,7 @@ class LocalSandbox(Sandbox):
         ooms.start(proc)
         half = self.launcher.max_output_bytes // 2
         out, err = BoundedOutput(half, half), BoundedOutput(half, half)
-        reading = asyncio.ensure_future(_communicate(proc, stdin, out, err))
+        reading = asyncio.ensure_future(communicate(proc, stdin, out, err))
         timed_out = False
         try:
             try:
@@ -512,43 +489,15 @@ class LocalSandbox(Sandbox):
             self.cgroups.remove()
             for p in paths:
                 self.launcher._watch(f"-cg {p}")
+        if self._area is not None and self._owns_area:
+            await asyncio.to_thread(self._area.stop)
+            self.launcher._watch(f"-pid {self._area.proc.pid}")
         await asyncio.to_thread(unmount_quota, self.root)
         self.launcher._watch(f"-mnt {self.root}")
         if not await asyncio.to_thread(remove_tree, str(self.root)):
             log.warning("local launcher: could not remove the sandbox dir %s entirely", self.root)
         self.launcher._watch(f"-dir {self.root}")
         self.launcher._sandboxes.discard(self)
-
-
-async def _communicate(proc: asyncio.subprocess.Process, stdin: bytes | None, out: BoundedOutput,
-                      err: BoundedOutput) -> None:
-    """``proc.communicate`` with bounded memory: feed ``stdin``, read both pipes to EOF, wait."""
-
-    async def feed() -> None:
-        if proc.stdin is None:
-            return
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            proc.stdin.write(stdin or b"")
-            await proc.stdin.drain()
-        proc.stdin.close()
-
-    await asyncio.gather(feed(), drain(proc.stdout, out), drain(proc.stderr, err))
-    await proc.wait()
-
-
-def _lexically_under(p: Path, root: Path) -> bool:
-    rel = os.path.relpath(os.path.normpath(p), root)
-    return rel != ".." and not rel.startswith("../")
-
-
-def _read_owner(d: Path) -> int | None:
-    """The driver pid recorded in a sandbox dir's ``.owner`` (inside the agent's directory: read as a
-    hostile file, at most 32 bytes), or None."""
-    try:
-        text = read_hostile(".owner", root=d, max_bytes=32)
-    except (OSError, ValueError, FileRefused):
-        return None
-    return int(text) if text.strip().isdigit() else None
 
 
 #: Always masked inside the sandbox: the built-in environments' checks and reference solutions.

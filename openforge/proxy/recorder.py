@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..call_origin import TrainCalls, check_train_calls
 from ..errors import ProxyError
 from ..finite import is_finite_number
 from ..outcome import OutcomeFacts, check_verdict, classify_outcome
@@ -124,9 +125,11 @@ class Recorder:
     """Rollout registry + durable call log."""
 
     def __init__(self, store: Any = None, *, detokenize: Callable[[list[int]], str] | None = None,
-                 finish_wait_s: float = 10.0):
+                 finish_wait_s: float = 10.0, train_calls: TrainCalls = "harness"):
         self.store = store
         self.detokenize = detokenize
+        #: What the built segments train (``rollout.train_calls``, :mod:`openforge.call_origin`)
+        self.train_calls: TrainCalls = check_train_calls(train_calls)
         self.finish_wait_s = finish_wait_s
         self.rollouts: dict[str, RolloutState] = {}
 
@@ -324,7 +327,7 @@ class Recorder:
             metrics={"num_calls": len(calls), "backend_errors": errors,
                      "cancelled_calls": [c.index for c in calls if c.status == CallStatus.CANCELLED],
                      **(o.metrics or {})},
-        ).build(detokenize=self.detokenize)
+        ).build(detokenize=self.detokenize, train_calls=self.train_calls)
 
     @staticmethod
     def _seal(st: RolloutState, traj: Trajectory) -> None:

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..call_origin import TrainCalls
 from ..errors import ConfigError
 from ..outcome import OutcomeFacts
 from ..serving import embedded_server
@@ -82,7 +83,8 @@ class ProxyServer:
                  admin_token: str | None = None,
                  sampling: SamplingParams | dict[str, Any] | None = None, renderer: Renderer | None = None,
                  public_url: str | None = None, limits: ProxyLimits | None = None,
-                 timeouts: ProxyTimeouts | None = None, token_workers: int | None = None, **flat: Any):
+                 timeouts: ProxyTimeouts | None = None, token_workers: int | None = None,
+                 train_calls: TrainCalls = "harness", **flat: Any):
         limits, timeouts = resolve_bounds(limits, timeouts, flat)
         max_body_bytes, max_json_depth, max_header_bytes = (limits.max_body_bytes, limits.max_json_depth,
                                                             limits.max_header_bytes)
@@ -99,7 +101,8 @@ class ProxyServer:
         if isinstance(sampling, dict):
             sampling = SamplingParams(**sampling)
         self.renderer = renderer or Renderer(backend.tokenizer)
-        self.recorder = Recorder(store, detokenize=self.renderer.decode, finish_wait_s=finish_wait_s)
+        self.recorder = Recorder(store, detokenize=self.renderer.decode, finish_wait_s=finish_wait_s,
+                                 train_calls=train_calls)
         workers = default_workers() if token_workers is None else token_workers
         self.engine = Engine(backend, self.recorder, renderer=self.renderer, sampling=sampling,
                              pool=TokenPool(self.renderer, workers) if workers > 0 else None)

@@ -29,7 +29,8 @@ async def main(base):
                                                api_key=""))
         r = await sbx.exec(["sh", "-c", "id -u; echo written > out.txt"])
         out.update(rc=r.returncode, stdout=r.stdout, stderr=r.stderr[-2000:],
-                   file=(await sbx.read_file("out.txt")).decode(), owner=(sbx.workdir / "out.txt").stat().st_uid)
+                   file=(await sbx.read_file("out.txt")).decode(), disk=sbx.disk,
+                   owner=((await sbx.pull_workdir()) / "out.txt").stat().st_uid)
     finally:
         await launcher.aclose()
     print(json.dumps(out))
@@ -59,6 +60,7 @@ def test_root_of_a_map_root_namespace_runs_sandboxes_as_a_normal_user(map_root_w
     assert rep["rc"] == 0, rep["stderr"]
     assert rep["stdout"].split() == [str(_bwrap.USERNS_UID)] and rep["file"] == "written\n"
     assert rep["owner"] == 0  # the driver's own uid (the caller outside), not an unmapped `nobody`
+    assert rep["disk"] == "private-tmpfs"  # a normal user's driver: the rollout's own sized tmpfs all the same
 
 
 def test_only_a_namespace_that_has_the_agents_uid_takes_the_root_path(map_root_works):

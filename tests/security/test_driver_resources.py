@@ -188,3 +188,34 @@ def test_watchdog_unmounts_a_dead_drivers_rollout_tmpfs(tmp_path):
         assert str(d) not in Path("/proc/self/mounts").read_text() and not d.exists()
     finally:
         subprocess.run(["umount", "-l", str(d)], capture_output=True, check=False)
+
+
+def test_a_normal_user_drivers_filler_cannot_fail_its_sibling():
+    """The same attack under a normal-user driver (which cannot mount on the host): two rollouts at
+    once on a 200 MB file system, the filler writes 16 MB files until it cannot; its private area
+    (a sized tmpfs in a user namespace of the driver's) stops it at ``disk_mb``, so the host file
+    system keeps its space and the victim's correct solution (40 MB, then a file the driver reads back,
+    a copy for a host-side check and a verifier's view) succeeds. The driver's writes into the area
+    follow no link the agent left there."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount the small file system and run the driver as a normal user")
+    with driver_base("fill", as_user=True) as base:
+        from .test_sandbox_escapes import TEST_UID
+
+        opts = f"size=200m,uid={TEST_UID},gid={TEST_UID},mode=0755"
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "hostdisk", str(base)]).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here")
+        try:
+            report = run_driver("_fill.py", [str(base)], as_user=True)
+        finally:
+            subprocess.run(["umount", "-l", str(base)], check=False)
+    assert report["disk"] == ["private-tmpfs", "private-tmpfs"], report
+    assert report["free_mb_after_fill"] > 150, report  # the filler took its area, not the disk
+    assert "WROTE" in report["victim"] and "No space left" not in report["victim"], report
+    assert report["read_back"] == "done\n", report
+    assert report["link_writes"] == ["refused", "refused"], report  # no write through the agent's links
+    assert {"answer.txt", "given.txt", "result.bin"} <= set(report["pulled"]), report
+    assert report["verifier_sees"] == ["done", str(40 << 20)], report
+    assert report["left"] == [] and report["free_mb_after_close"] > 190, report

@@ -52,7 +52,7 @@ async def _rollout(loops_yaml: str) -> dict:
         sbx = await launcher.start(SandboxSpec(rollout_id="r0", task=Task(id="t0", instruction="do"),
                                                proxy_url="", api_key=""))
         r = await sbx.exec(["sh", "-c", "id -u; echo written > out.txt"])
-        written = sbx.workdir / "out.txt"
+        written = (await sbx.pull_workdir()) / "out.txt"  # the workdir on the host (a copy: a private area)
         owner = written.stat().st_uid if written.is_file() else None
         return {"sandbox_rc": r.returncode, "sandbox_stdout": r.stdout, "sandbox_stderr": r.stderr[-2000:],
                 "file": (await sbx.read_file("out.txt")).decode() if owner is not None else None,

@@ -101,7 +101,7 @@ class OpenForgeAgentLoop(AgentLoopBase):
                  launcher: str = "local", launcher_options: dict | None = None, environment: str = "claw",
                  environment_options: dict | None = None, episode_timeout_s: float = 1800.0,
                  rollout_timeout_s: float | None = None, max_tokens: int = 1024, max_model_len: int | None = None,
-                 runner: str | None = None, **kwargs: Any):
+                 runner: str | None = None, train_calls: str = "harness", **kwargs: Any):
         kwargs.pop("name", None)
         super().__init__(*args, **kwargs)
         self.episode_timeout_s = float(episode_timeout_s)
@@ -113,6 +113,7 @@ class OpenForgeAgentLoop(AgentLoopBase):
             "environment": environment, "environment_options": plain(environment_options or {}),
             # a rollout's wall-clock budget (rollout.timeout_s; None: each task's timeout_s)
             "rollout_timeout_s": float(rollout_timeout_s) if rollout_timeout_s is not None else None,
+            "train_calls": str(train_calls),  # rollout.train_calls: harness | all
         }
         self.runner_ref = runner
         key = id(self.server_manager)

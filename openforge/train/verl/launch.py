@@ -95,6 +95,7 @@ def agent_loop_entries(cfg: RunConfig) -> list[dict[str, Any]]:
         "environment_options": dict(cfg.env.options),
         "episode_timeout_s": cfg.trainer.verl.episode_timeout_s,
         "rollout_timeout_s": cfg.rollout.timeout_s,
+        "train_calls": cfg.rollout.train_calls,
         "max_tokens": cfg.rollout.max_tokens,
         "max_model_len": cfg.trainer.verl.max_model_len,
     }]
