@@ -81,7 +81,6 @@ def register(app: typer.Typer) -> None:
 
         from ..console import new_console
         from ..harnesses import installer
-
         from ..harnesses.spec import is_spec_path
 
         console = new_console()
@@ -133,3 +132,22 @@ def register(app: typer.Typer) -> None:
             console.print(f"notes: system prompt {res.notes.system_sha} ({res.notes.system_chars} chars), "
                           f"{len(res.notes.tools)} tools → {path}")
         raise typer.Exit(0 if res.passed else 1)
+
+    @group.command("matrix")
+    def matrix(
+        write: str = typer.Option(None, "--write", help="write the table between the markers of this docs page"),
+        tests_dir: str = typer.Option("tests", "--tests-dir", help="the source checkout's tests (for the CI column)"),
+    ) -> None:
+        """The harness matrix (harness × version × wires × streaming × tool calls × trained through in
+        CI), generated from the shipped conformance notes."""
+        from pathlib import Path
+
+        from ..harnesses.matrix import generate, update_doc
+
+        table = generate(Path(tests_dir))
+        if write is None:
+            typer.echo(table, nl=False)
+            return
+        page = Path(write)
+        page.write_text(update_doc(page.read_text() if page.exists() else "", table))
+        typer.echo(f"wrote the harness matrix into {page}")

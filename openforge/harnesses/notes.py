@@ -17,6 +17,7 @@ hex runs, absolute paths), so a task's date or working directory is not a drift;
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -120,8 +121,8 @@ def observe(traj: Trajectory, *, version: str | None, checks: dict[str, bool | N
         return None
     first = calls[0]
     system = system_text(first)
-    compaction = any(len(_history(b)) < len(_history(a)) for a, b in zip(calls, calls[1:]))
-    stripped = any(_stripped(a, b) for a, b in zip(calls, calls[1:]))
+    compaction = any(len(_history(b)) < len(_history(a)) for a, b in itertools.pairwise(calls))
+    stripped = any(_stripped(a, b) for a, b in itertools.pairwise(calls))
     bodies = [json.dumps(c.request, sort_keys=True) for c in calls]
     return HarnessNotes(
         harness=traj.harness or "?", version=version, wire=first.api, system_sha=fingerprint(system),

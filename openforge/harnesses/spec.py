@@ -174,7 +174,8 @@ class HarnessSpec(BaseModel):
     @classmethod
     def _templates(cls, v: list[str]) -> list[str]:
         for arg in v:
-            _check_template(arg)
+            if arg != "{extra_args}":  # where the harness's extra_args go, as a whole argument
+                _check_template(arg)
         return v
 
     @field_validator("env", "files")
