@@ -118,7 +118,7 @@ def register(app: typer.Typer) -> None:
         from ..harnesses.conformance import check_harness
         from ..harnesses.notes import save_notes
 
-        res = asyncio.run(check_harness(name, options={"wire_api": wire_api} if wire_api else None, budget_s=budget))
+        res = asyncio.run(check_harness(name, wire_api=wire_api, budget_s=budget))
         table = Table(title=f"{res.harness} {res.version or ''} on {res.wire}")
         for col in ("check", "result", "detail"):
             table.add_column(col)

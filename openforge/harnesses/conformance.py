@@ -76,9 +76,26 @@ def _rows(traj: Any, wire: str) -> list[CheckRow]:
     return rows
 
 
-async def check_harness(name: str, *, options: dict[str, Any] | None = None, budget_s: float = 300.0,
-                        launcher: str = "local", run_dir: Path | None = None) -> Conformance:
-    """Run the conformance probe of harness ``name`` (a registered name or a spec file path)."""
+def _options(name: str, options: dict[str, Any] | None, wire_api: str | None) -> dict[str, Any]:
+    from ..errors import ConfigError
+    from ..plugins import harness_class
+    from .options import harness_options
+
+    opts = dict(options or {})
+    if wire_api is not None:
+        cls = harness_class(name)
+        known = harness_options(cls)
+        if known is not None and "wire_api" not in known:
+            raise ConfigError(f"{name} speaks only {cls.wire_api}: a wire can be chosen only for a harness that "
+                              f"speaks several")
+        opts["wire_api"] = wire_api
+    return opts
+
+
+async def check_harness(name: str, *, options: dict[str, Any] | None = None, wire_api: str | None = None,
+                        budget_s: float = 300.0, launcher: str = "local", run_dir: Path | None = None) -> Conformance:
+    """Run the conformance probe of harness ``name`` (a registered name or a spec file path) on
+    ``wire_api`` (default: its default wire)."""
     from ..parts import reference_script
     from ..proxy.backends.scripted import ScriptedBackend
     from ..session import RolloutSettings, Session, load_environment
@@ -89,7 +106,8 @@ async def check_harness(name: str, *, options: dict[str, Any] | None = None, bud
         env.use_run_dir(out)
         task = env.task(TASK)
         backend = ScriptedBackend(reference_script(env, [task], final=FINAL))
-        session = Session.from_names(backend, environment=env, harness=name, harness_options=options or {},
+        session = Session.from_names(backend, environment=env, harness=name,
+                                     harness_options=_options(name, options, wire_api),
                                      launcher=launcher, close_backend=True,
                                      rollouts=RolloutSettings(budget_s=budget_s, progress=False))
         async with session:

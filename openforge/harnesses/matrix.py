@@ -1,8 +1,9 @@
 """The harness matrix, generated: harness × version × wire(s) × streaming × tool calls × trained
 through in CI, from the conformance results (the shipped notes), not by hand.
 
-Owns: :func:`matrix_rows` (the notes in ``openforge/harnesses/notes/`` grouped per harness and
-version, plus every registered harness without notes, marked so), :func:`trained_in_ci` (which
+Owns: :func:`matrix_rows` (the notes in ``openforge/harnesses/notes/``, and in a source checkout
+those of the tests' spec-file harnesses, grouped per harness and version, plus every registered
+harness without notes, marked so), :func:`trained_in_ci` (which
 harnesses a CI training test runs: read from ``tests/train/*.py``), :func:`render_matrix` (the
 Markdown table) and :func:`update_doc` (the table written between the markers in a docs page).
 ``forge harness matrix --write docs/harnesses.md`` regenerates it; a test checks it is current.
@@ -52,11 +53,12 @@ def matrix_rows(notes: list[HarnessNotes] | None = None, *, registered: list[str
     rows = []
     for (name, version), ns in sorted(groups.items()):
         ns.sort(key=lambda n: n.wire)
-        ok = [all(v is not False for v in n.checks.values()) for n in ns]
+        failed = sorted({f"{k} ({n.wire})" if len(ns) > 1 else k for n in ns for k, v in n.checks.items() if v is False})
         rows.append({"harness": name, "version": version, "wires": ", ".join(n.wire for n in ns),
                      "streaming": _yes([n.streaming for n in ns]),
                      "tool calls": _yes([bool(n.checks.get("tool call")) for n in ns]),
-                     "conformance": f"{sum(ok)}/{len(ok)} wires pass ({max(n.recorded_at for n in ns)})",
+                     "conformance": ("pass" if not failed else "fails: " + ", ".join(failed))
+                     + f" ({max(n.recorded_at for n in ns)})",
                      "trained through (CI)": "yes" if name in trained else "no"})
     noted = {n.harness for n in notes}
     for name in sorted(set(registered or ()) - noted):
@@ -90,5 +92,9 @@ def generate(tests_dir: Path | None) -> str:
     checkout's tests, for the CI column)."""
     from ..plugins import HARNESSES
 
-    trained = trained_in_ci(tests_dir) if tests_dir is not None and tests_dir.is_dir() else set()
-    return render_matrix(matrix_rows(registered=HARNESSES.names(), trained=trained))
+    has_tests = tests_dir is not None and tests_dir.is_dir()
+    trained = trained_in_ci(tests_dir) if has_tests else set()
+    # the conformance notes of the tests' spec-file harnesses (tests/harnesses/data/*/notes/)
+    spec_dirs = sorted((tests_dir / "harnesses" / "data").glob("*/notes")) if has_tests else []
+    notes = all_notes([shipped_dir(), *spec_dirs])
+    return render_matrix(matrix_rows(notes, registered=HARNESSES.names(), trained=trained))

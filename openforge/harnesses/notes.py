@@ -10,8 +10,9 @@ prompt fingerprint and tool names are compared with the notes of that harness ve
 newest notes of another version: an upgrade), and a difference is the trajectory's
 ``harness_drift``. A harness with no notes is not compared.
 
-The fingerprint is over the system text with the parts that change per rollout masked (digits, long
-hex runs, absolute paths), so a task's date or working directory is not a drift; a changed sentence is.
+The fingerprint is over the system text with the parts that change per rollout masked (header
+lines, absolute paths, long hex runs, words with digits), so a task's date, working directory or
+hash is not a drift; a changed sentence is.
 """
 
 from __future__ import annotations
@@ -35,8 +36,12 @@ if TYPE_CHECKING:
 __all__ = ["HarnessNotes", "check_drift", "drift", "find_notes", "fingerprint", "harness_version", "notes_dirs",
            "observe", "save_notes", "shipped_dir", "system_text", "tool_names"]
 
-_MASKS = [(re.compile(r"(?<![\w/])/(?:[^\s\"'`<>|;,()\[\]{}]+)"), "<path>"),
-          (re.compile(r"\b[0-9a-fA-F]{8,}\b"), "<hex>"), (re.compile(r"\d+"), "0")]
+#: what changes per rollout and is masked before fingerprinting: header lines a CLI puts in its prompt
+#: (Claude Code's ``x-anthropic-billing-header: cc_version=2.1.197.c5e`` hashes the task), absolute
+#: paths, long hex runs, and every word with a digit in it (dates, ids, versions)
+_MASKS = [(re.compile(r"(?m)^x-[\w-]+:.*$"), "<header>"),
+          (re.compile(r"(?<![\w/])/(?:[^\s\"'`<>|;,()\[\]{}]+)"), "<path>"),
+          (re.compile(r"\b[0-9a-fA-F]{8,}\b"), "<hex>"), (re.compile(r"\w*\d\w*"), "0")]
 #: request keys every wire has; the rest are what the harness chose to send
 _BASE_KEYS = {"model", "messages", "input", "system", "instructions", "tools", "stream"}
 
@@ -52,7 +57,8 @@ class HarnessNotes(BaseModel):
     tools: list[str] = Field(default_factory=list)
     injected: list[str] = Field(default_factory=list)
     streaming: bool = False
-    compaction: bool = False
+    compaction: bool = False  # a later request carried fewer history items than the one before
+    rewrites_history: bool = False  # a later request's system prompt or history did not extend the last one
     stripped_reasoning: bool = False
     retries: int = 0
     calls: int = 0
@@ -121,14 +127,18 @@ def observe(traj: Trajectory, *, version: str | None, checks: dict[str, bool | N
         return None
     first = calls[0]
     system = system_text(first)
-    compaction = any(len(_history(b)) < len(_history(a)) for a, b in itertools.pairwise(calls))
-    stripped = any(_stripped(a, b) for a, b in itertools.pairwise(calls))
+    pairs = list(itertools.pairwise(calls))
+    compaction = any(len(_history(b)) < len(_history(a)) for a, b in pairs)
+    rewritten = any(_history(b)[:len(_history(a))] != _history(a) or system_text(b) != system_text(a)
+                    for a, b in pairs)
+    stripped = any(_stripped(a, b) for a, b in pairs)
     bodies = [json.dumps(c.request, sort_keys=True) for c in calls]
     return HarnessNotes(
         harness=traj.harness or "?", version=version, wire=first.api, system_sha=fingerprint(system),
         system_chars=len(system), tools=tool_names(first),
         injected=sorted(k for k in (first.request or {}) if k not in _BASE_KEYS),
-        streaming=bool((first.request or {}).get("stream")), compaction=compaction, stripped_reasoning=stripped,
+        streaming=bool((first.request or {}).get("stream")), compaction=compaction, rewrites_history=rewritten,
+        stripped_reasoning=stripped,
         retries=len(bodies) - len(set(bodies)), calls=len(calls), checks=dict(checks or {}), source=source,
         recorded_at=time.strftime("%Y-%m-%d", time.gmtime()))
 

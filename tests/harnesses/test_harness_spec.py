@@ -110,7 +110,7 @@ def test_missing_or_broken_file_and_executable(tmp_path):
     with pytest.raises(ConfigError, match="give install"):
         harness_class(str(write(tmp_path, "name: x\nwires: [chat]\ncommand: [x]\n", "c.yaml")))
     gone = write(tmp_path, BASE.replace("/bin/echo", "./not-there.sh"), "d.yaml")
-    with pytest.raises(HarnessNotInstalled, match="not-there.sh"):
+    with pytest.raises(HarnessNotInstalled, match=r"not-there\.sh"):
         make_harness(str(gone)).check_installed()
     npm = write(tmp_path, BASE.replace("executable: /bin/echo", "install: {npm: '@x/cli', version: '1.2.3', executable: xcli}"),
                 "e.yaml")
