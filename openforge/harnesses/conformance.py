@@ -97,9 +97,12 @@ async def check_harness(name: str, *, options: dict[str, Any] | None = None, wir
     """Run the conformance probe of harness ``name`` (a registered name or a spec file path) on
     ``wire_api`` (default: its default wire)."""
     from ..parts import reference_script
+    from ..plugins import make_harness
     from ..proxy.backends.scripted import ScriptedBackend
     from ..session import RolloutSettings, Session, load_environment
 
+    opts = _options(name, options, wire_api)
+    make_harness(name, **opts).check_installed()  # not installed: say how, before a sandbox starts
     env = load_environment("claw")
     with tempfile.TemporaryDirectory(prefix="forge-check-") as tmp:
         out = Path(run_dir or tmp)
@@ -107,7 +110,7 @@ async def check_harness(name: str, *, options: dict[str, Any] | None = None, wir
         task = env.task(TASK)
         backend = ScriptedBackend(reference_script(env, [task], final=FINAL))
         session = Session.from_names(backend, environment=env, harness=name,
-                                     harness_options=_options(name, options, wire_api),
+                                     harness_options=opts,
                                      launcher=launcher, close_backend=True,
                                      rollouts=RolloutSettings(budget_s=budget_s, progress=False))
         async with session:

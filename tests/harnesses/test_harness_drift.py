@@ -15,7 +15,8 @@ from openforge.trajectory import Trajectory, TrajectoryGroup
 from openforge.types import ModelCall
 
 SPEC = Path(__file__).resolve().parent / "data" / "minichat" / "minichat.yaml"
-PROMPT = "You are minichat. Today is {date}. Your working directory is {cwd}. Session {sid}."
+PROMPT = ("x-vendor-billing-header: cc_version=2.1.197.{sid}; cch={hdr};\n"
+          "You are minichat. Today is {date}. Your working directory is {cwd}. Session {sid}.")
 TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {}}}]
 
 
@@ -28,8 +29,8 @@ def traj(system: str, tools=TOOLS, *, api: str = "chat", harness: str = "minicha
                              ModelCall(index=1, api=api, request=reply, response={"text": "done"})])
 
 
-def prompt(date="2026-12-05", cwd="/tmp/forge-1a2b3c4d5e/work", sid="9f8e7d6c5b4a") -> str:
-    return PROMPT.format(date=date, cwd=cwd, sid=sid)
+def prompt(date="2026-12-05", cwd="/tmp/forge-1a2b3c4d5e/work", sid="c5e", hdr="abc") -> str:
+    return PROMPT.format(date=date, cwd=cwd, sid=sid, hdr=hdr)
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def test_notes_record_what_the_harness_sends():
 
 def test_per_rollout_detail_is_no_drift_and_a_changed_prompt_or_tool_is():
     ref = N.observe(traj(prompt()), version="1.0.0")
-    assert N.drift(ref, traj(prompt(date="2027-01-31", cwd="/srv/other/place", sid="0123abcdef99")), "1.0.0") is None
+    assert N.drift(ref, traj(prompt(date="2027-01-31", cwd="/srv/other/place", sid="e5f", hdr="xyz")), "1.0.0") is None
     d = N.drift(ref, traj(prompt().replace("You are minichat.", "You are minichat, be terse.")), "1.0.0")
     assert set(d["changed"]) == {"system_prompt"} and d["changed"]["system_prompt"]["noted"] == ref.system_sha
     more = [*TOOLS, {"type": "function", "function": {"name": "web_fetch", "parameters": {}}}]

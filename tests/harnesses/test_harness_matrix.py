@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from openforge.harnesses.matrix import BEGIN, END, generate, matrix_rows, render_matrix, trained_in_ci, update_doc
+from openforge.harnesses.matrix import (
+    BEGIN,
+    END,
+    generate,
+    matrix_rows,
+    render_matrix,
+    trained_in_ci,
+    update_doc,
+)
 from openforge.harnesses.notes import HarnessNotes
 
 ROOT = Path(__file__).resolve().parents[2]
