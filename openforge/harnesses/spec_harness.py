@@ -227,6 +227,19 @@ def spec_harness_class(path: str | Path) -> type[SpecHarness]:
     return _make_class(spec, f"openforge_spec_{digest}", str(p), key)
 
 
+#: Built-in harnesses declared by a spec file in ``openforge/harnesses/specs/``.
+SPECS_DIR = Path(__file__).resolve().parent / "specs"
+
+
+def builtin_spec_class(name: str) -> type[SpecHarness]:
+    """The class of built-in harness ``name``, declared by ``specs/<name>.yaml``."""
+    cls = spec_harness_class(SPECS_DIR / f"{name}.yaml")
+    inst = cls.spec.install
+    if inst is not None:  # installed by name, like every built-in
+        cls.install_hint = f"forge harness install {name}  ({'npm' if inst.npm else 'pip'} install {inst.requirement})"
+    return cls
+
+
 def _make_class(spec: HarnessSpec, module_name: str, file: str, key: tuple[str, str]) -> type[SpecHarness]:
     module = sys.modules.get(module_name)
     if module is None:
