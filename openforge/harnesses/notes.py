@@ -82,7 +82,9 @@ def system_text(call: ModelCall) -> str:
     """The system prompt of a call in any wire: ``system`` / ``instructions`` and the leading
     system or developer messages."""
     req = call.request or {}
-    parts = [_text(req.get("system")), _text(req.get("instructions"))]
+    gemini = req.get("systemInstruction") or req.get("system_instruction")  # the Gemini wire
+    parts = [_text(req.get("system")), _text(req.get("instructions")),
+             _text(gemini.get("parts")) if isinstance(gemini, dict) else _text(gemini)]
     for m in req.get("messages") or (req.get("input") if isinstance(req.get("input"), list) else []) or []:
         if not isinstance(m, dict) or m.get("role") not in ("system", "developer"):
             break
@@ -93,7 +95,9 @@ def system_text(call: ModelCall) -> str:
 def tool_names(call: ModelCall) -> list[str]:
     out = []
     for t in (call.request or {}).get("tools") or []:
-        if isinstance(t, dict):
+        if isinstance(t, dict) and isinstance(t.get("functionDeclarations"), list):  # the Gemini wire
+            out += [str(d.get("name") or "?") for d in t["functionDeclarations"] if isinstance(d, dict)]
+        elif isinstance(t, dict):
             fn = t.get("function") if isinstance(t.get("function"), dict) else {}
             out.append(str(fn.get("name") or t.get("name") or t.get("type") or "?"))
     return sorted(out)

@@ -60,6 +60,18 @@ def test_per_rollout_detail_is_no_drift_and_a_changed_prompt_or_tool_is():
     assert N.drift(ref, traj(prompt(), more), "1.0.0")["changed"]["tools"] == {"added": ["web_fetch"], "removed": []}
 
 
+def test_system_prompt_and_tools_of_each_wire():
+    calls = [ModelCall(index=0, api="messages", request={"system": [{"type": "text", "text": "S"}],
+                                                         "tools": [{"name": "Bash", "input_schema": {}}]}),
+             ModelCall(index=0, api="responses", request={"instructions": "S", "input": [
+                 {"role": "developer", "content": [{"type": "input_text", "text": "D"}]}, {"role": "user", "content": "u"}],
+                 "tools": [{"type": "function", "name": "exec_command"}, {"type": "web_search"}]}),
+             ModelCall(index=0, api="unknown", request={"systemInstruction": {"parts": [{"text": "G"}]},
+                                                        "tools": [{"functionDeclarations": [{"name": "run"}]}]})]
+    assert [N.system_text(c) for c in calls] == ["S", "S\nD", "G"]
+    assert [N.tool_names(c) for c in calls] == [["Bash"], ["exec_command", "web_search"], ["run"]]
+
+
 def test_check_drift_uses_the_notes_of_the_version_else_the_newest_other(cache):
     h = make_harness(str(SPEC))  # version 1.0.0
     assert N.check_drift(h, traj("anything")) is None  # no notes: not compared
