@@ -104,6 +104,7 @@ def step_metrics(groups: GroupResults, *, step: int, elapsed: dict[str, float]) 
         "prompt_tokens": sum(len(c.prompt_ids) for c in calls),
         "generated_tokens": sum(len(c.output_ids) for c in calls),
         "tool_calls": sum(len((c.response or {}).get("tool_calls") or []) for c in calls),
+        "harness_drift": sum(1 for t in trajs if t.harness_drift),
         **{k: round(v, 3) for k, v in elapsed.items()},
         **harness_breakdown(trajs),
     }
@@ -287,6 +288,7 @@ class Forge:
                                  f"no checkpoint written (they are {ckpts.current})")
         summary["task_epochs"] = round(cursor.epochs, 3)
         summary["mixed_groups"] = mixed_summary(summary["steps"])
+        summary["harness_drift"] = sum(s.get("harness_drift", 0) for s in summary["steps"])
         await self._end(summary, held)
         return summary
 
@@ -479,6 +481,9 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
                       f"{', '.join(map(str, mixed['steps_below_target']))} (trainer.cpu.max_resample_rounds bounds them)")
     for line in idle_step_lines(summary.get("steps", [])):
         console.print(line)
+    if summary.get("harness_drift"):  # see openforge.harnesses.notes
+        console.print(f"[yellow]harness drift[/]: {summary['harness_drift']} rollout(s) whose harness sent another "
+                      "system prompt or tools than its notes (trajectory field harness_drift)")
     if summary.get("stopped"):
         from rich.markup import escape
 

@@ -321,16 +321,24 @@ def _subclass(reg: Registry, name: str, base: type) -> Any:
 
 
 def harness_class(name: str) -> type[Harness]:
-    """The :class:`~openforge.harness.Harness` subclass registered as ``name``."""
+    """The :class:`~openforge.harness.Harness` subclass registered as ``name``, or the one a harness
+    spec file declares when ``name`` is a path ending in ``.yaml`` / ``.yml`` / ``.toml``."""
     from .harness import Harness
+    from .harnesses.spec import is_spec_path
 
+    if is_spec_path(name):
+        from .harnesses.spec_harness import spec_harness_class
+
+        return spec_harness_class(name)
     return _subclass(HARNESSES, name, Harness)
 
 
 def make_harness(name: str, **options: Any) -> Harness:
     """A harness instance: ``harness_class(name)(**options)``."""
-    harness_class(name)
-    return HARNESSES.create(name, **options)
+    cls = harness_class(name)
+    from .harnesses.spec import is_spec_path
+
+    return cls(**options) if is_spec_path(name) else HARNESSES.create(name, **options)
 
 
 def launcher_class(name: str) -> type[Launcher]:

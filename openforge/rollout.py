@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import random
 import time
 import traceback
@@ -174,6 +175,10 @@ class _Rollout:
             traj = Trajectory(rollout_id=rid, task_id=task.id, harness=harness.name, environment=environment.name,
                               status=S.INFRA_ERROR, error=f"proxy could not finish the rollout ({error or 'no error'})",
                               metrics=extra_metrics, metadata=extra_meta)
+        drift = _harness_drift(harness, traj)
+        if drift is not None:  # the harness sent another system prompt / tools than its notes say
+            traj = traj.model_copy(update={"harness_drift": drift})
+            stored = False
         if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
             from .faults.record import record_faults
 
@@ -184,6 +189,17 @@ class _Rollout:
         if cancelled:
             raise asyncio.CancelledError
         return traj
+
+
+def _harness_drift(harness: Harness, traj: Trajectory) -> dict[str, Any] | None:
+    """The rollout's ``harness_drift`` against the harness's notes; a notes problem never fails it."""
+    from .harnesses.notes import check_drift
+
+    try:
+        return check_drift(harness, traj)
+    except Exception as e:  # a broken notes folder is logged, not a failed rollout
+        logging.getLogger(__name__).warning("harness drift check of %s failed: %s", harness.name, _err(e))
+        return None
 
 
 async def _provision_sandbox(req: RolloutRequest, rid: str, api_key: str,

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from .call_origin import TRAIN_CALLS, TrainCalls, label_origins
 from .reasoning import replayed_reasoning
@@ -358,6 +358,17 @@ class Trajectory(BaseModel):
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     capture: Capture = "tokens"
+    #: How the harness's first request differed from its notes (system prompt fingerprint, tool
+    #: names; see :mod:`openforge.harnesses.notes`); None: as noted, or no notes. Left out of the
+    #: JSON when None, so files stay readable by versions without the field.
+    harness_drift: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_empty_drift(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("harness_drift", 0) is None:
+            del data["harness_drift"]
+        return data
 
     @model_validator(mode="after")
     def _derive_capture(self) -> Trajectory:

@@ -1,7 +1,9 @@
 """``forge harness``: list the harnesses with their wire API and install state; install one.
 
-Owns the ``harness`` command group: ``forge harness list`` and ``forge harness install NAME``
-(npm CLIs into the cache dir, Node.js for openclaw/pi, the browser-use venv, apt packages when root).
+Owns the ``harness`` command group: ``forge harness list``, ``forge harness install NAME|SPEC``
+(npm CLIs into the cache dir, Node.js for openclaw/pi, the browser-use venv, apt packages when root;
+a spec file's declared package) and ``forge harness check NAME|SPEC`` (the conformance probe, which
+saves the harness's notes: :mod:`openforge.harnesses.conformance`).
 """
 
 from __future__ import annotations
@@ -79,9 +81,73 @@ def register(app: typer.Typer) -> None:
 
         from ..console import new_console
         from ..harnesses import installer
+        from ..harnesses.spec import is_spec_path
 
         console = new_console()
+        if is_spec_path(name):  # a harness spec file: its declared package, pinned
+            from ..plugins import make_harness
+
+            with console.status(f"installing {name} …"):
+                msg = make_harness(name).install(force=force)
+            console.print(f"[green]ok[/] {msg}")
+            return
         with console.status(f"installing {name} …"):
             msg = installer.install(name, Path(cache_dir) if cache_dir else None, force=force,
                                     log=lambda s: console.log(s))
         console.print(f"[green]ok[/] {msg}")
+
+    @group.command("check")
+    def check(
+        name: str = typer.Argument(..., help="harness name, or a harness spec file (.yaml / .yml / .toml)"),
+        wire_api: str = typer.Option(None, "--wire", help="the wire API to probe (a harness that speaks several)"),
+        budget: float = typer.Option(300.0, "--budget", help="seconds the probe's rollout may take"),
+        notes_dir: str = typer.Option(None, "--notes-dir", help="save the harness notes here instead of the user's "
+                                      "notes folder (<cache>/harness-notes)"),
+        save: bool = typer.Option(True, "--save/--no-save", help="save the notes (the reference for drift)"),
+    ) -> None:
+        """Conformance probe: one real rollout with a scripted policy (a shell call, then an answer);
+        prints wire, streaming, tool call, final answer, exactness and splicing, and saves the
+        harness's notes (system prompt fingerprint, tools, …) that later rollouts are compared with."""
+        import asyncio
+        from pathlib import Path
+
+        from rich.markup import escape
+        from rich.table import Table
+
+        from ..console import new_console
+        from ..harnesses.conformance import check_harness
+        from ..harnesses.notes import save_notes
+
+        res = asyncio.run(check_harness(name, wire_api=wire_api, budget_s=budget))
+        table = Table(title=f"{res.harness} {res.version or ''} on {res.wire}")
+        for col in ("check", "result", "detail"):
+            table.add_column(col)
+        for r in res.rows:
+            mark = "[green]pass[/]" if r.ok else "[red]FAIL[/]" if r.ok is False else "[dim]info[/]"
+            table.add_row(r.check, mark, escape(r.detail))
+        console = new_console()
+        console.print(table)
+        if res.notes is not None and save:
+            path = save_notes(res.notes, Path(notes_dir) if notes_dir else None)
+            console.print(f"notes: system prompt {res.notes.system_sha} ({res.notes.system_chars} chars), "
+                          f"{len(res.notes.tools)} tools → {path}")
+        raise typer.Exit(0 if res.passed else 1)
+
+    @group.command("matrix")
+    def matrix(
+        write: str = typer.Option(None, "--write", help="write the table between the markers of this docs page"),
+        tests_dir: str = typer.Option("tests", "--tests-dir", help="the source checkout's tests (for the CI column)"),
+    ) -> None:
+        """The harness matrix (harness × version × wires × streaming × tool calls × trained through in
+        CI), generated from the shipped conformance notes."""
+        from pathlib import Path
+
+        from ..harnesses.matrix import generate, update_doc
+
+        table = generate(Path(tests_dir))
+        if write is None:
+            typer.echo(table, nl=False)
+            return
+        page = Path(write)
+        page.write_text(update_doc(page.read_text() if page.exists() else "", table))
+        typer.echo(f"wrote the harness matrix into {page}")

