@@ -259,6 +259,7 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "openclaw": "openforge.harnesses.openclaw:OpenClawHarness",
     "zeroclaw": "openforge.harnesses.zeroclaw:ZeroClawHarness",
     "pi": "openforge.harnesses.pi:PiHarness",
+    "opencode": "openforge.harnesses.opencode:OpencodeHarness",
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
 })

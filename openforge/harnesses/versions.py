@@ -46,6 +46,9 @@ NPM_PINS: dict[str, NpmPin] = {
     "claude-code": NpmPin("@anthropic-ai/claude-code", "2.1.197", "claude"),
     "pi": NpmPin("@earendil-works/pi-coding-agent", "1.6.0", "pi", min_node=(22, 19)),
     "openclaw": NpmPin("openclaw", "2026.9.6", "openclaw", min_node=(24, 16)),
+    "opencode": NpmPin("opencode-ai", "1.18.33", "opencode"),
+    "gemini-cli": NpmPin("@google/gemini-cli", "0.61.0", "gemini"),
+    "qwen-code": NpmPin("@qwen-code/qwen-code", "0.24.4", "qwen", min_node=(22, 0)),
 }
 
 #: Node.js >= 24.16 for openclaw (and >= 22.19 for pi), from the npm registry's binaries package.
