@@ -260,6 +260,7 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "zeroclaw": "openforge.harnesses.zeroclaw:ZeroClawHarness",
     "pi": "openforge.harnesses.pi:PiHarness",
     "opencode": "openforge.harnesses.opencode:OpencodeHarness",
+    "gemini-cli": "openforge.harnesses.gemini_cli:GeminiCliHarness",
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
 })
