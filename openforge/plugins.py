@@ -261,6 +261,7 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "pi": "openforge.harnesses.pi:PiHarness",
     "opencode": "openforge.harnesses.opencode:OpencodeHarness",
     "gemini-cli": "openforge.harnesses.gemini_cli:GeminiCliHarness",
+    "qwen-code": "openforge.harnesses.qwen_code:QwenCodeHarness",
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
 })

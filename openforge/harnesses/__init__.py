@@ -1,5 +1,5 @@
 """Built-in harness adapters, one module each: ``react`` (openforge's own minimal agent), ``codex``,
-``claude_code``, ``openclaw``, ``zeroclaw``, ``pi``, ``opencode``, ``gemini_cli``, ``browser_use``, ``computer_use``; plus ``cli``
+``claude_code``, ``openclaw``, ``zeroclaw``, ``pi``, ``opencode``, ``gemini_cli``, ``qwen_code``, ``browser_use``, ``computer_use``; plus ``cli``
 (the :class:`~openforge.harnesses.cli.CliHarness` base), ``versions`` (the pins) and ``installer``.
 
 Look harnesses up by name with :func:`openforge.plugins.harness_class` / :func:`~openforge.plugins.make_harness`; nothing is imported here so

@@ -17,6 +17,13 @@ CASES = [
     # (harness, constructor kwargs, expected shell tool name, its command argument, wire api)
     ("opencode", {}, "bash", "command", "chat"),
     ("gemini-cli", {}, "run_shell_command", "command", "gemini"),
+    ("qwen-code", {"wire_api": "chat"}, "run_shell_command", "command", "chat"),
+    ("qwen-code", {"wire_api": "gemini"}, "run_shell_command", "command", "gemini"),
+    # qwen-code's other two wires are `slow` (CI still runs them)
+    pytest.param("qwen-code", {"wire_api": "responses"}, "run_shell_command", "command", "responses",
+                 marks=pytest.mark.slow),
+    pytest.param("qwen-code", {"wire_api": "messages"}, "run_shell_command", "command", "messages",
+                 marks=pytest.mark.slow),
 ]
 
 
