@@ -13,6 +13,9 @@ from testdeps import missing
 from openforge.errors import HarnessError
 from openforge.plugins import harness_class
 
+#: harnesses whose npm package fetches its binary from github.com at install time
+DOWNLOADS_FROM_GITHUB = {"crush"}
+
 CASES = [
     # (harness, constructor kwargs, expected shell tool name, its command argument, wire api)
     ("opencode", {}, "bash", "command", "chat"),
@@ -35,6 +38,8 @@ def _harness(name, kwargs):
     try:
         h.check_installed()
     except HarnessError as e:
+        if name in DOWNLOADS_FROM_GITHUB:  # CI may not reach github.com either: a skip, not a CI failure
+            pytest.skip(f"{name} is not installed here (its binary comes from github.com): {e}")
         missing(f"{name} is not installed here: {e}")
     return h
 
