@@ -290,6 +290,10 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "openclaw": "openforge.harnesses.openclaw:OpenClawHarness",
     "zeroclaw": "openforge.harnesses.zeroclaw:ZeroClawHarness",
     "pi": "openforge.harnesses.pi:PiHarness",
+    "opencode": "openforge.harnesses.opencode:OpencodeHarness",
+    "gemini-cli": "openforge.harnesses.gemini_cli:GeminiCliHarness",
+    "qwen-code": "openforge.harnesses.qwen_code:QwenCodeHarness",
+    "crush": "openforge.harnesses.crush:CrushHarness",
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
 })

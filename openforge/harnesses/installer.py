@@ -151,8 +151,13 @@ def install(name: str, cache: Path | None = None, *, force: bool = False,
         log(f"npm install {pin.spec} into {cache / name}")
         # an empty cwd: npm takes a bare name as a local folder if the cwd has a dir of that name
         with tempfile.TemporaryDirectory() as cwd:
-            _run([npm, "install", "--silent", "--no-fund", "--no-audit", "--prefix", str(cache / name),
-                  pin.spec], cwd=Path(cwd), env=env, what=f"npm install {pin.spec}")
+            try:
+                _run([npm, "install", "--silent", "--no-fund", "--no-audit", "--prefix", str(cache / name),
+                      pin.spec], cwd=Path(cwd), env=env, what=f"npm install {pin.spec}")
+            except HarnessError as e:
+                if pin.install_note:
+                    raise HarnessError(f"{e} ({name}: {pin.install_note})") from e
+                raise
         exe = find_executable(name, cache)
         if exe is None:
             raise HarnessError(f"npm installed {pin.spec} but {pin.executable} is missing under {cache / name}")

@@ -21,6 +21,7 @@ class NpmPin:
     version: str
     executable: str  # name under node_modules/.bin
     min_node: tuple[int, int] = (20, 0)  # (major, minor) the CLI's `engines` requires
+    install_note: str = ""  # what else its install needs (said when `npm install` fails)
 
     @property
     def spec(self) -> str:
@@ -64,6 +65,13 @@ NPM_PINS: dict[str, NpmPin] = {
     "pi": NpmPin("@earendil-works/pi-coding-agent", "1.6.0", "pi", min_node=(22, 19)),
     "openclaw": NpmPin("openclaw", "2026.9.6", "openclaw", min_node=(24, 16)),
     **_spec_pins(),  # codex, claude-code: specs/codex.yaml, specs/claude-code.yaml
+    "opencode": NpmPin("opencode-ai", "1.18.33", "opencode"),
+    "gemini-cli": NpmPin("@google/gemini-cli", "0.61.0", "gemini"),
+    "qwen-code": NpmPin("@qwen-code/qwen-code", "0.24.4", "qwen", min_node=(22, 0)),
+    "crush": NpmPin("@charmland/crush", "0.96.1", "crush", install_note=(
+        "the package has no binary of its own: its postinstall downloads crush_0.96.1_Linux_x86_64.tar.gz "
+        "from github.com/charmbracelet/crush/releases, so npm needs to reach github.com; elsewhere set "
+        "OPENFORGE_CRUSH_BIN to a crush 0.96.1 binary")),
 }
 
 #: Node.js >= 24.16 for openclaw (and >= 22.19 for pi), from the npm registry's binaries package.
