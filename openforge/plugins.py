@@ -261,6 +261,7 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "pi": "openforge.harnesses.pi:PiHarness",
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
+    "aider": "openforge.harnesses.aider:AiderHarness",
     "mini-swe-agent": "openforge.harnesses.mini_swe_agent:MiniSweAgentHarness",
 })
 ENVIRONMENTS = Registry("environment", "openforge.environments", {
