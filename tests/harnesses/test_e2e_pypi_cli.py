@@ -65,3 +65,20 @@ async def test_aider_reflects_a_failed_edit_then_runs_the_shell_command(tmp_path
     assert [s.call_indices for s in run.traj.segments] == [[0], [1]], run.traj.segments
     assert run.traj.segments[1].break_reason == BreakReason.HISTORY_REWRITTEN
     assert_isolated(run)
+
+
+async def test_hermes_agent_shell_call_then_answer(tmp_path, tokenizer):
+    h = _harness("hermes-agent")
+    marker = "hello-hermes-agent"
+    script = {"turns": [{"shell": f"echo {marker} > out.txt"}, {"text": "Done: wrote out.txt."}]}
+    run = await run_e2e(h, script, "Write a greeting to out.txt, then say done.", tmp_path=tmp_path,
+                        tokenizer=tokenizer, budget_s=180, read=("out.txt",))
+    assert run.result.ok, describe_failure(run)
+    assert run.files["out.txt"] is not None and run.files["out.txt"].decode().strip() == marker, describe_failure(run)
+    calls = tool_calls(run.traj)
+    assert calls[0][0] == "terminal" and calls[0][1]["command"] == f"echo {marker} > out.txt", calls
+    assert len(calls) == 1 and len(run.traj.calls) == 2, describe_failure(run)
+    assert all(c.api == "chat" for c in run.traj.calls)
+    assert run.result.final_text == "Done: wrote out.txt.", describe_failure(run)
+    assert len(run.traj.segments) == 1, run.traj.segments
+    assert_isolated(run)
