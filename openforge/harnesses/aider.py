@@ -11,8 +11,8 @@ context window, zero cost) and an empty fresh ``.aider/caches/model_prices_and_c
 
 Aider is not a tool-calling loop: the model edits files with SEARCH/REPLACE blocks and proposes
 shell commands in ```` ```bash ```` blocks. ``--yes-always`` deliberately declines shell commands,
-so the harness answers aider's prompts on stdin instead (``y`` to each: run the command, add its
-output to the chat, create the file) — the operator who approves everything. Aider calls the model
+so it is not passed: stdin is closed, and at end of input aider takes each prompt's default, which
+is Yes (run the command, add its output to the chat, create the file, allow the edit). Aider calls the model
 again only to reflect an error back (an edit that does not apply, a file the reply mentions); the
 final answer is its last reply, read back from the ``--llm-history-file`` it writes under HOME.
 """
@@ -46,10 +46,9 @@ class AiderHarness(PypiCliHarness):
     executable = "aider"
     install_hint = pypi_install_hint("aider")
 
-    def __init__(self, *, edit_format: str = "diff", answers: int = 64, **kw: Any):
+    def __init__(self, *, edit_format: str = "diff", **kw: Any):
         super().__init__(**kw)
         self.edit_format = edit_format
-        self.answers = answers
 
     def config_files(self, ctx: RolloutContext) -> dict[str, str]:
         return {METADATA_FILE: aider_model_metadata(ctx.model), PRICE_CACHE: "{}"}
@@ -57,9 +56,6 @@ class AiderHarness(PypiCliHarness):
     def environment(self, ctx: RolloutContext) -> dict[str, str]:
         return {"OPENAI_API_KEY": ctx.api_key, "OPENAI_API_BASE": ctx.openai_base_url,
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1", "TERM": "dumb"}
-
-    def stdin_data(self, ctx: RolloutContext) -> bytes:
-        return b"y\n" * self.answers
 
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
         home = ctx.home

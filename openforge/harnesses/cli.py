@@ -132,10 +132,6 @@ class CliHarness(Harness):
         """Config files to write, as {path relative to the private HOME: content}."""
         return {}
 
-    def stdin_data(self, ctx: RolloutContext) -> bytes:
-        """What the process reads on stdin (default: nothing, stdin closed)."""
-        return b""
-
     def final_text(self, stdout: str) -> str | None:
         """The agent's final answer from its stdout (default: the last non-empty line)."""
         lines = [ln for ln in stdout.strip().splitlines() if ln.strip()]
@@ -153,7 +149,7 @@ class CliHarness(Harness):
         if ctx.env.get("PYTHONPATH") and env.get("PYTHONPATH"):  # the environment's packages stay importable
             env["PYTHONPATH"] = f"{env['PYTHONPATH']}{os.pathsep}{ctx.env['PYTHONPATH']}"
         argv = self.command(ctx, exe)
-        res = await ctx.exec(argv, env=env, stdin=self.stdin_data(ctx))
+        res = await ctx.exec(argv, env=env)
         out = HarnessResult.from_exec(res, harness=self.name, budget_s=ctx.budget_s)
         out.extra["argv"] = [a if len(a) < 300 else a[:300] + "…" for a in argv]
         if out.status is None:

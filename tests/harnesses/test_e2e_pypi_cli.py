@@ -43,7 +43,7 @@ async def test_mini_swe_agent_shell_call_then_submit(tmp_path, tokenizer):
 
 async def test_aider_reflects_a_failed_edit_then_runs_the_shell_command(tmp_path, tokenizer):
     """Call 1: a SEARCH/REPLACE edit that does not apply (aider reflects the error back); call 2: a
-    ```bash block aider runs (answered ``y`` on stdin) and the final answer."""
+    ```bash block aider runs (its prompts take their default, Yes, at stdin EOF) and the final answer."""
     h = _harness("aider")
     marker = "hello-aider"
     bad_edit = ("greeting.txt\n```\n<<<<<<< SEARCH\nno such line\n=======\nhello\n>>>>>>> REPLACE\n```\n")
