@@ -296,6 +296,9 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "crush": "openforge.harnesses.crush:CrushHarness",
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
+    "aider": "openforge.harnesses.aider:AiderHarness",
+    "mini-swe-agent": "openforge.harnesses.mini_swe_agent:MiniSweAgentHarness",
+    "hermes-agent": "openforge.harnesses.hermes_agent:HermesAgentHarness",
 })
 ENVIRONMENTS = Registry("environment", "openforge.environments", {
     "claw": "openforge.envs.claw:ClawEnvironment",

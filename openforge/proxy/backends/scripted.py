@@ -16,7 +16,8 @@ Script format (YAML)::
 
 ``shell`` maps onto the offered shell tool: Codex ``exec_command{cmd}``, Claude Code ``Bash{command}``,
 pi ``bash{command}``, OpenClaw ``exec{command}``, or any tool named like a shell with a ``cmd`` /
-``command`` string parameter. Output is rendered in the policy's tool-call format and tokenized with a
+``command`` string parameter; a request that offers no tools at all (a text-protocol harness such as
+aider, which runs the commands of ```` ```bash ```` blocks) gets the command as a fenced bash block. Output is rendered in the policy's tool-call format and tokenized with a
 real tokenizer (SmolLM2's by default), so scripted calls are exact (each token's logprob is 0: the
 scripted policy is deterministic).
 """
@@ -153,14 +154,17 @@ class ScriptedBackend(TokenBackend):
         calls: list[tuple[str, Any]] = []
         if "tool" in turn:
             calls.append((turn["tool"]["name"], turn["tool"].get("arguments") or {}))
-        if "shell" in turn:
+        text = str(turn.get("text") or "")
+        if "shell" in turn and not ctx.tools:  # a text-protocol harness (aider): a fenced bash block
+            text = (text + "\n\n" if text else "") + f"```bash\n{turn['shell']}\n```"
+        elif "shell" in turn:
             found = find_shell_tool(ctx.tools)
             if found is None:
                 offered = [t.get("function", t).get("name") for t in ctx.tools]
                 raise BackendError(f"scripted turn wants a shell command but the request offers no shell tool "
                                    f"(offered: {offered})")
             calls.append((found[0], {found[1]: str(turn["shell"])}))
-        text = self._render().format_output(str(turn.get("text") or ""), turn.get("reasoning"), calls)
+        text = self._render().format_output(text, turn.get("reasoning"), calls)
         ids = self._render().encode(text)
         ctx.admit()
         try:
