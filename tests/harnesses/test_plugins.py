@@ -4,6 +4,7 @@ plugin whose dependency is missing names the pip extra that installs it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import warnings
@@ -193,7 +194,7 @@ def test_extras_are_derived_from_pyproject():
         if extra == "dev":
             continue
         for req in reqs:
-            name = req.split(">")[0].split("=")[0].split("<")[0].strip()
+            name = re.split(r"[<>=!~\[; ]", req, maxsplit=1)[0]  # the distribution, without extras or pins
             assert extra_for(DISTRIBUTION, name.replace("-", "_")) is not None, (extra, name)
 
 
