@@ -261,6 +261,7 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "pi": "openforge.harnesses.pi:PiHarness",
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
+    "kilocode": "openforge.harnesses.kilocode:KilocodeHarness",
 })
 ENVIRONMENTS = Registry("environment", "openforge.environments", {
     "claw": "openforge.envs.claw:ClawEnvironment",

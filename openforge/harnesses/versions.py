@@ -46,6 +46,9 @@ NPM_PINS: dict[str, NpmPin] = {
     "claude-code": NpmPin("@anthropic-ai/claude-code", "2.1.197", "claude"),
     "pi": NpmPin("@earendil-works/pi-coding-agent", "1.6.0", "pi", min_node=(22, 19)),
     "openclaw": NpmPin("openclaw", "2026.9.6", "openclaw", min_node=(24, 16)),
+    "cline": NpmPin("cline", "3.0.65", "cline"),
+    "kilocode": NpmPin("@kilocode/cli", "7.7.7", "kilo"),
+    "continue": NpmPin("@continuedev/cli", "1.5.47", "cn"),
 }
 
 #: Node.js >= 24.16 for openclaw (and >= 22.19 for pi), from the npm registry's binaries package.
