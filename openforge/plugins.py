@@ -262,6 +262,7 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "browser-use": "openforge.harnesses.browser_use:BrowserUseHarness",
     "computer-use": "openforge.harnesses.computer_use:ComputerUseHarness",
     "kilocode": "openforge.harnesses.kilocode:KilocodeHarness",
+    "continue": "openforge.harnesses.continue_cli:ContinueHarness",
 })
 ENVIRONMENTS = Registry("environment", "openforge.environments", {
     "claw": "openforge.envs.claw:ClawEnvironment",

@@ -37,7 +37,7 @@ fi
 python -c 'from openforge.launchers._bwrap import probe_bwrap; m = probe_bwrap(); print("sandbox:", m.error or f"bwrap {m.binary}")'
 # The pinned harness CLIs (npm: codex, claude-code, pi, openclaw + Node 24; a browser-use venv) into the
 # harness cache. Idempotent: each is skipped when already there. Versions: openforge/harnesses/versions.py.
-for h in codex claude-code pi openclaw browser-use kilocode; do
+for h in codex claude-code pi openclaw browser-use kilocode continue; do
   python -m openforge.cli.main harness install "$h" >/dev/null 2>/tmp/openforge-harness-install.log \
     || { tail -3 /tmp/openforge-harness-install.log >&2; fail_install "could not install harness $h"; }
 done

@@ -16,6 +16,7 @@ from openforge.plugins import harness_class
 CASES = [
     # (harness, constructor kwargs, expected shell tool name, its command argument, wire api)
     ("kilocode", {}, "bash", "command", "chat"),
+    ("continue", {}, "Bash", "command", "chat"),
 ]
 
 
