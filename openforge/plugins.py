@@ -299,6 +299,8 @@ HARNESSES = Registry("harness", "openforge.harnesses", {
     "aider": "openforge.harnesses.aider:AiderHarness",
     "mini-swe-agent": "openforge.harnesses.mini_swe_agent:MiniSweAgentHarness",
     "hermes-agent": "openforge.harnesses.hermes_agent:HermesAgentHarness",
+    "kilocode": "openforge.harnesses.kilocode:KilocodeHarness",
+    "continue": "openforge.harnesses.continue_cli:ContinueHarness",
 })
 ENVIRONMENTS = Registry("environment", "openforge.environments", {
     "claw": "openforge.envs.claw:ClawEnvironment",

@@ -38,7 +38,7 @@ python -c 'from openforge.launchers._bwrap import probe_bwrap; m = probe_bwrap()
 # The pinned harness CLIs (npm: codex, claude-code, pi, openclaw + Node 24; venvs: browser-use, mini-swe-agent,
 # aider, hermes-agent) into the
 # harness cache. Idempotent: each is skipped when already there. Versions: openforge/harnesses/versions.py.
-for h in codex claude-code pi openclaw browser-use opencode gemini-cli qwen-code mini-swe-agent aider hermes-agent; do
+for h in codex claude-code pi openclaw browser-use opencode gemini-cli qwen-code mini-swe-agent aider hermes-agent kilocode continue; do
   python -m openforge.cli.main harness install "$h" >/dev/null 2>/tmp/openforge-harness-install.log \
     || { tail -3 /tmp/openforge-harness-install.log >&2; fail_install "could not install harness $h"; }
 done

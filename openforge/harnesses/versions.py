@@ -72,6 +72,9 @@ NPM_PINS: dict[str, NpmPin] = {
         "the package has no binary of its own: its postinstall downloads crush_0.96.1_Linux_x86_64.tar.gz "
         "from github.com/charmbracelet/crush/releases, so npm needs to reach github.com; elsewhere set "
         "OPENFORGE_CRUSH_BIN to a crush 0.96.1 binary")),
+    "cline": NpmPin("cline", "3.0.65", "cline"),
+    "kilocode": NpmPin("@kilocode/cli", "7.7.7", "kilo"),
+    "continue": NpmPin("@continuedev/cli", "1.5.47", "cn"),
 }
 
 #: Node.js >= 24.16 for openclaw (and >= 22.19 for pi), from the npm registry's binaries package.
