@@ -339,6 +339,11 @@ def harness_class(name: str) -> type[Harness]:
         from .harnesses.spec_harness import spec_harness_class
 
         return spec_harness_class(name)
+    if name not in HARNESSES.names():
+        from .harnesses.versions import UNSUPPORTED
+
+        if name in UNSUPPORTED:
+            raise PluginNotFound(f"harness {name!r} is not supported yet: {UNSUPPORTED[name]}")
     return _subclass(HARNESSES, name, Harness)
 
 

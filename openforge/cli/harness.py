@@ -52,8 +52,11 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from ..console import new_console
+        from ..harnesses.versions import UNSUPPORTED
 
         rows = [_describe(name) for name in _names()]
+        rows += [{"name": n, "installed": False, "unsupported": why} for n, why in sorted(UNSUPPORTED.items())
+                 if n not in {r["name"] for r in rows}]
         if as_json:
             typer.echo(json.dumps(rows, indent=1))
             return
@@ -64,14 +67,17 @@ def register(app: typer.Typer) -> None:
             if "error" in r:
                 table.add_row(r["name"], "?", "[red]error[/]", escape(r["error"]))
                 continue
+            if "unsupported" in r:
+                table.add_row(r["name"], "–", "[yellow]unsupported[/]", escape(r["unsupported"]))
+                continue
             mark = "[green]yes[/]" if r["installed"] else "[yellow]no[/]"
             table.add_row(r["name"], r["wire_api"], mark, escape(r["detail"] or r["install"]))
         new_console().print(table)
 
     @group.command("install")
     def install(
-        name: str = typer.Argument(..., help="harness name (codex, claude-code, pi, openclaw, browser-use, "
-                                   "computer-use) or 'node'"),
+        name: str = typer.Argument(..., help="harness name (see `forge harness list`), a harness "
+                                   "spec file, or 'node'"),
         force: bool = typer.Option(False, "--force", help="reinstall even if the pinned version is there"),
         cache_dir: str = typer.Option(None, "--cache-dir", help="install here instead of $OPENFORGE_HARNESS_DIR "
                                       "(default ~/.cache/openforge/harnesses)"),

