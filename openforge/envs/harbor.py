@@ -187,7 +187,9 @@ class HarborEnvironment(Environment):
             return [view.python, "-I", "-S", view.inside(_VERIFY), "--task-dir", view.inside(spec.task_dir),
                     "--workdir", workdir, "--app", spec.workdir, "--timeout", str(spec.verify_timeout_s)]
 
-        ro = [spec.task_dir, str(_VERIFY), *([site] if site and Path(site).is_dir() else [])]
+        # setup made the site directory (outside a pod it always does); it is not looked up on the host: under
+        # a non-root driver it lives in the rollout's private area, which only the sandboxes see
+        ro = [spec.task_dir, str(_VERIFY), *([site] if site else [])]
         places = () if pod else (spec.workdir, "/tests", "/logs/verifier")
         run = await run_in_view(task, sandbox, ro_paths=ro, places=places, command=command, env=env)
         if run.returncode == 2:  # harbor_verify's own refusal: no usable reward file (never a 0)

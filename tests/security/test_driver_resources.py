@@ -219,3 +219,13 @@ def test_a_normal_user_drivers_filler_cannot_fail_its_sibling():
     assert {"answer.txt", "given.txt", "result.bin"} <= set(report["pulled"]), report
     assert report["verifier_sees"] == ["done", str(40 << 20)], report
     assert report["left"] == [] and report["free_mb_after_close"] > 190, report
+
+
+def test_a_harbor_task_installs_and_verifies_under_a_normal_user_driver():
+    """A Harbor task whose Dockerfile `pip install`s a wheel, under a normal-user driver (each rollout's
+    disk a private area the host does not see): the verifier's sandbox still gets what the RUN step
+    installed, so the oracle succeeds (the verifier looked for that directory on the host and left it out)."""
+    with driver_base("harbor", as_user=True) as base:
+        report = run_driver("_harbor_driver.py", [str(base)], as_user=True)
+    assert report["disk"] == "private-tmpfs", report
+    assert report["solve_rc"] == 0 and report["reward"] == 1.0, report
