@@ -186,6 +186,8 @@ class Forge:
 
     async def publish(self, why: str) -> None:
         """Serve the trainer's current weights as the next policy version (``why``: what changed them)."""
+        if self.policy is None:  # a forge driven piece by piece (tests) serves no versions
+            return
         async with self.runtime.paused():  # no call samples while the served policy changes
             dt = await self.policy.publish()
         self.console.log(f"policy version {self.policy.version} ({why}) published in {dt:.2f}s")

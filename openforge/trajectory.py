@@ -382,25 +382,32 @@ class Trajectory(BaseModel):
         A trainer also needs ``capture == "tokens"`` (:attr:`TrajectoryGroup.trainable`)."""
         return self.status.trainable
 
-    def build(self, *, detokenize: Detokenize | None = None, train_calls: TrainCalls = "harness") -> Trajectory:
-        """Return a copy with segments rebuilt from the calls and validated, each call labelled with its
-        ``origin`` (:func:`~openforge.call_origin.label_origins`); ``train_calls``: see :func:`build_segments`.
+    def build(self, *, detokenize: Detokenize | None = None, train_calls: TrainCalls | None = None) -> Trajectory:
+        """Return a copy with segments rebuilt from the calls and validated. ``train_calls`` (what the
+        proxy's recorder passes: ``rollout.train_calls``) also labels each call with its ``origin``
+        (:func:`~openforge.call_origin.label_origins`) and, with ``harness``, leaves ``foreign`` calls out
+        of the segments (see :func:`build_segments`); ``None`` (a trajectory assembled by hand, or read
+        back) labels nothing: calls labelled when recorded keep their labels, unlabelled ones are trained.
 
         A call with non-finite logprobs makes the copy an untrainable ``infra_error`` (a back-end
         fault, not the policy's) with no segments and the reason in ``error``; the calls are kept.
         """
-        origins = label_origins(self.calls)
-        calls = [c if c.origin == origins.get(c.index) else c.model_copy(update={"origin": origins.get(c.index)})
-                 for c in self.calls]
+        origins = label_origins(self.calls) if train_calls is not None else {}
+        calls = [c if c.index not in origins or c.origin == origins[c.index]
+                 else c.model_copy(update={"origin": origins[c.index]}) for c in self.calls]
+        # by hand: calls that were labelled when recorded keep their labels (a foreign call stays untrained)
+        labelled = bool(calls) and all(c.origin for c in calls)
+        effective: TrainCalls = train_calls or ("harness" if labelled else "all")
         try:
-            segments, skipped = build_segments(calls, reward=self.reward, detokenize=detokenize, train_calls=train_calls)
+            segments, skipped = build_segments(calls, reward=self.reward, detokenize=detokenize, train_calls=effective)
         except NonFiniteLogprobError as e:
             return self.model_copy(update={"segments": [], "status": RolloutStatus.INFRA_ERROR, "reward": 0.0, "calls": calls,
                                            "error": f"untrainable: {e}" + (f" (then: {self.error})" if self.error else "")})
         validate_segments(calls, segments)
         metrics = dict(self.metrics)
         metrics["skipped_calls"] = {str(k): v for k, v in skipped.items()}
-        metrics["foreign_calls"] = sorted(i for i, o in origins.items() if o == "foreign")
+        if train_calls is not None:
+            metrics["foreign_calls"] = sorted(i for i, o in origins.items() if o == "foreign")
         return self.model_copy(update={"segments": segments, "metrics": metrics, "calls": calls})
 
     def validate_segments(self) -> None:

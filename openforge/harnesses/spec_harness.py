@@ -76,10 +76,13 @@ class SpecHarness(CliHarness):
                 return str(local)
             raise HarnessNotInstalled(f"{self.name}: executable {local} (from {self.spec.spec_path}) is not an "
                                       f"executable file")
-        for path in (self.binary, os.environ.get(self.bin_env_var), self._cached_executable(),
-                     shutil.which(self.executable) if self.executable else None):
+        for source, path in (("binary=", self.binary), (f"${self.bin_env_var}", os.environ.get(self.bin_env_var)),
+                             ("cache", self._cached_executable()),
+                             ("PATH", shutil.which(self.executable) if self.executable else None)):
             if path and Path(path).is_file() and os.access(path, os.X_OK):
                 return str(path)
+            if path and source in ("binary=", f"${self.bin_env_var}"):  # what the user named: never passed over
+                raise HarnessNotInstalled(f"{self.name}: {source} points to {path}, which is not an executable file")
         raise HarnessNotInstalled(f"{self.name} CLI `{self.executable}` not found (looked in ${self.bin_env_var}, "
                                   f"{self._install_root()} and PATH); install it with: {self.install_hint}")
 
