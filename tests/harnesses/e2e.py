@@ -130,3 +130,48 @@ def assert_isolated(run: E2E) -> None:
         assert run.isolation in ("bwrap", "unshare"), run.isolation
         assert run.net_devices == ["lo"], run.net_devices
     assert run.leftover == [], f"processes left behind: {run.leftover}"
+
+
+def installed_harness(name: str, kwargs: dict[str, Any], *, skip_why: str | None = None) -> Harness:
+    """Harness ``name`` built with ``kwargs``, or a missing-dependency skip (``testdeps.missing``: a failure
+    in CI) when its CLI is not installed; ``skip_why``: a plain skip instead, with that reason."""
+    import pytest
+    from testdeps import missing
+
+    from openforge.errors import HarnessError
+    from openforge.plugins import harness_class
+
+    h = harness_class(name)(**kwargs)
+    try:
+        h.check_installed()
+    except HarnessError as e:
+        if skip_why:
+            pytest.skip(f"{name} is not installed here ({skip_why}): {e}")
+        missing(f"{name} is not installed here: {e}")
+    return h
+
+
+def case_id(case: Any) -> str:
+    """``harness-api`` for a (harness, kwargs, tool, arg, api) case or its ``pytest.param``."""
+    values = case.values if hasattr(case, "values") else case
+    return f"{values[0]}-{values[4]}"
+
+
+async def shell_call_then_answer(h: Harness, name: str, tool: str, arg: str, api: str, *, tmp_path: Path,
+                                 tokenizer: Any) -> E2E:
+    """The CLI-harness contract: a scripted policy makes one shell tool call, then answers; the command ran,
+    the calls are exact and on ``api``, the final answer came back, nothing left the loopback sandbox."""
+    marker = f"hello-{name}-{api}"
+    script = {"turns": [{"shell": f"echo {marker} > out.txt"}, {"text": "Done: wrote out.txt."}]}
+    run = await run_e2e(h, script, "Write a greeting to out.txt, then say done.", tmp_path=tmp_path,
+                        tokenizer=tokenizer, budget_s=180, read=("out.txt",))
+    assert run.result.ok, describe_failure(run)
+    assert run.files["out.txt"] is not None and run.files["out.txt"].decode().strip() == marker, describe_failure(run)
+    calls = tool_calls(run.traj)
+    assert calls[0][0] == tool and calls[0][1][arg] == f"echo {marker} > out.txt", calls
+    assert len(calls) == 1, calls
+    assert all(c.api == api for c in run.traj.calls), [c.api for c in run.traj.calls]
+    assert len(run.traj.calls) >= 2 and (run.traj.calls[-1].response or {}).get("text") == "Done: wrote out.txt."
+    assert run.result.final_text and "Done" in run.result.final_text, describe_failure(run)
+    assert_isolated(run)
+    return run
