@@ -57,18 +57,25 @@ class ModelConfig(_Section):
     """The policy: ``smollm2-135m`` (embedded CPU default) or a local HF directory; for veRL a HF
     id or path the GPU nodes can load."""
 
-    name: str = "smollm2-135m"
+    name: str = Field(
+        "smollm2-135m", description="the policy: smollm2-135m (the embedded CPU default), a local HF model "
+        "directory, a checkpoint (RUN@last, RUN@best, RUN@N, RUN@base), or for veRL a HF id the GPU nodes can "
+        "load")
 
 
 class EnvConfig(_Section):
     """Which tasks: an environment name, its split, an optional named subset, explicit ids."""
 
-    name: str = "claw"
-    split: Literal["train", "eval", "heldout"] = "train"
+    name: str = Field(
+        "claw", description="environment: a registered name (claw, browser, desktop, a plugin), module:Class, or "
+        "a task folder")
+    split: Literal["train", "eval", "heldout"] = Field(
+        "train", description="the split training draws its tasks from")
     subset: str | None = Field(None, description="a named subset of the environment, e.g. 'easy'")
-    task_ids: list[str] | None = None
-    max_tasks: int | None = Field(None, ge=1)
-    options: dict[str, Any] = Field(default_factory=dict)
+    task_ids: list[str] | None = Field(None, description="only these task ids")
+    max_tasks: int | None = Field(None, ge=1, description="at most this many tasks (after subset and task_ids)")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the environment's constructor options (e.g. claw's generated, faults)")
 
 
 class HarnessConfig(_Section):
@@ -85,8 +92,12 @@ class HarnessConfig(_Section):
     chosen harness's constructor by :func:`load_config`.
     """
 
-    name: str | list[str] | dict[str, int] = "react"
-    options: dict[str, Any] = Field(default_factory=dict)
+    name: str | list[str] | dict[str, int] = Field(
+        "react", description="one harness, a list (equal weights) or a weighted mix {react: 2, pi: 1}: each GRPO "
+        "group runs one of them")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the harness's constructor options (forge harness list), checked with "
+        "the config")
     per_harness: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="option blocks per harness name; the chosen ones are merged over options")
 
@@ -175,16 +186,21 @@ def _harness_key(name: str) -> str:
 
 
 class LauncherConfig(_Section):
-    name: str = "local"
-    options: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(
+        "local", description="where sandboxes come from: local (bubblewrap) or kubernetes (a pod per rollout)")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="the launcher's options (e.g. isolation, ro_binds; namespace, image "
+        "for kubernetes)")
 
 
 class RolloutConfig(_Section):
     """How rollouts are sampled. ``temperature`` is enforced by the proxy and used by the trainer."""
 
     group_size: int = Field(4, ge=2, description="rollouts per task (GRPO group)")
-    tasks_per_step: int = Field(4, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    tasks_per_step: int = Field(
+        4, ge=1, description="tasks rolled out per GRPO step (each as a group of group_size)")
+    temperature: float = Field(
+        1.0, gt=0, description="sampling temperature, enforced by the proxy whatever the harness asks")
     max_tokens: int = Field(256, ge=1, description="cap on generated tokens per model call")
     concurrency: int = Field(4, ge=1, description="rollouts in flight at once")
     timeout_s: float | None = Field(None, gt=0, description="wall-clock budget per rollout (default: the task's)")
@@ -212,13 +228,15 @@ class SFTConfig(_Section):
     the real harness and proxy) or a back-end spec (``openai:URL``, ``transformers:PATH``, ...).
     """
 
-    enabled: bool = False
-    teacher: str = "reference"
+    enabled: bool = Field(False, description="run the supervised warm-start before GRPO")
+    teacher: str = Field(
+        "reference", description="reference (the tasks' reference solutions through the real harness) or a "
+        "back-end spec")
     k: int = Field(1, ge=1, description="teacher rollouts per task")
-    epochs: int = Field(3, ge=1)
+    epochs: int = Field(3, ge=1, description="passes over the teacher data")
     batch_size: int = Field(8, ge=1, description="trajectories per optimizer step")
-    lr: float = Field(5e-5, gt=0)
-    max_steps: int | None = Field(None, ge=1)
+    lr: float = Field(5e-5, gt=0, description="learning rate of the SFT steps")
+    max_steps: int | None = Field(None, ge=1, description="stop SFT after this many optimizer steps")
     data: str | None = Field(None, description="an exported SFT file (token format) instead of a teacher")
     autocast_bf16: bool | Literal["auto"] = Field(
         "auto", description="bf16 autocast for SFT steps: ~2x faster on CPUs with native bf16 (AVX512-BF16, AMX), "
@@ -264,13 +282,13 @@ class CPUTrainerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lr: float = Field(2e-5, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(1.0, gt=0)
+    lr: float = Field(2e-5, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
+    grad_clip: float = Field(1.0, gt=0, description="gradient norm clipped to this before each optimizer step")
     temperature: float = Field(1.0, gt=0, description="must equal the sampling temperature of the rollouts")
-    clip_low: float = Field(0.2, ge=0)
-    clip_high: float = Field(0.28, ge=0)
+    clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1 (1 - clip_low)")
+    clip_high: float = Field(0.28, ge=0, description="PPO ratio clip above 1 (1 + clip_high; DAPO's clip-higher)")
     clip_ratio_c: float | None = Field(3.0, gt=1, description="dual-clip bound for negative advantages "
                                        "(veRL's clip_ratio_c; null: off)")
     log_ratio_clamp: float = Field(20.0, gt=0, description="|log(new/old)| is clamped to this before exp")
@@ -282,7 +300,8 @@ class CPUTrainerConfig(BaseModel):
         "none", description="none: the loss_agg weights as they are; equal: every session (a rollout, or the rollouts "
         "sharing metadata.session_id) weighs the same in the batch, however many segments (sub-agents, compaction "
         "branches) it split into (see openforge.train.grpo)")
-    norm_adv_by_std: bool = True
+    norm_adv_by_std: bool = Field(
+        True, description="divide a group's advantages by its reward std (false: Dr. GRPO's mean-only)")
     skip_zero_advantage: bool = Field(True, description="leave out tied groups (reward std < 1e-6: no signal)")
     reward_shuffle: Literal["off", "group", "step"] = Field(
         "off", description="the shuffled-reward control: permute each step's rewards across its rollouts before the "
@@ -319,7 +338,7 @@ class CPUTrainerConfig(BaseModel):
         "(the log says so) and each checkpoint is a third of the size")
     lora: LoraConfig | None = Field(None, description="train a LoRA adapter instead of every weight (null: full "
                                     "fine-tuning); {rank, alpha, dropout, target_modules}")
-    seed: int = 0
+    seed: int = Field(0, description="torch.manual_seed of the trainer (LoRA initialisation, dropout)")
 
     @model_validator(mode="after")
     def _lora_alone(self) -> CPUTrainerConfig:
@@ -333,19 +352,21 @@ class VerlConfig(_Section):
     """What the veRL launcher turns into ``verl.trainer.main_ppo`` overrides."""
 
     lr: float = Field(1e-6, gt=0, description="actor learning rate")
-    n_gpus_per_node: int = Field(1, ge=1)
-    nnodes: int = Field(1, ge=1)
+    n_gpus_per_node: int = Field(1, ge=1, description="GPUs per node")
+    nnodes: int = Field(1, ge=1, description="nodes")
     train_batch_size: int = Field(8, ge=1, description="task groups per step")
-    ppo_mini_batch_size: int = Field(8, ge=1)
-    max_prompt_length: int = Field(4096, ge=16)
-    max_response_length: int = Field(4096, ge=16)
-    max_model_len: int = Field(16384, ge=64)
-    ppo_max_token_len_per_gpu: int = Field(32768, ge=64)
-    tensor_model_parallel_size: int = Field(1, ge=1)
-    gpu_memory_utilization: float = Field(0.6, gt=0, le=1)
-    agent_workers: int = Field(8, ge=1)
-    total_epochs: int = Field(1, ge=1)
-    episode_timeout_s: float = Field(1800.0, gt=0)
+    ppo_mini_batch_size: int = Field(8, ge=1, description="task groups per actor mini-batch")
+    max_prompt_length: int = Field(4096, ge=16, description="longest prompt veRL accepts (tokens)")
+    max_response_length: int = Field(4096, ge=16, description="longest response veRL trains (tokens)")
+    max_model_len: int = Field(16384, ge=64, description="the rollout engine's context length (tokens)")
+    ppo_max_token_len_per_gpu: int = Field(
+        32768, ge=64, description="tokens per GPU in a dynamic-batch forward/backward")
+    tensor_model_parallel_size: int = Field(1, ge=1, description="tensor parallelism of the vLLM rollout engine")
+    gpu_memory_utilization: float = Field(
+        0.6, gt=0, le=1, description="share of GPU memory the vLLM rollout engine takes")
+    agent_workers: int = Field(8, ge=1, description="agent-loop workers (each runs one openforge proxy)")
+    total_epochs: int = Field(1, ge=1, description="passes over the training tasks")
+    episode_timeout_s: float = Field(1800.0, gt=0, description="wall-clock limit of one episode in the agent loop")
     filter_groups: bool = Field(False, description="DAPO dynamic sampling: drop zero-variance groups")
     refill_failed_groups: bool = Field(
         True, description="a group failed by an infra error is replaced by a fresh one "
@@ -375,10 +396,11 @@ class HeldoutConfig(_Section):
     the tasks of ``split`` (or ``tasks``), ``trials`` rollouts each through every harness of the run,
     once before the warm-start and once at the end. A task the run trains on is refused."""
 
-    enabled: bool = False
+    enabled: bool = Field(
+        False, description="measure held-out success before (untrained), at the warm-start and after training")
     split: str = Field("heldout", description="environment split of the held-out tasks")
     tasks: list[str] | None = Field(None, description="explicit task ids instead of the split")
-    max_tasks: int | None = Field(None, ge=1)
+    max_tasks: int | None = Field(None, ge=1, description="at most this many held-out tasks")
     trials: int = Field(3, ge=1, description="rollouts per task and harness at each point")
     max_tokens: int | None = Field(None, ge=1, description="budget of generated tokens per held-out rollout, over "
                                    "all its calls (each call gets at most what is left; a call that finds it "
@@ -392,7 +414,8 @@ class EvalConfig(_Section):
 
 
 class TrainerConfig(_Section):
-    backend: Literal["cpu", "verl"] = "cpu"
+    backend: Literal["cpu", "verl"] = Field(
+        "cpu", description="cpu: the built-in PyTorch trainer; verl: veRL's main_ppo (GPUs, or device=cpu)")
     steps: int = Field(2, ge=0, description="GRPO steps (0: rollouts and metrics only)")
     checkpoint_every: int = Field(1, ge=0, description="save every N steps (0: only at the end)")
     keep_checkpoints: int | None = Field(2, ge=1, description="full checkpoints kept: the last N (null: all); "
@@ -409,11 +432,13 @@ class TrainerConfig(_Section):
 class RunConfig(_Section):
     """One training run (``forge recipe NAME`` or ``openforge.run(config)``)."""
 
-    recipe: str = "custom"
-    algorithm: Literal["grpo", "sft"] = "grpo"
+    recipe: str = Field(
+        "custom", description="the recipe's name (written to the run directory and checkpoints' metadata)")
+    algorithm: Literal["grpo", "sft"] = Field(
+        "grpo", description="grpo: the SFT warm-start (if enabled) then GRPO steps; sft: the SFT job only")
     run_dir: str | None = Field(None, description="default: runs/<recipe>-<UTC time>")
     cache_dir: str | None = Field(None, description="default: $OPENFORGE_CACHE or ~/.cache/openforge")
-    seed: int = 0
+    seed: int = Field(0, description="seeds task order, harness mix, fault draws and sampling")
     model: ModelConfig = Field(default_factory=ModelConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     harness: HarnessConfig = Field(default_factory=HarnessConfig)
