@@ -149,7 +149,7 @@ def config_page() -> str:
     """``docs/reference/config.md``: one table per config section, each key with type, default, meaning."""
     from ..config import RunConfig
 
-    lines = [HEADER.format(src="openforge/config.py"), "# Config reference\n\n",
+    lines = [HEADER.format(src="openforge/config/"), "# Config reference\n\n",
              "Every key a recipe's `config.yaml`, a preset, `forge recipe NAME key=value` or "
              "`openforge.run(overrides=[...])` can set. Unknown keys are refused (with the keys that exist); "
              "every problem is reported at once, before anything starts.\n"]
