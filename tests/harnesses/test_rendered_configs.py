@@ -1,6 +1,7 @@
 """What every built-in CLI harness hands its process stays the same to the byte: its config files,
 environment (the harness's own and the runtime's) and argv, rendered from one fixed rollout context
-on each wire it speaks, against the snapshot in ``data/rendered_configs.json``.
+on each wire it speaks, against the snapshot in ``data/rendered_configs.json`` (the environment as a
+mapping: a process's environment has no order that means anything).
 
 A deliberate change of a harness's config rewrites the snapshot:
 ``OPENFORGE_REGEN_RENDERED=1 pytest tests/harnesses/test_rendered_configs.py`` (then review the diff)."""
