@@ -6,25 +6,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from harness_helpers import AN, OA, config_ctx
 
 from openforge.errors import ConfigError, HarnessNotInstalled
 from openforge.harness import RolloutContext
 from openforge.harnesses.spec_harness import SpecHarness
 from openforge.plugins import harness_class, make_harness
-from openforge.task import Task
 
 SPEC = Path(__file__).resolve().parent / "data" / "minichat" / "minichat.yaml"
-OA, AN = "http://127.0.0.1:18000/r/r1/v1", "http://127.0.0.1:18000/r/r1"
 
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> RolloutContext:
-    sbx = SimpleNamespace(workdir=tmp_path / "work", home=tmp_path / "home", proxy_url="http://127.0.0.1:18000")
-    return RolloutContext(rollout_id="r1", task=Task(id="t", instruction='say "hi"'), sandbox=sbx,
-                          api_key="sk-roll", openai_base_url=OA, anthropic_base_url=AN, model="pol", budget_s=90)
+    return config_ctx(tmp_path, 'say "hi"')  # a quote: the !j conversion escapes it
 
 
 def write(tmp_path: Path, text: str, name: str = "h.yaml") -> Path:

@@ -12,25 +12,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from harness_helpers import config_ctx
 
-from openforge.harness import RolloutContext
 from openforge.harnesses.cli import CliHarness
 from openforge.plugins import HARNESSES, harness_class, make_harness
-from openforge.task import Task
 
 SNAPSHOT = Path(__file__).resolve().parent / "data" / "rendered_configs.json"
 PKG = str(Path(__import__("openforge").__file__).resolve().parent.parent)
-
-
-def fixed_ctx() -> RolloutContext:
-    sbx = SimpleNamespace(workdir=Path("/sbx/work"), home=Path("/sbx/home"), proxy_url="http://127.0.0.1:18000")
-    return RolloutContext(rollout_id="r1", task=Task(id="t", instruction='write "hi" to out.txt'), sandbox=sbx,
-                          api_key="sk-roll", openai_base_url="http://127.0.0.1:18000/r/r1/v1",
-                          anthropic_base_url="http://127.0.0.1:18000/r/r1", model="pol", budget_s=90)
 
 
 def _cases() -> list[tuple[str, str]]:
@@ -54,7 +45,7 @@ def _portable(value: Any) -> Any:
 def rendered(name: str, wire: str) -> dict[str, Any]:
     cls = harness_class(name)
     h = make_harness(name, **({"wire_api": wire} if cls.wire_apis else {}))
-    ctx = fixed_ctx()
+    ctx = config_ctx(Path("/sbx"), 'write "hi" to out.txt')
     return _portable({"files": h.config_files(ctx), "env": {**h.runtime_env(), **h.environment(ctx)},
                       "argv": h.command(ctx, f"/x/{cls.executable or name}")})
 
