@@ -152,6 +152,33 @@ def test_helper_hides_the_verdict_and_task_dirs_and_closes_descriptors(shared_di
     assert len(seen["pids"]) <= 2, f"the agent's code sees processes beside its own: {seen['pids']}"
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root verifier's helper drops to nobody; a normal user's keeps its uid")
+def test_a_root_verifiers_helper_runs_the_agent_code_as_nobody(shared_dir):
+    """Under a root verifier (a pod, ``verify_on_host`` under a root driver) the agent's code runs as
+    ``nobody`` with no supplementary groups: it cannot write what the verifier (root) owns beside it."""
+    if _helper("--check").returncode != 0:
+        pytest.skip("no namespaces for the helper here")
+    owned = shared_dir / "verifier-owned.txt"
+    owned.write_text("the verifier's\n")
+    owned.chmod(0o644)
+    probe = textwrap.dedent(f"""
+        import json, os
+        try:
+            open({str(owned)!r}, "a").write("agent")
+            wrote = True
+        except OSError:
+            wrote = False
+        print(json.dumps({{"ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid()],
+                           "groups": os.getgroups(), "wrote": wrote}}))
+    """)
+    r = subprocess.run([sys.executable, str(UNTRUSTED_HELPER), "--", _any_user_python(), "-I", "-c", probe],
+                       capture_output=True, text=True, timeout=60, cwd=shared_dir)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["ids"] == [65534] * 4 and seen["groups"] == [], seen
+    assert not seen["wrote"] and owned.read_text() == "the verifier's\n", seen
+
+
 def test_helper_exit_status_and_timeout():
     assert _helper("--", "sh", "-c", "exit 7").returncode == 7
     assert _helper("--", "sh", "-c", "kill -TERM $$; sleep 1").returncode in (0, 143)  # pid 1 may ignore it
