@@ -55,6 +55,8 @@ def test_a_result_line_with_a_failed_exit_is_no_verdict(rc):
 def test_a_result_line_with_a_traceback_is_no_verdict():
     with pytest.raises(EnvironmentError_, match="traceback"):
         parse_result("t", LINE, "Traceback (most recent call last):\n  ...\nKeyError: 'x'\n", 0)
+    with pytest.raises(EnvironmentError_, match="traceback"):  # nor is exit 0 a 1.0 under exit_code_reward
+        parse_result("t", "", "Traceback (most recent call last):\nKeyError: 'x'\n", 0, exit_code_reward=True)
 
 
 def test_exit_1_under_exit_code_reward_is_0_whatever_was_printed():
