@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.errors import EnvironmentError_
+from openforge.errors import AgentOutputError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 
@@ -429,6 +429,17 @@ async def test_a_hanging_workdir_scores_zero_instead_of_timing_out(examples, lau
     trained): the examples bound what they run or open from the workdir."""
     res = await attack(examples, task_id, launcher, agent)
     assert res.reward == 0.0, res
+
+
+@pytest.mark.parametrize("agent", [
+    "printf 'not a database' > shop.db",
+    "sqlite3 shop.db 'CREATE TABLE customer_totals(name TEXT, amount REAL)'",  # the table, wrong columns
+])
+async def test_an_unusable_database_is_the_agents_failure(examples, launcher, agent):
+    """sqlite-sales on a shop.db the agent made unreadable, or a customer_totals the query cannot read: the
+    verifier exits 3 (the agent's output is unusable: policy_failure, trained), not a crash (env_error)."""
+    with pytest.raises(AgentOutputError, match="exit 3"):
+        await attack(examples, "sqlite-sales", launcher, agent)
 
 
 async def test_verify_on_host_copy_survives_any_directory_depth(tmp_path, launcher):
