@@ -442,6 +442,17 @@ async def test_an_unusable_database_is_the_agents_failure(examples, launcher, ag
         await attack(examples, "sqlite-sales", launcher, agent)
 
 
+@pytest.mark.parametrize("labels", ["5", '[["bug"]]', '"bug"', "null"])
+async def test_ticket_labels_of_the_wrong_type_score_zero_not_a_crash(examples, launcher, labels):
+    """ticket-triage: the tickets service refuses labels that are not a list of strings (as a real API
+    would), so the verifier never meets them: a PATCH with labels 5 scores 0, never an env_error."""
+    agent = ("python3 -c \"import os, urllib.request as u; r = u.Request(os.environ['TICKETS_URL'] + '/tickets/1', "
+             f"data=b'{{\\\"labels\\\": {labels}}}', method='PATCH', headers={{'Content-Type': 'application/json'}}); "
+             "import urllib.error\ntry: u.urlopen(r, timeout=10)\nexcept urllib.error.HTTPError as e: print(e.code)\"")
+    res = await attack(examples, "ticket-triage", launcher, agent)
+    assert res.reward == 0.0, res
+
+
 async def test_verify_on_host_copy_survives_any_directory_depth(tmp_path, launcher):
     """Nested directories deeper than PATH_MAX (made with relative ``chdir``s): the host copy stops at
     its depth limit instead of failing on them. (200 levels: the launcher's own cleanup of far deeper
