@@ -12,6 +12,7 @@ harness's shell tool would run them. The example tasks are the shipped ones (``e
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import uuid
@@ -450,6 +451,18 @@ async def test_ticket_labels_of_the_wrong_type_score_zero_not_a_crash(examples, 
              f"data=b'{{\\\"labels\\\": {labels}}}', method='PATCH', headers={{'Content-Type': 'application/json'}}); "
              "import urllib.error\ntry: u.urlopen(r, timeout=10)\nexcept urllib.error.HTTPError as e: print(e.code)\"")
     res = await attack(examples, "ticket-triage", launcher, agent)
+    assert res.reward == 0.0, res
+
+
+async def test_a_reply_whose_body_is_not_text_scores_zero_not_a_crash(examples, launcher):
+    """mail-reply: the mail service refuses a message whose body is not a string (as a real API would), so
+    the verifier never meets one: a reply with body 5 scores 0, never an env_error."""
+    msg = '{"to": "alice@example.com", "in_reply_to": "m2", "subject": "Re", "body": 5}'
+    agent = ("python3 -c \"import os, sys, urllib.request as u, urllib.error as e\n"
+             "r = u.Request(os.environ['MAIL_URL'] + '/send', data=sys.argv[1].encode(), method='POST', "
+             "headers={'Content-Type': 'application/json'})\n"
+             "try: u.urlopen(r, timeout=10)\nexcept e.HTTPError as x: print(x.code)\" " + shlex.quote(msg))
+    res = await attack(examples, "mail-reply", launcher, agent)
     assert res.reward == 0.0, res
 
 
