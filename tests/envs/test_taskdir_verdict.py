@@ -55,6 +55,8 @@ def test_a_result_line_with_a_failed_exit_is_no_verdict(rc):
 def test_a_result_line_with_a_traceback_is_no_verdict():
     with pytest.raises(EnvironmentError_, match="traceback"):
         parse_result("t", LINE, "Traceback (most recent call last):\n  ...\nKeyError: 'x'\n", 0)
+    with pytest.raises(EnvironmentError_, match="traceback"):  # nor is exit 0 a 1.0 under exit_code_reward
+        parse_result("t", "", "Traceback (most recent call last):\nKeyError: 'x'\n", 0, exit_code_reward=True)
 
 
 def test_exit_1_under_exit_code_reward_is_0_whatever_was_printed():
@@ -150,6 +152,33 @@ def test_helper_hides_the_verdict_and_task_dirs_and_closes_descriptors(shared_di
     assert seen["task"] == [] and seen["verdict"] == [] and not seen["env"], seen
     assert write not in seen["fds"] and max(seen["fds"]) <= 3, seen  # 0-2, and the listing's own
     assert len(seen["pids"]) <= 2, f"the agent's code sees processes beside its own: {seen['pids']}"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root verifier's helper drops to nobody; a normal user's keeps its uid")
+def test_a_root_verifiers_helper_runs_the_agent_code_as_nobody(shared_dir):
+    """Under a root verifier (a pod, ``verify_on_host`` under a root driver) the agent's code runs as
+    ``nobody`` with no supplementary groups: it cannot write what the verifier (root) owns beside it."""
+    if _helper("--check").returncode != 0:
+        pytest.skip("no namespaces for the helper here")
+    owned = shared_dir / "verifier-owned.txt"
+    owned.write_text("the verifier's\n")
+    owned.chmod(0o644)
+    probe = textwrap.dedent(f"""
+        import json, os
+        try:
+            open({str(owned)!r}, "a").write("agent")
+            wrote = True
+        except OSError:
+            wrote = False
+        print(json.dumps({{"ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid()],
+                           "groups": os.getgroups(), "wrote": wrote}}))
+    """)
+    r = subprocess.run([sys.executable, str(UNTRUSTED_HELPER), "--", _any_user_python(), "-I", "-c", probe],
+                       capture_output=True, text=True, timeout=60, cwd=shared_dir)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert seen["ids"] == [65534] * 4 and seen["groups"] == [], seen
+    assert not seen["wrote"] and owned.read_text() == "the verifier's\n", seen
 
 
 def test_helper_exit_status_and_timeout():

@@ -12,6 +12,7 @@ harness's shell tool would run them. The example tasks are the shipped ones (``e
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import uuid
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.errors import EnvironmentError_
+from openforge.errors import AgentOutputError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 
@@ -428,6 +429,40 @@ async def test_a_hanging_workdir_scores_zero_instead_of_timing_out(examples, lau
     """An agent that could make its verifier time out would turn its failure into an env_error (never
     trained): the examples bound what they run or open from the workdir."""
     res = await attack(examples, task_id, launcher, agent)
+    assert res.reward == 0.0, res
+
+
+@pytest.mark.parametrize("agent", [
+    "printf 'not a database' > shop.db",
+    "sqlite3 shop.db 'CREATE TABLE customer_totals(name TEXT, amount REAL)'",  # the table, wrong columns
+])
+async def test_an_unusable_database_is_the_agents_failure(examples, launcher, agent):
+    """sqlite-sales on a shop.db the agent made unreadable, or a customer_totals the query cannot read: the
+    verifier exits 3 (the agent's output is unusable: policy_failure, trained), not a crash (env_error)."""
+    with pytest.raises(AgentOutputError, match="exit 3"):
+        await attack(examples, "sqlite-sales", launcher, agent)
+
+
+@pytest.mark.parametrize("labels", ["5", '[["bug"]]', '"bug"', "null"])
+async def test_ticket_labels_of_the_wrong_type_score_zero_not_a_crash(examples, launcher, labels):
+    """ticket-triage: the tickets service refuses labels that are not a list of strings (as a real API
+    would), so the verifier never meets them: a PATCH with labels 5 scores 0, never an env_error."""
+    agent = ("python3 -c \"import os, urllib.request as u; r = u.Request(os.environ['TICKETS_URL'] + '/tickets/1', "
+             f"data=b'{{\\\"labels\\\": {labels}}}', method='PATCH', headers={{'Content-Type': 'application/json'}}); "
+             "import urllib.error\ntry: u.urlopen(r, timeout=10)\nexcept urllib.error.HTTPError as e: print(e.code)\"")
+    res = await attack(examples, "ticket-triage", launcher, agent)
+    assert res.reward == 0.0, res
+
+
+async def test_a_reply_whose_body_is_not_text_scores_zero_not_a_crash(examples, launcher):
+    """mail-reply: the mail service refuses a message whose body is not a string (as a real API would), so
+    the verifier never meets one: a reply with body 5 scores 0, never an env_error."""
+    msg = '{"to": "alice@example.com", "in_reply_to": "m2", "subject": "Re", "body": 5}'
+    agent = ("python3 -c \"import os, sys, urllib.request as u, urllib.error as e\n"
+             "r = u.Request(os.environ['MAIL_URL'] + '/send', data=sys.argv[1].encode(), method='POST', "
+             "headers={'Content-Type': 'application/json'})\n"
+             "try: u.urlopen(r, timeout=10)\nexcept e.HTTPError as x: print(x.code)\" " + shlex.quote(msg))
+    res = await attack(examples, "mail-reply", launcher, agent)
     assert res.reward == 0.0, res
 
 

@@ -3,6 +3,7 @@ original orders are fixed here, not computed from the agent's database (which it
 
 import json
 import sqlite3
+import sys
 from pathlib import Path
 
 ORDERS = [(1, "ada", 120.5, "paid"), (2, "ada", 30.0, "refunded"), (3, "bo", 15.25, "paid"),
@@ -16,11 +17,16 @@ if not Path("shop.db").is_file():  # gone, or a FIFO / device the agent put ther
     print(json.dumps({"reward": 0.0, "subscores": {"table": 0.0, "totals": 0.0, "orders_kept": 0.0},
                       "detail": "shop.db is not a regular file"}))
     raise SystemExit(0)
-db = sqlite3.connect("file:shop.db?mode=ro", uri=True)
-tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-got = dict(db.execute("SELECT customer, total FROM customer_totals LIMIT 1000")) if "customer_totals" in tables else {}
-orders = db.execute("SELECT id, customer, amount, status FROM orders ORDER BY id LIMIT 1000").fetchall() \
-    if "orders" in tables else []
+try:
+    db = sqlite3.connect("file:shop.db?mode=ro", uri=True)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    got = dict(db.execute("SELECT customer, total FROM customer_totals LIMIT 1000")) \
+        if "customer_totals" in tables else {}
+    orders = db.execute("SELECT id, customer, amount, status FROM orders ORDER BY id LIMIT 1000").fetchall() \
+        if "orders" in tables else []
+except sqlite3.Error as e:  # the agent's database cannot be read: its failure (exit 3)
+    print(f"shop.db cannot be read as the task asks: {type(e).__name__}: {e}", file=sys.stderr)
+    raise SystemExit(3) from None
 scores = {"table": float("customer_totals" in tables),
           "totals": float(bool(got) and got.keys() == want.keys()
                           and all(isinstance(got[k], (int, float)) and abs(got[k] - want[k]) < 1e-9 for k in want)),

@@ -66,6 +66,9 @@ class Handler(BaseHTTPRequestHandler):
             missing = [k for k in ("to", "subject", "body") if not msg.get(k)]
             if missing:
                 return 400, {"error": f"missing {', '.join(missing)}"}
+            wrong = [k for k in ("to", "subject", "body", "in_reply_to") if k in msg and not isinstance(msg[k], str)]
+            if wrong:
+                return 400, {"error": f"{', '.join(wrong)} must be a string"}
             msg = {"id": f"s{len(state['sent']) + 1}", "from": "me@example.com", **msg}
             state["sent"].append(msg)
             return 200, msg

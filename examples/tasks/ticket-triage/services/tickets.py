@@ -59,6 +59,11 @@ class Handler(BaseHTTPRequestHandler):
             if method == "PATCH" and len(parts) == 2:
                 if body.get("status") not in (None, "open", "closed"):
                     return 400, {"error": "status must be open or closed"}
+                labels = body.get("labels", [])
+                if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+                    return 400, {"error": "labels must be a list of strings"}
+                if not isinstance(body.get("title", ""), str):
+                    return 400, {"error": "title must be a string"}
                 t.update({k: v for k, v in body.items() if k in ("status", "labels", "title")})
                 return 200, t
             if method == "POST" and parts[2:] == ["comments"] and isinstance(body.get("body"), str):
