@@ -4,11 +4,11 @@ Owns: :class:`RunConfig` and its sections (:class:`ModelConfig`, :class:`EnvConf
 :class:`HarnessConfig`, :class:`LauncherConfig`, :class:`RolloutConfig`, :class:`SFTConfig`,
 :class:`TrainerConfig`, :class:`CPUTrainerConfig`, :class:`LoraConfig`, :class:`VerlConfig`, :class:`EvalConfig`),
 :func:`load_config` (YAML file or dict + preset + overrides → validated config) and
-:func:`dump_config`. ``key=value`` overrides are parsed and merged by :mod:`openforge.overrides`
+:func:`dump_config`. ``key=value`` overrides are parsed and merged by :mod:`openforge.util.overrides`
 (:func:`parse_overrides`, :func:`apply_overrides`, re-exported here).
 
 Every problem is reported at once: unknown keys, bad types, bad values and malformed overrides are
-gathered into one :class:`~openforge.errors.ConfigError`, each named by its dotted key
+gathered into one :class:`~openforge.core.errors.ConfigError`, each named by its dotted key
 (``rollout.group_size: Input should be greater than or equal to 2``), before anything starts.
 """
 
@@ -23,8 +23,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer, model_validator
 from pydantic_core import PydanticCustomError
 
-from .errors import ConfigError
-from .overrides import apply_overrides, parse_overrides
+from .core.errors import ConfigError
+from .util.overrides import apply_overrides, parse_overrides
 
 __all__ = [
     "CPUTrainerConfig",
@@ -76,7 +76,7 @@ class HarnessConfig(_Section):
 
     ``name`` is one harness, a list of harnesses (equal weights) or a weighted mix
     (``{react: 2, pi: 1}``): each GRPO group then runs one harness of the mix (see
-    :mod:`openforge.harness_mix`). ``per_harness`` holds option blocks for several harnesses
+    :mod:`openforge.runner.harness_mix`). ``per_harness`` holds option blocks for several harnesses
     (``{react: {max_turns: 4}, pi: {}}``). With one harness its block is merged over ``options`` at
     validation, so ``options`` is what the harness gets (``per_harness`` is not written to the resolved
     config); with a mix ``options`` are common to all and each harness gets them with its block over
@@ -384,7 +384,7 @@ class HeldoutConfig(_Section):
                                    "all its calls (each call gets at most what is left; a call that finds it "
                                    "spent is refused and the rollout counts as the policy's failure); null: none")
     cache: bool = Field(True, description="reuse a clean 'before' measured earlier with the same model, tasks, "
-                        "harnesses and sampling (see openforge.heldout_eval)")
+                        "harnesses and sampling (see openforge.runner.heldout_eval)")
 
 
 class EvalConfig(_Section):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import HarnessNotInstalled
+from ..core.errors import HarnessNotInstalled
 from .cli import CliHarness
 from .versions import PYPI_PINS
 

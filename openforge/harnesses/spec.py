@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = ["TEMPLATE_FIELDS", "WIRES", "FinalJsonl", "HarnessSpec", "InstallSpec", "is_spec_path", "load_spec",
            "render"]

@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..types import RolloutStatus
+from ..core.types import RolloutStatus
 from ._hostile_read import DEFAULT_MAX_BYTES
 from ._podagent import tree_digest
 from ._verifier import WorkdirTooLarge

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlparse
 
-from ..errors import ConfigError, SandboxError, SandboxFileNotFound, SandboxFileRefused
-from ..types import RolloutStatus
+from ..core.errors import ConfigError, SandboxError, SandboxFileNotFound, SandboxFileRefused
+from ..core.types import RolloutStatus
 from ._hostile_read import DEFAULT_MAX_BYTES
 from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
 from ._verifier import WorkdirTooLarge

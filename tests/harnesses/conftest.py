@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from testdeps import smollm2_tokenizer
 
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses import installer
-from openforge.task import Task
 
 
 @pytest.fixture

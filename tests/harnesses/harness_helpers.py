@@ -6,8 +6,8 @@ import os
 
 import psutil
 
+from openforge.core.task import Task
 from openforge.launchers.base import SandboxSpec
-from openforge.task import Task
 
 
 def leftover_processes(rollout_id: str) -> list[int]:

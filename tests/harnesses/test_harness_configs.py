@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses.claude_code import ClaudeCodeHarness
 from openforge.harnesses.codex import CodexHarness
@@ -18,7 +19,6 @@ from openforge.harnesses.pi import PiHarness
 from openforge.harnesses.versions import NODE, NPM_PINS
 from openforge.harnesses.zeroclaw import ZeroClawHarness
 from openforge.plugins import harness_class
-from openforge.task import Task
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11+")
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from openforge.errors import ConfigError, HarnessNotInstalled
+from openforge.core.errors import ConfigError, HarnessNotInstalled
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses import installer
 from openforge.harnesses.crush import CrushHarness
@@ -19,7 +20,6 @@ from openforge.harnesses.opencode import OpencodeHarness
 from openforge.harnesses.qwen_code import QwenCodeHarness
 from openforge.harnesses.versions import NPM_PINS
 from openforge.plugins import harness_class
-from openforge.task import Task
 
 OA = "http://127.0.0.1:18000/r/r1/v1"
 AN = "http://127.0.0.1:18000/r/r1"
@@ -140,7 +140,7 @@ def test_pinned_and_registered(name, package, exe, tmp_path):
 
 def test_a_failed_crush_install_says_its_binary_comes_from_github(monkeypatch, tmp_path):
     """npm --silent prints nothing when a postinstall fails: the error names what crush's needs."""
-    from openforge.errors import HarnessError
+    from openforge.core.errors import HarnessError
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -10,13 +10,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses import installer
 from openforge.harnesses.continue_cli import ContinueHarness
 from openforge.harnesses.kilocode import KilocodeHarness
 from openforge.harnesses.versions import NPM_PINS
 from openforge.plugins import harness_class
-from openforge.task import Task
 
 OA = "http://127.0.0.1:18000/r/r1/v1"
 AN = "http://127.0.0.1:18000/r/r1"
@@ -90,7 +90,7 @@ def test_an_unsupported_cli_is_listed_with_why_and_refused_by_name():
     from typer.testing import CliRunner
 
     from openforge.cli.main import app
-    from openforge.errors import PluginNotFound
+    from openforge.core.errors import PluginNotFound
     from openforge.harnesses.versions import UNSUPPORTED
     from openforge.plugins import harness_class
 

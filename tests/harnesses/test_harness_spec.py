@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from openforge.errors import ConfigError, HarnessNotInstalled
+from openforge.core.errors import ConfigError, HarnessNotInstalled
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses.spec_harness import SpecHarness
 from openforge.plugins import harness_class, make_harness
-from openforge.task import Task
 
 SPEC = Path(__file__).resolve().parent / "data" / "minichat" / "minichat.yaml"
 OA, AN = "http://127.0.0.1:18000/r/r1/v1", "http://127.0.0.1:18000/r/r1"

@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from openforge.errors import ConfigError, HarnessNotInstalled
+from openforge.core.errors import ConfigError, HarnessNotInstalled
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses import installer
 from openforge.harnesses.aider import AiderHarness, last_llm_response
@@ -20,7 +21,6 @@ from openforge.harnesses.mini_swe_agent import MiniSweAgentHarness, submission
 from openforge.harnesses.pypi_cli import venv_base_prefix
 from openforge.harnesses.versions import PYPI_EXECUTABLES, PYPI_PINS
 from openforge.plugins import harness_class
-from openforge.task import Task
 
 OA = "http://127.0.0.1:18000/r/r1/v1"
 

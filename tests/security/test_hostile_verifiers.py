@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.errors import EnvironmentError_
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.errors import EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 

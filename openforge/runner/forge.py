@@ -1,10 +1,10 @@
 """``Forge`` and ``run()``: one training run, from a validated config to a run directory.
 
 Owns: :class:`Forge` (async context manager owning one run's policy model, trainer and run
-directory, with its :class:`~openforge.session.Session` — back-end, proxy, store, launcher,
+directory, with its :class:`~openforge.runner.session.Session` — back-end, proxy, store, launcher,
 environment, harness factory — for the rollouts), :func:`run` / :func:`arun` (the Python entry point
 over the same :class:`~openforge.config.RunConfig` as ``forge recipe``) and :func:`load_tasks`
-(the run's tasks, by :func:`~openforge.session.select_tasks`).
+(the run's tasks, by :func:`~openforge.runner.session.select_tasks`).
 
 A CPU GRPO run (``trainer.backend=cpu``)::
 
@@ -13,10 +13,10 @@ A CPU GRPO run (``trainer.backend=cpu``)::
     [SFT warm-start: teacher rollouts (reference solutions replayed through the real harness + proxy)
      → supervised steps; cached under the cache dir by a key of everything that shapes it]
     for each step: the next tasks_per_step tasks of the run's task cursor (every task once per
-        epoch, reshuffled each epoch; :mod:`openforge.task_cursor`) → group_size rollouts each through
+        epoch, reshuffled each epoch; :mod:`openforge.runner.task_cursor`) → group_size rollouts each through
         the real proxy → [dynamic sampling: while fewer than target_mixed_groups groups have differing
         rewards, the cursor's next tasks_per_step tasks, at most max_resample_rounds times;
-        :mod:`openforge.step_sampling`] → GRPO samples → proxy paused → one optimizer step on the
+        :mod:`openforge.runner.step_sampling`] → GRPO samples → proxy paused → one optimizer step on the
         served module → proxy resumed → metrics line (reward mean/std, pass rate, statuses, mixed
         groups reached and the target, whether a gradient step was taken, trained tokens, times) →
         checkpoint (the manifest entry carries the cursor, so a resumed run draws the same tasks)
@@ -25,11 +25,11 @@ A step left with fewer than min_mixed_groups (at least one) mixed groups trains 
 say ``gradient_step: false`` and the summary table says "no gradient step" rather than showing a
 reward change as if it were learning.
 
-Before anything starts, :func:`~openforge.preflight.preflight` refuses what the run would fail on
+Before anything starts, :func:`~openforge.runner.preflight.preflight` refuses what the run would fail on
 later (``dry_run=True`` stops there). After every step the run's error budget
-(:mod:`openforge.run_health`) is judged: no trainable rollout at all, or a share of env / harness /
+(:mod:`openforge.runner.run_health`) is judged: no trainable rollout at all, or a share of env / harness /
 infra errors above ``rollout.max_error_share``, stops the run with
-:class:`~openforge.run_health.TooManyRolloutErrors` naming the dominant cause and its first error
+:class:`~openforge.runner.run_health.TooManyRolloutErrors` naming the dominant cause and its first error
 (``summary.json`` keeps the steps so far and the reason under ``stopped``).
 
 ``trainer.backend=verl`` writes the veRL dataset, agent-loop YAML and command into the run
@@ -47,23 +47,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analysis.diagnose import diagnose, step_diagnostics
-from .config import RunConfig, dump_config, load_config
+from ..analysis.diagnose import diagnose, step_diagnostics
+from ..config import RunConfig, dump_config, load_config
+from ..core.task import Task
+from ..core.trajectory import Trajectory
+from ..train.grpo import count_mixed_groups, count_stale
+from ..train.policy_sync import PolicySync, open_engine, start_policy
+from ..util.heap import release_memory
 from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
-from .heap import release_memory
 from .rollout import GroupResults
 from .run_health import ErrorBudget, TooManyRolloutErrors, step_outcomes
 from .session import Session, group_harnesses, load_environment, select_tasks
 from .step_sampling import SampledStep, SamplingPlan, sample_step
-from .task import Task
 from .task_cursor import CursorState, TaskCursor
-from .train.grpo import count_mixed_groups, count_stale
-from .train.policy_sync import PolicySync, open_engine, start_policy
-from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .environment import Environment
-    from .train.checkpoint import Checkpoints
+    from ..environment import Environment
+    from ..train.checkpoint import Checkpoints
 
 __all__ = ["Forge", "arun", "load_tasks", "run"]
 
@@ -120,7 +120,7 @@ class Forge:
         self.cfg = config
         self.progress = progress
         if console is None:
-            from .console import new_console
+            from ..util.console import new_console
 
             console = new_console(stderr=True, quiet=not progress)
         self.console = console
@@ -146,8 +146,8 @@ class Forge:
         return self
 
     async def _start(self) -> None:
-        from .proxy.backends.transformers import TransformersBackend, load_model
-        from .train.cpu import CPUTrainer
+        from ..proxy.backends.transformers import TransformersBackend, load_model
+        from ..train.cpu import CPUTrainer
 
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +163,7 @@ class Forge:
         self.console.log(choice.note)
         # no fixed sampling seed: a seeded back-end would sample every member of a group alike
         if choice.engine == "vllm":
-            from .proxy.backends.vllm import VLLMBackend
+            from ..proxy.backends.vllm import VLLMBackend
 
             self.backend = VLLMBackend(cfg.rollout.vllm_url, tokenizer=self.tokenizer)
         else:
@@ -222,7 +222,7 @@ class Forge:
 
     def checkpoints(self) -> Checkpoints:
         """The run's :class:`~openforge.train.checkpoint.Checkpoints` (complete model dirs, retention)."""
-        from .train.checkpoint import Checkpoints
+        from ..train.checkpoint import Checkpoints
 
         return Checkpoints(self.run_dir, self.cfg, trainer=self.trainer, tokenizer=self.tokenizer,
                            template=self.runtime.proxy.renderer.template,
@@ -233,7 +233,7 @@ class Forge:
         """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary. With
         ``eval.heldout.enabled`` the policy is evaluated on held-out tasks at three points: untrained,
         after the warm-start, and at the end (:mod:`openforge.analysis.heldout`)."""
-        from .analysis.heldout import check_heldout
+        from ..analysis.heldout import check_heldout
         from .heldout_eval import heldout_before
 
         cfg = self.cfg
@@ -309,8 +309,8 @@ class Forge:
             return TaskCursor(tasks, seed=self.cfg.seed)
 
     def _stop_on_errors(self, summary: dict[str, Any], step: int) -> None:
-        """Raise :class:`~openforge.run_health.TooManyRolloutErrors` (after writing the summary with the
-        reason) when the run's rollouts so far cross the error budget (:mod:`openforge.run_health`)."""
+        """Raise :class:`~openforge.runner.run_health.TooManyRolloutErrors` (after writing the summary with the
+        reason) when the run's rollouts so far cross the error budget (:mod:`openforge.runner.run_health`)."""
         try:
             self.errors.check(where=f"after step {step + 1} of {self.cfg.trainer.steps}")
         except TooManyRolloutErrors as e:
@@ -344,9 +344,9 @@ class Forge:
 
     async def _grpo_step(self, step: int, cursor: TaskCursor[Task]) -> dict[str, Any]:
         """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
-        from .train.grpo import build_samples
-        from .train.reward_shuffle import shuffle_rewards
-        from .train.stop import run_stoppable
+        from ..train.grpo import build_samples
+        from ..train.reward_shuffle import shuffle_rewards
+        from ..train.stop import run_stoppable
 
         cfg = self.cfg
         tcfg = cfg.trainer.cpu
@@ -452,7 +452,7 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     """The end-of-run table (the SFT warm-start, then one row per GRPO step)."""
     from rich.table import Table
 
-    from .console import new_console
+    from ..util.console import new_console
 
     console = console or new_console()
     table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
@@ -470,7 +470,7 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
                       str(s.get("mixed_target", "")), _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
                       f"{s['step_time_s']:.0f}")
     console.print(table)
-    from .analysis.heldout import heldout_table
+    from ..analysis.heldout import heldout_table
     from .harness_mix import per_harness_table
 
     for extra in (per_harness_table(summary.get("steps", [])), heldout_table(summary.get("heldout"))):
@@ -511,7 +511,7 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
         return {"dry_run": True, "recipe": cfg.recipe, "checks": [str(c) for c in checks],
                 "config": cfg.model_dump(mode="json")}
     if cfg.trainer.backend == "verl":
-        from .train.verl.launch import launch
+        from ..train.verl.launch import launch
 
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.run_dir or f"runs/{cfg.recipe}-{stamp}")
@@ -534,14 +534,14 @@ def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe
 
     ``config`` is a :class:`RunConfig`, a dict, or a YAML path; ``recipe`` starts from a shipped
     recipe instead (``claw-grpo``, ``claw-sft``, ``gui-grpo``) with its ``preset``. ``dry_run``: only
-    check what the run would refuse (:mod:`openforge.preflight`: environment options, tasks, model
+    check what the run would refuse (:mod:`openforge.runner.preflight`: environment options, tasks, model
     and tokenizer, harness, prompt size, sandbox) and return ``{"dry_run": True, "checks": [...],
     "config": {...}}``; nothing is created, no weight is loaded. A real run makes the same checks first.
-    Raises :class:`~openforge.run_health.TooManyRolloutErrors` (:class:`~openforge.run_health.NothingTrainable`
+    Raises :class:`~openforge.runner.run_health.TooManyRolloutErrors` (:class:`~openforge.runner.run_health.NothingTrainable`
     when no rollout was trainable) when the run stops for its rollouts' errors (``rollout.max_error_share``).
     """
     if recipe is not None:
-        from .recipes import for_overrides, recipe_config
+        from ..recipes import for_overrides, recipe_config
 
         base, _ = for_overrides(recipe_config(recipe), overrides, preset=preset)  # env.name=ANOTHER: drop what it lacks
         config = base if config is None else {**base, **(config if isinstance(config, dict) else {})}

@@ -14,7 +14,7 @@ every call), so a clean point (no rollout lost to infrastructure) is kept under
 ``<cache root>/heldout/<key>/`` and copied into the next run that would measure the same thing
 (``eval.heldout.cache``; the table then says ``cached``). The key holds the settings and the content of
 what shapes the point (the code that runs and scores a rollout, the tasks and the environment's checks,
-the model's files: :mod:`openforge.content_hash`), so a changed prompt, renderer or outcome rule
+the model's files: :mod:`openforge.runner.content_hash`), so a changed prompt, renderer or outcome rule
 measures again. A cached point without per-task outcomes
 (written before points were paired) is measured again.
 """
@@ -27,15 +27,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analysis.heldout import compare_points, load_point, point_numbers, shares
-from .paths import cache_key, cache_root
-from .task import Task
+from ..analysis.heldout import compare_points, load_point, point_numbers, shares
+from ..core.task import Task
+from ..util.paths import cache_key, cache_root
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .environment import Environment
+    from ..config import RunConfig
+    from ..core.trajectory import Trajectory
+    from ..environment import Environment
     from .forge import Forge
-    from .trajectory import Trajectory
 
 __all__ = ["before_key", "by_run_name", "heldout_after", "heldout_before", "heldout_warmstart", "run_point", "warmstart_key"]
 
@@ -64,7 +64,7 @@ async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: s
     if len(names) > 1:
         out["all"] = point_numbers(trajs, trials)
     _write(path or forge.run_dir / "heldout" / point, cfg, tasks, trajs, out, names, trials)
-    from .heap import release_memory
+    from ..util.heap import release_memory
 
     release_memory()  # the point's decoding batches (KV caches) are done with
     return out
@@ -88,7 +88,7 @@ def by_run_name(trajs: Sequence[Trajectory], names: Sequence[str], n_tasks: int)
 def _write(path: Path, cfg: RunConfig, tasks: Sequence[Task], trajs: list[Trajectory], numbers: dict[str, Any],
            names: Sequence[str], trials: int) -> None:
     """A ``forge eval``-shaped directory (config.yaml, eval.json, trajectories.jsonl) plus heldout.json."""
-    from .analysis.passk import summarize_eval
+    from ..analysis.passk import summarize_eval
     from .evaluation import EvalRequest, write_eval_dir
 
     req = EvalRequest(harness=",".join(names), env=cfg.env.name, backend="policy (this run)", trials=trials,
@@ -142,7 +142,7 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Envi
     and its model (a local directory by its files' names, sizes and times), the tasks (every field, and
     what ``env`` hides from the agent: its checks), environment, launcher, harnesses as they run, sampling,
     the per-rollout token budget (``eval.heldout.max_tokens``), trials, seed, and the code that runs and
-    scores a rollout (openforge's, the harness and environment classes': :mod:`openforge.content_hash`)."""
+    scores a rollout (openforge's, the harness and environment classes': :mod:`openforge.runner.content_hash`)."""
     from .content_hash import shaping
 
     return cache_key({
@@ -157,7 +157,7 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Envi
 
 def warmstart_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Environment, sft_key: str) -> str:
     """What shapes a ``warmstart`` measurement: all that shapes ``before`` plus the warm-start's own
-    cache key (teacher, SFT settings and tasks: :func:`openforge.teacher.warm_start_key`)."""
+    cache key (teacher, SFT settings and tasks: :func:`openforge.runner.teacher.warm_start_key`)."""
     return cache_key({"before": before_key(cfg, tasks, backend=backend, env=env), "sft": sft_key})
 
 

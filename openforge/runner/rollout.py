@@ -40,16 +40,16 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .environment import Environment, VerifyResult, hidden_from_agent
-from .errors import AgentOutputError, ConfigError, SandboxFileNotFound, SandboxFileRefused
-from .harness import Harness, HarnessResult, RolloutContext, tail
+from ..core.errors import AgentOutputError, ConfigError, SandboxFileNotFound, SandboxFileRefused
+from ..core.outcome import DEFAULT_MODEL_WAIT_SHARE, DEFAULT_STALL_S, OutcomeFacts
+from ..core.task import Task
+from ..core.trajectory import Trajectory, TrajectoryGroup
+from ..core.types import RolloutStatus
+from ..environment import Environment, VerifyResult, hidden_from_agent
+from ..harness import Harness, HarnessResult, RolloutContext, tail
+from ..launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
 from .harness_mix import PerGroupHarness
-from .launchers.base import Launcher, Sandbox, SandboxFailure, SandboxSpec
-from .outcome import DEFAULT_MODEL_WAIT_SHARE, DEFAULT_STALL_S, OutcomeFacts
 from .seams import RolloutProxy, TrajectorySink
-from .task import Task
-from .trajectory import Trajectory, TrajectoryGroup
-from .types import RolloutStatus
 
 __all__ = ["GroupRequest", "GroupResults", "RolloutRequest", "run_groups", "run_rollout"]
 
@@ -80,7 +80,7 @@ class RolloutRequest:
     provision_timeout_s: float = 300.0
     rollout_id: str | None = None
     #: A timeout is the back-end's (``infra_error``) when waiting for first tokens took this share of the
-    #: budget, or a call went ``stall_s`` without a new token (:mod:`openforge.outcome`, rule 5).
+    #: budget, or a call went ``stall_s`` without a new token (:mod:`openforge.core.outcome`, rule 5).
     model_wait_share: float = DEFAULT_MODEL_WAIT_SHARE
     stall_s: float = DEFAULT_STALL_S
 
@@ -180,7 +180,7 @@ class _Rollout:
             traj = traj.model_copy(update={"harness_drift": drift})
             stored = False
         if "faults" in traj.metadata:  # which injected faults the agent met, and whether it recovered
-            from .faults.record import record_faults
+            from ..faults.record import record_faults
 
             traj = record_faults(traj)
             stored = False  # known only from the finished trajectory: stored again with them
@@ -193,7 +193,7 @@ class _Rollout:
 
 def _harness_drift(harness: Harness, traj: Trajectory) -> dict[str, Any] | None:
     """The rollout's ``harness_drift`` against the harness's notes; a notes problem never fails it."""
-    from .harnesses.notes import check_drift
+    from ..harnesses.notes import check_drift
 
     try:
         return check_drift(harness, traj)
@@ -450,7 +450,7 @@ async def _run_groups(req: GroupRequest) -> GroupResults:
     tasks = [t.model_copy(update={"metadata": {**t.metadata, "group_seed": rng.getrandbits(48)}}) for t in req.tasks]
     group_size = req.group_size
     if group_size < 1 or req.concurrency < 1:
-        from .errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError(f"group_size and concurrency must be ≥ 1 (got {group_size}, {req.concurrency})")
     sem = asyncio.Semaphore(req.concurrency)
