@@ -17,10 +17,9 @@ from rich.console import Console
 from openforge.envs.claw import ClawEnvironment
 from openforge.envs.taskdir import TaskDirEnvironment
 from openforge.recipes import load_recipe_config
-from openforge.runner import heldout_eval
+from openforge.runner import content_hash, heldout_eval
 from openforge.runner.heldout_eval import before_key, heldout_before
 from openforge.runner.teacher import warm_start_key
-from openforge.runner import content_hash
 
 CLAW = ClawEnvironment()
 CLAW_TASKS = CLAW.tasks("train")[:2]

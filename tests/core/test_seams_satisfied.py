@@ -27,7 +27,7 @@ SEAMS = [(HeldoutHost, Forge), (PodHost, KubernetesLauncher), (VerifyingPod, Kub
 
 def protocol_members(proto: type) -> dict[str, object]:
     """name -> the Protocol's declaration (a function, a property, or None for a plain annotation)."""
-    out: dict[str, object] = {name: None for name in proto.__dict__.get("__annotations__", {})}
+    out: dict[str, object] = {name: None for name in inspect.get_annotations(proto)}
     for name, value in proto.__dict__.items():
         if (isinstance(value, property) or inspect.isfunction(value)) and not (name.startswith("__") and name.endswith("__")):
             out[name] = value
