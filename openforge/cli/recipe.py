@@ -92,7 +92,8 @@ def _show(name: str, preset: str | None, overrides: list[str]) -> None:
 def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, quiet: bool) -> None:
     from ..harnesses.prompt_fit import prompt_tokens
     from ..recipes import load_recipe_config
-    from ..runner.forge import arun, print_summary
+    from ..runner.forge import arun
+    from ..runner.run_report import print_summary
     from ..util.console import new_console
 
     # all errors before anything starts; what a recipe for another environment dropped was said already

@@ -1,10 +1,10 @@
 """The run layer: what drives harnesses, environments, sandboxes and the trainer through a run.
 
 Holds: :mod:`~openforge.runner.forge` (:class:`Forge` and ``openforge.run``: a GRPO run end to end) with
-:mod:`~openforge.runner.forge_steps` (one GRPO step's rollouts and update),
+:mod:`~openforge.runner.run_report` (its metrics lines and summary table),
 :mod:`~openforge.runner.session` (one run's proxy, store, launcher and rollouts),
 :mod:`~openforge.runner.parts` (building the run's parts from config), :mod:`~openforge.runner.rollout` (one
-rollout in a sandbox) with :mod:`~openforge.runner.rollout_groups` (groups of rollouts, their requests),
+rollout in a sandbox) with :mod:`~openforge.runner.rollout_steps` (its steps, :class:`RolloutRequest`),
 :mod:`~openforge.runner.seams` (the Protocols a rollout needs of a proxy and a store),
 :mod:`~openforge.runner.harness_mix`, :mod:`~openforge.runner.task_selection`,
 :mod:`~openforge.runner.task_cursor` (which tasks next), :mod:`~openforge.runner.step_sampling`,

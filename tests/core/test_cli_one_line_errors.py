@@ -127,7 +127,7 @@ def test_environment_errors_read_without_the_trailing_underscore() -> None:
     import traceback
 
     from openforge.core.errors import EnvError, EnvironmentError_
-    from openforge.runner.rollout import _err
+    from openforge.runner.rollout_steps import _err
 
     assert EnvironmentError_ is EnvError  # the old name still imports
     err = EnvironmentError_("setup.sh of t failed (1)")

@@ -13,8 +13,8 @@ import pytest
 from openforge.core.errors import ForgeError
 from openforge.core.trajectory import Trajectory
 from openforge.core.types import RolloutStatus
-from openforge.runner.forge import idle_step_lines
 from openforge.runner.run_health import ErrorBudget, NothingTrainable, TooManyRolloutErrors
+from openforge.runner.run_report import idle_step_lines
 
 
 def _traj(status: str, i: int = 0, **md: str) -> Trajectory:

@@ -87,8 +87,8 @@ def test_check_drift_uses_the_notes_of_the_version_else_the_newest_other(cache):
 
 
 def test_the_count_reaches_the_step_metrics():
-    from openforge.runner.forge import step_metrics
     from openforge.runner.rollout import GroupResults
+    from openforge.runner.run_report import step_metrics
 
     drifted = traj("x").model_copy(update={"harness_drift": {"changed": {"tools": {}}}})
     line = step_metrics(GroupResults([TrajectoryGroup(task_id="t", trajectories=[traj("x"), drifted, drifted])]),

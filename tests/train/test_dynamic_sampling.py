@@ -17,8 +17,9 @@ from openforge.config import RunConfig
 from openforge.core.task import Task
 from openforge.core.trajectory import Trajectory, TrajectoryGroup
 from openforge.core.types import ModelCall
-from openforge.runner.forge import Forge, print_summary
+from openforge.runner.forge import Forge
 from openforge.runner.rollout import GroupResults
+from openforge.runner.run_report import print_summary
 from openforge.runner.task_cursor import TaskCursor
 
 torch = pytest.importorskip("torch")
@@ -127,7 +128,7 @@ async def test_a_step_is_filled_to_the_target_of_mixed_groups(forge_factory):
 async def test_below_the_target_after_the_bounded_rounds_is_reported(forge_factory, tmp_path):
     from rich.console import Console
 
-    from openforge.runner.forge import mixed_summary
+    from openforge.runner.run_report import mixed_summary
 
     f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]], max_resample_rounds=1)
     line = await f._grpo_step(0, cursor())
