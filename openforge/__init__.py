@@ -142,8 +142,10 @@ class _MovedFinder:
         if new is None:
             return None
         import importlib.machinery
+        import importlib.util
 
-        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(new))
+        found = importlib.util.find_spec(new)  # the new module's file (runpy's __file__), without running it
+        return importlib.machinery.ModuleSpec(fullname, _MovedLoader(new), origin=found.origin if found else None)
 
 
 if not any(type(f).__name__ == "_MovedFinder" for f in _sys.meta_path):  # once, even if reloaded

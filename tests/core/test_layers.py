@@ -218,4 +218,4 @@ def test_no_module_imports_an_old_name():
         for name, line in imported_names(mod, path, modules, type_checking=True):
             if _new_name(name) != name:
                 old.append(f"{mod}:{line} imports {name}")
-    assert not old, "imports by an old name (use the new one):\n" + "\n".join(sorted(old))
+    assert not old, "imports by an old name (use the new one):\n" + "\n".join(sorted(set(old)))
