@@ -2,10 +2,10 @@
 and ``ProxyServer(...)`` constructed in exactly one module outside tests (the composition root).
 
 Every ``import`` / ``from ... import`` counts, at module level or inside a function (a lazy import is
-still a dependency). An ``if TYPE_CHECKING:`` import counts for the cycle rule too (two modules that name
-each other's types are one design, whether or not the import runs: break such a circle with a Protocol
-in the lower module), and is exempt from the upward rule only (a lower module may name a higher one's
-type in an annotation). ``openforge.plugins`` is the registry: it sits at the bottom so that anything may look a
+still a dependency), and so does an ``if TYPE_CHECKING:`` one, for both rules: it never runs, but two
+modules that name each other's types are one design (break such a circle with a Protocol in the lower
+module, as :class:`~openforge.runner.heldout_eval.HeldoutHost` does), and a lower module that names a
+higher one's type depends on it. ``openforge.plugins`` is the registry: it sits at the bottom so that anything may look a
 plugin up by name, and it reaches the kinds it returns (harness, environment, launcher, back-end
 classes) only at lookup time, so its own imports are exempt from the upward rule (not from the cycle
 rule). The layers are declared in :mod:`openforge.devtools.layers`; ``docs/architecture.md`` shows them.
@@ -161,7 +161,7 @@ def test_no_import_cycle():
 
 def test_no_upward_import():
     bad = []
-    for mod, deps in import_graph().items():
+    for mod, deps in import_graph(type_checking=True).items():
         lm = layer_of(mod)
         if mod in REGISTRY:
             continue

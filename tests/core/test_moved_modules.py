@@ -79,3 +79,12 @@ def test_python_m_on_an_old_name_runs_the_new_modules_code():
     out = subprocess.run([sys.executable, "-m", "openforge.task"], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_openforge_run_stays_the_function_once_the_run_layer_is_imported():
+    """The run layer's package is ``openforge.runner``, not ``openforge.run``: importing a submodule sets
+    the package as an attribute of ``openforge``, which would hide the public ``openforge.run()``."""
+    import openforge.runner.forge as forge
+
+    assert openforge.run is forge.run and callable(openforge.run)
+    assert openforge.runner.__name__ == "openforge.runner"
