@@ -140,6 +140,10 @@ class ModelCall(BaseModel):
     has_reasoning: bool = False
     sampling: dict[str, Any] = Field(default_factory=dict)
     delivery_uncertain: bool = False
+    # Whether the client asked for a streamed answer (``"stream": true``, or the Gemini wire's
+    # ``:streamGenerateContent`` path, where the body says nothing). None: a record written before the
+    # field existed (:meth:`was_streamed` then reads the request body).
+    streamed: bool | None = None
     # The version of the policy that sampled this call, as its back-end reports it (a training run counts
     # its published policies: 0 is the one it starts from, N the one after the N-th update; a vLLM engine's
     # adapter ``policy-vN``). None: not versioned (a back-end that does not say, a record written before the
@@ -169,6 +173,10 @@ class ModelCall(BaseModel):
             and bool(self.output_ids)
             and len(self.output_logprobs) == len(self.output_ids)
         )
+
+    def was_streamed(self) -> bool:
+        """Whether the client asked for a streamed answer, on any wire (older records: from the body)."""
+        return self.streamed if self.streamed is not None else bool((self.request or {}).get("stream"))
 
 
 class Segment(BaseModel):

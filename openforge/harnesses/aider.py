@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..harness import HarnessResult, RolloutContext
-from .pypi_cli import PypiCliHarness, pypi_install_hint
+from ..harness import RolloutContext
+from .pypi_cli import PypiCliHarness, litellm_env, pypi_install_hint
 
 __all__ = ["AiderHarness", "aider_model_metadata", "last_llm_response"]
 
@@ -45,6 +45,7 @@ class AiderHarness(PypiCliHarness):
     wire_api = "chat"
     executable = "aider"
     install_hint = pypi_install_hint("aider")
+    answer_file = LLM_HISTORY
 
     def __init__(self, *, edit_format: str = "diff", **kw: Any):
         super().__init__(**kw)
@@ -54,8 +55,7 @@ class AiderHarness(PypiCliHarness):
         return {METADATA_FILE: aider_model_metadata(ctx.model), PRICE_CACHE: "{}"}
 
     def environment(self, ctx: RolloutContext) -> dict[str, str]:
-        return {"OPENAI_API_KEY": ctx.api_key, "OPENAI_API_BASE": ctx.openai_base_url,
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1", "TERM": "dumb"}
+        return {**litellm_env(ctx), "OPENAI_API_BASE": ctx.openai_base_url}
 
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
         home = ctx.home
@@ -70,15 +70,9 @@ class AiderHarness(PypiCliHarness):
                 "--llm-history-file", str(home / LLM_HISTORY),
                 *self.extra_args, "--message", ctx.instruction]
 
-    async def run(self, ctx: RolloutContext) -> HarnessResult:
-        out = await super().run(ctx)
-        if out.status is None:
-            try:
-                raw = await ctx.sandbox.read_file(ctx.home / LLM_HISTORY)
-            except (OSError, ValueError):
-                raw = b""
-            out.final_text = last_llm_response(raw.decode(errors="replace"))
-        return out
+    def answer_from_file(self, raw: bytes, stdout_answer: str | None) -> str | None:
+        """The last reply in the LLM history (stdout is aider's chat transcript, no answer)."""
+        return last_llm_response(raw.decode(errors="replace"))
 
 
 def last_llm_response(history: str) -> str | None:

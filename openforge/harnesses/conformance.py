@@ -61,7 +61,7 @@ def _rows(traj: Any, wire: str) -> list[CheckRow]:
     tool_calls = sum(len((c.response or {}).get("tool_calls") or []) for c in calls)
     final = str(traj.metadata.get("final_text") or "")
     exact = [c for c in calls if c.exact]
-    streamed = [c for c in calls if (c.request or {}).get("stream")]
+    streamed = [c for c in calls if c.was_streamed()]
     rows = [
         CheckRow("wire", bool(calls) and apis == [wire], f"{', '.join(apis) or 'no calls'} (declared {wire})"),
         CheckRow("streaming", None, f"{len(streamed)}/{len(calls)} calls streamed"),

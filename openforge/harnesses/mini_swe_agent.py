@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..harness import HarnessResult, RolloutContext
-from .pypi_cli import PypiCliHarness, pypi_install_hint
+from ..harness import RolloutContext
+from .pypi_cli import PypiCliHarness, litellm_env, pypi_install_hint
 
 __all__ = ["MiniSweAgentHarness", "mini_config"]
 
@@ -43,6 +43,7 @@ class MiniSweAgentHarness(PypiCliHarness):
     wire_api = "chat"
     executable = "mini"
     install_hint = pypi_install_hint("mini-swe-agent")
+    answer_file = TRAJ_FILE
 
     def __init__(self, *, step_limit: int = 0, **kw: Any):
         super().__init__(**kw)
@@ -55,22 +56,15 @@ class MiniSweAgentHarness(PypiCliHarness):
     def environment(self, ctx: RolloutContext) -> dict[str, str]:
         return {"MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
                 "MSWEA_GLOBAL_CONFIG_DIR": str(ctx.home / ".config" / "mini-swe-agent"),
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
-                "OPENAI_API_KEY": ctx.api_key, "NO_COLOR": "1", "TERM": "dumb"}
+                "LITELLM_TELEMETRY": "False", **litellm_env(ctx)}
 
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
         return [exe, "-y", "--exit-immediately", "-c", "mini.yaml", "-c", str(ctx.home / CONFIG_FILE),
                 "-o", str(ctx.home / TRAJ_FILE), *self.extra_args, "-t", ctx.instruction]
 
-    async def run(self, ctx: RolloutContext) -> HarnessResult:
-        out = await super().run(ctx)
-        if out.status is None:
-            try:
-                raw = await ctx.sandbox.read_file(ctx.home / TRAJ_FILE)
-            except (OSError, ValueError):
-                raw = b""
-            out.final_text = submission(raw) or out.final_text
-        return out
+    def answer_from_file(self, raw: bytes, stdout_answer: str | None) -> str | None:
+        """The submission in the trajectory file, else what stdout says."""
+        return submission(raw) or stdout_answer
 
 
 def submission(raw: bytes) -> str | None:

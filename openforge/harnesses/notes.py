@@ -141,7 +141,7 @@ def observe(traj: Trajectory, *, version: str | None, checks: dict[str, bool | N
         harness=traj.harness or "?", version=version, wire=first.api, system_sha=fingerprint(system),
         system_chars=len(system), tools=tool_names(first),
         injected=sorted(k for k in (first.request or {}) if k not in _BASE_KEYS),
-        streaming=bool((first.request or {}).get("stream")), compaction=compaction, rewrites_history=rewritten,
+        streaming=first.was_streamed(), compaction=compaction, rewrites_history=rewritten,
         stripped_reasoning=stripped,
         retries=len(bodies) - len(set(bodies)), calls=len(calls), checks=dict(checks or {}), source=source,
         recorded_at=time.strftime("%Y-%m-%d", time.gmtime()))

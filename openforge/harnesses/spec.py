@@ -17,7 +17,8 @@ A spec, with every key::
       executable: cli                 # under node_modules/.bin (npm) or the venv's bin/ (pypi)
       min_node: "22.19"               # npm only: the Node.js its `engines` needs
     executable: ./cli.py              # without install: a path (relative to this file) or a name on PATH
-    wires: [chat, responses]          # the first is the default; option wire_api picks another
+    wires: [chat, responses]          # chat | responses | messages | gemini; the first is the default,
+                                      # option wire_api picks another
     wire_names: {chat: openai-completions}   # the CLI's own spelling of each wire, as {wire_name}
     command: ["{exe}", "-p", "--model", "{model}", "{instruction}"]
     env: {CLI_API_KEY: "{api_key}", CLI_BASE_URL: "{base_url}"}
@@ -31,17 +32,18 @@ from __future__ import annotations
 import json
 import string
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..core.errors import ConfigError
+from ..core.types import ServedAPI
 
 __all__ = ["TEMPLATE_FIELDS", "WIRES", "FinalJsonl", "HarnessSpec", "InstallSpec", "is_spec_path", "load_spec",
            "render"]
 
-#: The wire APIs a spec can name (the proxy's).
-WIRES = ("chat", "responses", "messages")
+#: The wire APIs a spec can name: every one the proxy serves.
+WIRES: tuple[str, ...] = get_args(ServedAPI)
 #: Every field a template may use.
 TEMPLATE_FIELDS = {
     "exe": "the CLI's executable (absolute path)",
@@ -50,13 +52,14 @@ TEMPLATE_FIELDS = {
     "instruction": "the task text",
     "model": "the policy's model name",
     "api_key": "the rollout's secret key",
-    "base_url": "the proxy URL for the chosen wire (OpenAI …/v1, or the Anthropic root)",
+    "base_url": "the proxy URL for the chosen wire (OpenAI …/v1, or the Anthropic / Gemini root)",
     "openai_base_url": "the proxy's OpenAI URL (…/v1)",
     "anthropic_base_url": "the proxy's Anthropic URL (no /v1)",
+    "gemini_base_url": "the proxy's Gemini API root (no /v1beta: the SDKs add it), as GOOGLE_GEMINI_BASE_URL",
     "home": "the rollout's private HOME",
     "workdir": "the task's working directory",
     "rollout_id": "the rollout's id",
-    "wire": "the chosen wire (chat, responses, messages)",
+    "wire": "the chosen wire (chat, responses, messages, gemini)",
     "wire_name": "the chosen wire in the CLI's own spelling (wire_names)",
 }
 SPEC_SUFFIXES = (".yaml", ".yml", ".toml")
@@ -150,7 +153,7 @@ class HarnessSpec(BaseModel):
     description: str = ""
     install: InstallSpec | None = None
     executable: str | None = None
-    wires: list[Literal["chat", "responses", "messages"]] = Field(min_length=1)
+    wires: list[ServedAPI] = Field(min_length=1)
     wire_names: dict[str, str] = Field(default_factory=dict)
     command: list[str] = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)

@@ -139,11 +139,12 @@ class SpecHarness(CliHarness):
 
     # -- the run ------------------------------------------------------------------------------------
     def values(self, ctx: RolloutContext, exe: str) -> dict[str, str]:
-        base = ctx.anthropic_base_url if self.wire_api == "messages" else ctx.openai_base_url
+        base = {"messages": ctx.anthropic_base_url, "gemini": ctx.gemini_base_url}.get(self.wire_api,
+                                                                                      ctx.openai_base_url)
         return {"exe": exe, "python": sys.executable, "spec_dir": str(self.spec.spec_dir),
                 "instruction": ctx.instruction, "model": ctx.model, "api_key": ctx.api_key, "base_url": base,
                 "openai_base_url": ctx.openai_base_url, "anthropic_base_url": ctx.anthropic_base_url,
-                "home": str(ctx.home), "workdir": str(ctx.workdir), "rollout_id": ctx.rollout_id,
+                "gemini_base_url": ctx.gemini_base_url, "home": str(ctx.home), "workdir": str(ctx.workdir), "rollout_id": ctx.rollout_id,
                 "wire": self.wire_api, "wire_name": self.spec.wire_names.get(self.wire_api, self.wire_api)}
 
     def config_files(self, ctx: RolloutContext) -> dict[str, str]:

@@ -202,7 +202,7 @@ class Engine:
         ctx = GenContext(rollout_id=st.rollout_id, task_id=st.task_id, call_index=index, tools=req.tools,
                          timing=clock, policy_version=self.backend.policy_version)
         started = time.time()
-        call = ModelCall(index=index, api=req.api, request=_request_record(req, body), model=req.model,
+        call = ModelCall(index=index, api=req.api, request=_request_record(req, body), model=req.model, streamed=req.stream,
                          policy_version=ctx.policy_version,
                          started_at=started, exact=self.backend.exact and not self.backend.passthrough,
                          sampling={"enforced": params.model_dump(exclude_none=True),
@@ -305,7 +305,7 @@ class Engine:
                                rendered: Rendered | None) -> None:
         """A refused overflow is still a call of the rollout (status ``context_overflow``, its prompt ids
         when they were counted): the outcome rule makes the rollout a ``policy_failure``, trained as 0."""
-        call = ModelCall(index=st.take_index(), api=req.api, request=_request_record(req, body), model=req.model,
+        call = ModelCall(index=st.take_index(), api=req.api, request=_request_record(req, body), model=req.model, streamed=req.stream,
                          started_at=time.time(), exact=False, status=CallStatus.CONTEXT_OVERFLOW, error=e.message,
                          prompt_ids=rendered.ids if rendered is not None else [])
         await asyncio.shield(self.recorder.record(st, call))

@@ -20,7 +20,7 @@ def test_generated_pages_are_current():
 
 def test_every_config_key_has_a_meaning():
     assert refdocs.undocumented_keys() == [], (
-        "config keys without a meaning: give the Field a description= in openforge/config.py")
+        "config keys without a meaning: give the Field a description= where the key is defined (openforge/config/)")
 
 
 def test_config_page_lists_every_key_with_its_default():

@@ -1,5 +1,6 @@
 """Fixtures for harness tests: a real local launcher whose sandboxes can see the harness installs,
-and a helper that builds a RolloutContext for a sandbox."""
+a helper that builds a RolloutContext for a sandbox, and ``ctx``, the context the config tests render
+a harness's files, env and argv from (``harness_helpers.config_ctx``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from harness_helpers import config_ctx
 from testdeps import smollm2_tokenizer
 
 from openforge.core.task import Task
@@ -23,6 +25,12 @@ async def launcher():
     la = LocalLauncher(ro_binds=[b for b in binds if Path(b).exists()], grace_s=1.0)
     yield la
     await la.aclose()
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> RolloutContext:
+    """Rollout ``r1`` at the proxy URLs ``harness_helpers.OA`` / ``AN``, key ``sk-roll``, model ``pol``."""
+    return config_ctx(tmp_path)
 
 
 @pytest.fixture

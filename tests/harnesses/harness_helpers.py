@@ -3,11 +3,26 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 
 from openforge.core.task import Task
+from openforge.harness import RolloutContext
 from openforge.launchers.base import SandboxSpec
+
+#: the proxy URLs of :func:`config_ctx`'s rollout ``r1``: OpenAI (…/v1) and Anthropic / Gemini (the root)
+OA = "http://127.0.0.1:18000/r/r1/v1"
+AN = "http://127.0.0.1:18000/r/r1"
+
+
+def config_ctx(root: Path, instruction: str = "write hi to out.txt") -> RolloutContext:
+    """A rollout context for rendering a harness's config, env and argv (nothing runs): rollout
+    ``r1``, key ``sk-roll``, model ``pol``, HOME and workdir below ``root`` (not created)."""
+    sbx = SimpleNamespace(workdir=root / "work", home=root / "home", proxy_url="http://127.0.0.1:18000")
+    return RolloutContext(rollout_id="r1", task=Task(id="t", instruction=instruction), sandbox=sbx,  # type: ignore[arg-type]
+                          api_key="sk-roll", openai_base_url=OA, anthropic_base_url=AN, model="pol", budget_s=90)
 
 
 def leftover_processes(rollout_id: str) -> list[int]:

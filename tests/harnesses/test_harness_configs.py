@@ -4,14 +4,11 @@ the rollout secret, selects the right wire API, switches off outside traffic and
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from harness_helpers import AN, OA
 
 from openforge.core.errors import ConfigError
-from openforge.core.task import Task
-from openforge.harness import RolloutContext
 from openforge.harnesses.claude_code import ClaudeCodeHarness
 from openforge.harnesses.codex import CodexHarness
 from openforge.harnesses.openclaw import OpenClawHarness
@@ -22,15 +19,7 @@ from openforge.plugins import harness_class
 
 tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11+")
 
-OA = "http://127.0.0.1:18000/r/r1/v1"
-AN = "http://127.0.0.1:18000/r/r1"
 
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> RolloutContext:
-    sbx = SimpleNamespace(workdir=tmp_path / "work", home=tmp_path / "home", proxy_url="http://127.0.0.1:18000")
-    return RolloutContext(rollout_id="r1", task=Task(id="t", instruction="write hi to out.txt"), sandbox=sbx,
-                          api_key="sk-roll", openai_base_url=OA, anthropic_base_url=AN, model="pol", budget_s=90)
 
 
 def test_codex_config_and_argv(ctx):

@@ -5,14 +5,11 @@ tool calls approved; and each reads its final answer out of the CLI's own output
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from harness_helpers import AN, OA
 
 from openforge.core.errors import ConfigError, HarnessNotInstalled
-from openforge.core.task import Task
-from openforge.harness import RolloutContext
 from openforge.harnesses import installer
 from openforge.harnesses.crush import CrushHarness
 from openforge.harnesses.gemini_cli import GeminiCliHarness
@@ -20,16 +17,6 @@ from openforge.harnesses.opencode import OpencodeHarness
 from openforge.harnesses.qwen_code import QwenCodeHarness
 from openforge.harnesses.versions import NPM_PINS
 from openforge.plugins import harness_class
-
-OA = "http://127.0.0.1:18000/r/r1/v1"
-AN = "http://127.0.0.1:18000/r/r1"
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> RolloutContext:
-    sbx = SimpleNamespace(workdir=tmp_path / "work", home=tmp_path / "home", proxy_url="http://127.0.0.1:18000")
-    return RolloutContext(rollout_id="r1", task=Task(id="t", instruction="write hi to out.txt"), sandbox=sbx,
-                          api_key="sk-roll", openai_base_url=OA, anthropic_base_url=AN, model="pol", budget_s=90)
 
 
 def test_opencode_config_env_argv_and_final_text(ctx):

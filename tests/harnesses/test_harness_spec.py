@@ -6,25 +6,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from harness_helpers import AN, OA, config_ctx
 
 from openforge.core.errors import ConfigError, HarnessNotInstalled
-from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses.spec_harness import SpecHarness
 from openforge.plugins import harness_class, make_harness
 
 SPEC = Path(__file__).resolve().parent / "data" / "minichat" / "minichat.yaml"
-OA, AN = "http://127.0.0.1:18000/r/r1/v1", "http://127.0.0.1:18000/r/r1"
 
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> RolloutContext:
-    sbx = SimpleNamespace(workdir=tmp_path / "work", home=tmp_path / "home", proxy_url="http://127.0.0.1:18000")
-    return RolloutContext(rollout_id="r1", task=Task(id="t", instruction='say "hi"'), sandbox=sbx,
-                          api_key="sk-roll", openai_base_url=OA, anthropic_base_url=AN, model="pol", budget_s=90)
+    return config_ctx(tmp_path, 'say "hi"')  # a quote: the !j conversion escapes it
 
 
 def write(tmp_path: Path, text: str, name: str = "h.yaml") -> Path:
@@ -55,7 +51,7 @@ def test_the_spec_of_a_real_cli_is_a_harness(ctx):
     assert cfg["base_url"] == OA and cfg["model"] == "pol" and "minichat" in cfg["system"]
     assert h.environment(ctx) == {"MINICHAT_API_KEY": "sk-roll"}
     argv = h.command(ctx, "/x/minichat.py")
-    assert argv[1:] == ["/x/minichat.py", "--max-turns", "8", 'say "hi"']
+    assert argv[1:] == ["/x/minichat.py", "--api", "chat", "--max-turns", "8", 'say "hi"']
     assert str(SPEC.parent) in h.ro_paths()  # the executable's folder: the script is visible in the sandbox
     assert make_harness(str(SPEC)).describe()["installed"] is True
 
@@ -76,6 +72,25 @@ def test_templates_wires_extra_args_and_final(tmp_path, ctx):
         make_harness(str(path), wire_api="responses")
 
 
+def test_a_spec_can_speak_the_gemini_wire(tmp_path, ctx):
+    """On the gemini wire ``{base_url}`` is the proxy's Gemini root (the SDKs add ``/v1beta/…``), also
+    ``{gemini_base_url}`` on every wire; the process gets it as GOOGLE_GEMINI_BASE_URL too."""
+    path = write(tmp_path, BASE.replace("wires: [chat, messages]", "wires: [gemini, chat]")
+                 .replace("messages: anthropic-messages}", "gemini: google-genai}")
+                 .replace('DEMO_HOME: "{home}"', 'DEMO_GEMINI: "{gemini_base_url}"'))
+    h = make_harness(str(path))
+    assert h.wire_api == "gemini" and type(h).wire_apis == ("gemini", "chat")
+    assert h.command(ctx, "e") == ["e", "--base", ctx.gemini_base_url, "--api", "google-genai", 'say "hi"']
+    assert ctx.gemini_base_url == AN and json.loads(h.config_files(ctx)[".demo/cfg.json"])["url"] == AN
+    assert h.environment(ctx) == {"DEMO_KEY": "sk-roll", "DEMO_GEMINI": AN}
+    assert ctx.base_env()["GOOGLE_GEMINI_BASE_URL"] == AN and ctx.base_env()["GEMINI_API_KEY"] == "sk-roll"
+    chat = make_harness(str(path), wire_api="chat")
+    assert chat.command(ctx, "e")[2] == OA and chat.environment(ctx)["DEMO_GEMINI"] == AN
+    minichat = make_harness(str(SPEC), wire_api="gemini")  # the real CLI below, on the gemini wire
+    assert json.loads(minichat.config_files(ctx)[".minichat/config.json"])["base_url"] == AN
+    assert minichat.command(ctx, "m")[2:4] == ["--api", "gemini"]
+
+
 def test_toml_spec_is_the_same(tmp_path, ctx):
     path = write(tmp_path, 'name = "t"\nexecutable = "/bin/echo"\nwires = ["responses"]\n'
                            'command = "{exe} exec --model {model} {instruction}"\nfinal = "stdout"\n', "t.toml")
@@ -86,7 +101,8 @@ def test_toml_spec_is_the_same(tmp_path, ctx):
 
 @pytest.mark.parametrize(("change", "message"), [
     (("{instruction}", "{task}"), "command: unknown template field {task}"),
-    (("wires: [chat, messages]", "wires: [grpc]"), "wires.0: Input should be 'chat', 'responses' or 'messages'"),
+    (("wires: [chat, messages]", "wires: [grpc]"),
+     "wires.0: Input should be 'chat', 'responses', 'messages' or 'gemini'"),
     (("executable: /bin/echo", "install: {npm: x, pypi: y, version: '1', executable: x}"), "install: give exactly one of npm or pypi"),
     (("executable: /bin/echo", "colour: red"), "colour: Extra inputs are not permitted"),
     ((".demo/cfg.json", "../escape.json"), "a file path relative to the private HOME"),

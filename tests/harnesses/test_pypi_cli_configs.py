@@ -5,15 +5,12 @@ outside traffic and approvals, finds its venv executable, and reads its final an
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
+from harness_helpers import OA
 
 from openforge.core.errors import ConfigError, HarnessNotInstalled
-from openforge.core.task import Task
-from openforge.harness import RolloutContext
 from openforge.harnesses import installer
 from openforge.harnesses.aider import AiderHarness, last_llm_response
 from openforge.harnesses.hermes_agent import HermesAgentHarness
@@ -21,16 +18,6 @@ from openforge.harnesses.mini_swe_agent import MiniSweAgentHarness, submission
 from openforge.harnesses.pypi_cli import venv_base_prefix
 from openforge.harnesses.versions import PYPI_EXECUTABLES, PYPI_PINS
 from openforge.plugins import harness_class
-
-OA = "http://127.0.0.1:18000/r/r1/v1"
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> RolloutContext:
-    sbx = SimpleNamespace(workdir=tmp_path / "work", home=tmp_path / "home", proxy_url="http://127.0.0.1:18000")
-    return RolloutContext(rollout_id="r1", task=Task(id="t", instruction="write hi to out.txt"), sandbox=sbx,
-                          api_key="sk-roll", openai_base_url=OA, anthropic_base_url=OA[:-3], model="pol",
-                          budget_s=90)
 
 
 def test_registered_and_pinned():

@@ -124,6 +124,13 @@ async def test_plain_stream_and_count_tokens(plain):
         proxy.get_trajectory(h.rollout_id).calls[1].output_ids)
     m = await c.models.get(model="gemini-x")
     assert m.name == "models/gemini-x" and "generateContent" in m.supported_actions
+    # the body says nothing of streaming on this wire (the path does): the record says it
+    calls = proxy.get_trajectory(h.rollout_id).calls
+    assert [c.streamed for c in calls] == [False, True] and "stream" not in calls[1].request
+    assert [c.was_streamed() for c in calls] == [False, True]
+    from openforge.harnesses.conformance import _rows  # what `forge harness check` reports
+    rows = {r.check: r for r in _rows(proxy.get_trajectory(h.rollout_id), "gemini")}
+    assert rows["streaming"].detail == "1/2 calls streamed"
 
 
 async def test_bad_input_is_a_4xx_in_the_gemini_shape(proxy):
