@@ -50,9 +50,9 @@ async def evaluate(forge: Any, tasks: list, trials: int, seed: int) -> dict[str,
 
 async def train_and_eval(preset: str, args: argparse.Namespace, *, with_before: bool) -> dict[str, Any]:
     from openforge.config import load_config
-    from openforge.forge import Forge, load_tasks
     from openforge.recipes import recipe_config
-    from openforge.teacher import warm_start
+    from openforge.runner.forge import Forge, load_tasks
+    from openforge.runner.teacher import warm_start
 
     overrides = [f"trainer.steps={args.steps}", "trainer.cpu.max_resample_rounds=1", "trainer.checkpoint_every=0",
                  f"rollout.tasks_per_step={args.tasks_per_step}", f"rollout.timeout_s={args.timeout_s}",

@@ -42,7 +42,7 @@ def _args() -> argparse.Namespace:
 
 
 def run_engine(engine: str, a: argparse.Namespace, root: Path) -> dict[str, Any]:
-    from openforge.forge import run
+    from openforge.runner.forge import run
 
     t0 = time.perf_counter()
     summary = run(recipe="claw-grpo", preset="cpu", progress=False, overrides=[

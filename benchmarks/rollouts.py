@@ -24,12 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from openforge.core.task import Task
 from openforge.environment import Environment, VerifyResult
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers._isolation import detect_isolation
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Task
 
 CMD = ["sh", "-c", "echo hi > out.txt"]
 CURL = ('curl -sf -o reply.json -H "Authorization: Bearer $OPENAI_API_KEY" -H "content-type: application/json" '
@@ -93,7 +93,7 @@ async def sustained(rollouts: int, concurrency: int) -> None:
     from openforge.proxy.backends.scripted import ScriptedBackend
     from openforge.proxy.backends.transformers import load_tokenizer
     from openforge.proxy.server import ProxyServer
-    from openforge.rollout import run_rollout
+    from openforge.runner.rollout import run_rollout
     from openforge.store import TrajectoryStore
 
     tok = load_tokenizer("smollm2-135m")

@@ -20,9 +20,9 @@ import threading
 import time
 from pathlib import Path
 
+from openforge.core.trajectory import build_segments, validate_segments
+from openforge.core.types import ModelCall
 from openforge.store import TrajectoryStore
-from openforge.trajectory import build_segments, validate_segments
-from openforge.types import ModelCall
 
 
 def conversation(context: int, n_calls: int) -> list[ModelCall]:

@@ -88,10 +88,10 @@ def _saved_point(path: Path, harnesses: list[str], trials: int, tasks: list[Any]
 async def _policy_row(name: str, overrides: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Train one policy (or resume its finished run) and evaluate it on every split × eval harness;
     a row saved by an earlier run with the same settings (``OUT/<name>/row.json``) is reused."""
-    from openforge.forge import Forge
     from openforge.harnesses.prompt_fit import check_prompt_fits
-    from openforge.heldout_eval import run_point
     from openforge.recipes import load_recipe_config
+    from openforge.runner.forge import Forge
+    from openforge.runner.heldout_eval import run_point
 
     run_dir = args.out / name
     settings = _eval_settings(args)

@@ -21,11 +21,11 @@ is hidden from every sandbox on top of whatever :meth:`Environment.hidden_paths`
 include it is refused (:meth:`Harness.sandbox_paths <openforge.harness.Harness.sandbox_paths>`).
 
 Missing and hostile files: :meth:`Sandbox.read_file` of a file the agent did not write raises
-:class:`~openforge.errors.SandboxFileNotFound`, and of one the driver will not read (a FIFO, socket,
+:class:`~openforge.core.errors.SandboxFileNotFound`, and of one the driver will not read (a FIFO, socket,
 device, directory or symlink, or a file over the read's size cap)
-:class:`~openforge.errors.SandboxFileRefused`; a verifier that lets either escape is not broken — the
+:class:`~openforge.core.errors.SandboxFileRefused`; a verifier that lets either escape is not broken — the
 rollout is scored 0 as ``policy_failure`` and trained; so is
-:class:`~openforge.errors.AgentOutputError`, which a verifier raises when the agent's output is
+:class:`~openforge.core.errors.AgentOutputError`, which a verifier raises when the agent's output is
 unusable (a wrong type in its answer, a file it cannot load). Every other exception a verifier raises (and a
 verdict that is not a finite number) is ``env_error``: discarded, never trained. The whole surface,
 with a worked example, is in ``docs/sdk.md``.
@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import AgentOutputError, ConfigError, SandboxFileNotFound, SandboxFileRefused
+from .core.errors import AgentOutputError, ConfigError, SandboxFileNotFound, SandboxFileRefused
+from .core.task import Task
 from .launchers.base import Sandbox
-from .task import Task
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -183,10 +183,10 @@ class Environment(abc.ABC):
         :meth:`Sandbox.pull_workdir`; treat it as hostile: bound what you read) and your own state (a
         service's records). Return a :class:`VerifyResult`: a reward at or above the run's
         ``success_threshold`` (``RolloutSettings``; 1.0 by default) is ``success``, below it
-        ``policy_failure``; both are trained. Letting :class:`~openforge.errors.SandboxFileNotFound` escape (the agent did not
-        write a file you read) or :class:`~openforge.errors.SandboxFileRefused` (it left a FIFO, a
+        ``policy_failure``; both are trained. Letting :class:`~openforge.core.errors.SandboxFileNotFound` escape (the agent did not
+        write a file you read) or :class:`~openforge.core.errors.SandboxFileRefused` (it left a FIFO, a
         link, a huge file there) is the same as returning reward 0, and so is raising
-        :class:`~openforge.errors.AgentOutputError` when what the agent left is unusable (say why: it
+        :class:`~openforge.core.errors.AgentOutputError` when what the agent left is unusable (say why: it
         is the detail; never for your own bug). Any other exception, running over
         the limit, or a NaN / infinite reward is ``env_error``: the rollout is discarded, its
         traceback kept in ``metadata["verifier_traceback"]``."""

@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .errors import ConfigError, HarnessError, HarnessNotInstalled
-from .types import RolloutStatus
+from .core.errors import ConfigError, HarnessError, HarnessNotInstalled
+from .core.types import RolloutStatus
 
 if TYPE_CHECKING:
+    from .core.task import Task
     from .launchers.base import ExecResult, Sandbox
-    from .task import Task
 
 __all__ = ["SELF_INFLICTED", "Harness", "HarnessResult", "RolloutContext", "killed_by", "signal_verdict", "tail"]
 
@@ -315,7 +315,7 @@ class Harness(abc.ABC):
         ``environment_code``: the environment's own code
         (:meth:`Environment.source_paths <openforge.environment.Environment.source_paths>`). An
         explicit :attr:`agent_files` entry that is one of them, holds one, or lies inside one raises
-        :class:`~openforge.errors.ConfigError` naming both: the agent would run the verifier's code."""
+        :class:`~openforge.core.errors.ConfigError` naming both: the agent would run the verifier's code."""
         self.check_environment_code(environment_code)
         masks = _forms([*hidden, *environment_code])
         agent = [p for p in self.agent_paths() if not any(_inside(q, m) for q in _forms([p]) for m in masks)]
@@ -338,7 +338,7 @@ class Harness(abc.ABC):
                         "needs them", cls.__qualname__, ", ".join(inside), cls.__qualname__)
 
     def check_environment_code(self, environment_code: Sequence[str]) -> None:
-        """Raise :class:`~openforge.errors.ConfigError` if an explicitly listed :attr:`agent_files`
+        """Raise :class:`~openforge.core.errors.ConfigError` if an explicitly listed :attr:`agent_files`
         entry is, holds or lies inside one of ``environment_code`` (the environment's own code). The
         default agent files are never refused: the environment's module is left out of them."""
         if type(self).agent_files is None:

@@ -26,7 +26,7 @@ and ``openforge.recipes``::
     my-agent = "my_pkg.agent:MyHarness"
 
 A plugin whose import fails for a missing module is a :class:`PluginUnavailable` naming the pip
-extra that installs it (``pip install 'openforge-rl[browser]'``, found by :mod:`openforge.extras`).
+extra that installs it (``pip install 'openforge-rl[browser]'``, found by :mod:`openforge.util.extras`).
 Nothing heavy is imported until a name is looked up, so ``import openforge`` stays light.
 """
 
@@ -40,8 +40,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, PluginNotFound, PluginUnavailable
-from .extras import DISTRIBUTION, install_hint
+from .core.errors import ConfigError, PluginNotFound, PluginUnavailable
+from .util.extras import DISTRIBUTION, install_hint
 
 if TYPE_CHECKING:
     from .environment import Environment

@@ -38,7 +38,7 @@ cd "$WORK"
 import importlib.metadata as m, sys
 from pathlib import Path
 import openforge
-from openforge.extras import DISTRIBUTION
+from openforge.util.extras import DISTRIBUTION
 venv = Path(sys.argv[1]).resolve()
 assert Path(openforge.__file__).resolve().is_relative_to(venv), f"openforge imported from {openforge.__file__}"
 assert m.version(DISTRIBUTION) == openforge.__version__, (m.version(DISTRIBUTION), openforge.__version__)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from openforge.call_origin import label_origins, tool_names
 from openforge.config import RolloutConfig
+from openforge.core.call_origin import label_origins, tool_names
+from openforge.core.errors import ConfigError
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall
+from openforge.core.types import RolloutStatus as S
 from openforge.envs.claw import ClawEnvironment, reference_solution
-from openforge.errors import ConfigError
-from openforge.rollout import run_rollout
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 pytest.importorskip("openai")
 ENV = ClawEnvironment()

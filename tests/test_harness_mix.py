@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 
 from openforge.config import load_config
-from openforge.errors import ConfigError
-from openforge.harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
+from openforge.core.errors import ConfigError
 from openforge.harnesses.prompt_fit import check_prompt_fits
 from openforge.recipes import load_recipe_config
+from openforge.runner.harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
 
 
 def problems(*overrides: str, preset: str | None = None) -> list[str]:
@@ -94,7 +94,7 @@ async def test_each_group_runs_the_harness_it_was_given(rig, monkeypatch):
     from openforge.envs.claw import ClawEnvironment, reference_solution
     from openforge.harnesses.react import ReactHarness
     from openforge.plugins import HARNESSES
-    from openforge.rollout import run_groups
+    from openforge.runner.rollout import run_groups
 
     class ReactB(ReactHarness):  # a second harness: react's loop under another name
         name = "react-b"

@@ -1,4 +1,4 @@
-"""The one outcome rule: each row of ``openforge.outcome`` from its facts, then from real causes
+"""The one outcome rule: each row of ``openforge.core.outcome`` from its facts, then from real causes
 (the real proxy, the react harness process, local sandboxes, the claw environment)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import time
 
 import pytest
 
+from openforge.core.outcome import OutcomeFacts, classify_outcome
+from openforge.core.types import CallStatus, ModelCall
+from openforge.core.types import RolloutStatus as S
 from openforge.harness import Harness, HarnessResult, RolloutContext
-from openforge.outcome import OutcomeFacts, classify_outcome
 from openforge.proxy.backends.scripted import ScriptedBackend
-from openforge.rollout import run_rollout
-from openforge.types import CallStatus, ModelCall
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 
 def call(i: int, status: CallStatus = CallStatus.OK, out: int = 3, latency: float = 0.1,
@@ -72,7 +72,7 @@ def test_each_row_of_the_rule(facts, status, rule):
     ("success", None, True), (None, 0.2, True),
 ])
 def test_an_external_verdict_must_agree_with_itself(status, reward, ok):
-    from openforge.outcome import check_verdict
+    from openforge.core.outcome import check_verdict
 
     if ok:
         check_verdict(status, reward, 1.0)
@@ -109,7 +109,7 @@ def _solve(task_id: str) -> list[dict]:
 
 
 async def test_a_failed_call_the_sdk_retried_is_not_an_infra_failure(rig, env):
-    from openforge.errors import BackendError
+    from openforge.core.errors import BackendError
     from openforge.proxy.backends.scripted import ScriptedBackend
 
     class FailsOnce(ScriptedBackend):

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from testdeps import missing
 
+from openforge.core.errors import BackendError, SandboxError
+from openforge.core.types import RolloutStatus as S
 from openforge.environment import VerifyResult
 from openforge.envs.claw import ClawEnvironment, reference_solution
-from openforge.errors import BackendError, SandboxError
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers.local import LocalLauncher
-from openforge.rollout import run_groups, run_rollout
+from openforge.runner.rollout import run_groups, run_rollout
 from openforge.store import TrajectoryStore
-from openforge.types import RolloutStatus as S
 
 pytest.importorskip("openai")
 ENV = ClawEnvironment()

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from testdeps import smollm2_tokenizer
 
+from openforge.core.errors import ConfigError, StoreError
+from openforge.core.task import Task
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import RolloutStatus
 from openforge.envs.claw import ClawEnvironment
-from openforge.errors import ConfigError, StoreError
 from openforge.harnesses.react import ReactHarness
 from openforge.launchers.local import LocalLauncher
 from openforge.proxy.backends.scripted import ScriptedBackend
-from openforge.rollout import GroupRequest, RolloutRequest, run_rollout
-from openforge.seams import RolloutProxy, TrajectorySink
-from openforge.session import ProxySettings, Session, backend_for, select_tasks
+from openforge.runner.rollout import GroupRequest, RolloutRequest, run_rollout
+from openforge.runner.seams import RolloutProxy, TrajectorySink
+from openforge.runner.session import ProxySettings, Session, backend_for, select_tasks
 from openforge.store import TrajectoryStore
-from openforge.task import Task
-from openforge.trajectory import Trajectory
-from openforge.types import RolloutStatus
 
 ENV = ClawEnvironment()
 

@@ -20,7 +20,7 @@ def family_of(task_id: str) -> str:
 
 async def _warm(forge: Any) -> dict[str, Any]:
     """The (cached) SFT warm-start of ``forge``'s config into its served model."""
-    from openforge.teacher import warm_start
+    from openforge.runner.teacher import warm_start
 
     cfg = forge.cfg
     tasks = list(forge.env.tasks(cfg.env.split))
@@ -33,8 +33,8 @@ async def held_point(cfg: Any, dest: Path, *, label: str, warm: bool, skip: int 
     """The held-out point of ``cfg``'s policy (after its warm-start when ``warm``) on its held-out
     instances from the ``skip``-th on, written to ``dest``; the one already there when it was measured."""
     from openforge.analysis.heldout import check_heldout
-    from openforge.forge import Forge, load_tasks
-    from openforge.heldout_eval import run_point
+    from openforge.runner.forge import Forge, load_tasks
+    from openforge.runner.heldout_eval import run_point
 
     done = dest / "heldout.json"
     if done.is_file():
@@ -55,7 +55,7 @@ async def family_rates(cfg: Any, per_family: int, dest: Path) -> dict[str, Any]:
     """``per_family`` train instances of every family, ``rollout.group_size`` rollouts each at the
     training temperature, after the warm-start: per family the pass rate and mixed groups. Written to
     ``dest`` (reused when there)."""
-    from openforge.forge import Forge, load_tasks
+    from openforge.runner.forge import Forge, load_tasks
 
     if dest.is_file():
         return json.loads(dest.read_text())

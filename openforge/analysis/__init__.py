@@ -4,7 +4,7 @@ Modules: ``steps`` (recorded calls → tool steps), ``actions`` (what a step wro
 ``metrics`` (behaviour metrics), ``passk`` (pass@k / pass^k, eval summaries), ``rundir`` (reading a
 run directory), ``compare`` (side-by-side tables), ``clustered`` (intervals over instances × seeds), ``view`` / ``svg`` / ``report`` (the self-contained
 HTML report). Definitions of every number: docs/metrics.md. Running an eval's rollouts is not
-analysis: :mod:`openforge.evaluation`.
+analysis: :mod:`openforge.runner.evaluation`.
 """
 
 from __future__ import annotations

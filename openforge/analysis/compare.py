@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from .fmt import fmt_value
 from .passk import EvalSummary, summarize_eval
 from .rundir import RunData, trajectory_step

@@ -13,8 +13,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..core.trajectory import TrajectoryGroup
 from ..train.grpo import is_tied
-from ..trajectory import TrajectoryGroup
 
 __all__ = [
     "CLIP_HIGH",

@@ -2,7 +2,7 @@
 
 Owns: :func:`backend_label` (a short, file-safe name per ``--backend``), :func:`normalize_backend` and
 :func:`comparison_rows` (the ``forge compare`` rows of the directories that
-:func:`openforge.evaluation.eval_backends` writes, one per back-end, as ``forge eval`` writes one).
+:func:`openforge.runner.evaluation.eval_backends` writes, one per back-end, as ``forge eval`` writes one).
 
 "Before and after training" in one command::
 
@@ -50,7 +50,7 @@ def backend_label(spec: str) -> str:
 
 
 def comparison_rows(results: Sequence[tuple[str, Path, EvalSummary]], k: int) -> list[dict[str, Any]]:
-    """``forge compare`` rows (one column per back-end) of :func:`openforge.evaluation.eval_backends`' directories."""
+    """``forge compare`` rows (one column per back-end) of :func:`openforge.runner.evaluation.eval_backends`' directories."""
     from .compare import compare_runs
     from .rundir import load_run
 

@@ -7,7 +7,7 @@ noise``, ``better`` or ``worse``; *paired* by task and trial when both points ca
 :func:`shares` (SFT's share and GRPO's share of the change) and :func:`heldout_table` (the table printed
 next to the per-step table).
 
-Running a point (rollouts of the live policy) is :mod:`openforge.heldout_eval`'s job.
+Running a point (rollouts of the live policy) is :mod:`openforge.runner.heldout_eval`'s job.
 
 Three points answer one question: ``before`` is the policy the run starts from (the untrained model,
 before the SFT warm-start), ``warmstart`` the policy after the warm-start and before the first GRPO
@@ -24,13 +24,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from ..task import Task
+from ..core.errors import ConfigError
+from ..core.task import Task
 from .ci import diff_interval, paired_diff_interval, paired_table, verdict, wilson_interval
 
 if TYPE_CHECKING:
     from ..config import RunConfig
-    from ..trajectory import Trajectory
+    from ..core.trajectory import Trajectory
 
 __all__ = [
     "check_heldout",

@@ -19,11 +19,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..core.task import Task
+from ..core.trajectory import Trajectory
+from ..core.types import ModelCall, RolloutStatus
 from ..readings.recovery import recovers_after, repeats_next, summarize_faults
 from ..readings.steps import ToolStep, base_tool_name, extract_steps
-from ..task import Task
-from ..trajectory import Trajectory
-from ..types import ModelCall, RolloutStatus
 from .actions import Action, step_actions, url_like
 
 __all__ = [

@@ -20,9 +20,9 @@ from math import comb
 
 from pydantic import BaseModel, Field
 
-from ..task import Task
-from ..trajectory import Trajectory
-from ..types import RolloutStatus
+from ..core.task import Task
+from ..core.trajectory import Trajectory
+from ..core.types import RolloutStatus
 from .metrics import BehaviourSummary, summarize_behaviour
 
 __all__ = [

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from ..trajectory import Trajectory
+    from ..core.trajectory import Trajectory
     from .passk import EvalSummary
 
 __all__ = ["comparability_warnings", "harness_names", "harness_summaries", "harness_table", "options_by_harness"]

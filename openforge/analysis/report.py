@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..core.trajectory import Trajectory
 from ..readings.steps import is_error_result
-from ..trajectory import Trajectory
 from .compare import COMPARE_ROWS, FAULT_ROWS, fmt_value, run_summary
 from .metrics import summarize_behaviour
 from .rundir import RunData, trajectory_step

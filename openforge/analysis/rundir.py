@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
-from ..trajectory import Trajectory
+from ..core.errors import StoreError
+from ..core.trajectory import Trajectory
 
 __all__ = ["RunData", "infer_steps", "load_run", "trajectory_step"]
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ProxyError
-from ..gemini_contents import gemini_messages
-from ..types import ModelCall, Segment
+from ..core.errors import ProxyError
+from ..core.gemini_contents import gemini_messages
+from ..core.types import ModelCall, Segment
 
 __all__ = ["Entry", "TokenRun", "new_request_entries", "request_entries", "response_entries", "token_runs"]
 

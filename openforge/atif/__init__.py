@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..trajectory import Trajectory
+from ..core.trajectory import Trajectory
 from .export import ATIF_VERSION, harness_version, to_atif
 from .importer import find_atif, from_atif, is_atif, iter_atif, read_atif
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..types import ModelCall
+from ..core.types import ModelCall
 
 __all__ = ["Agent", "ParsedCall", "group_agents", "parse_call"]
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from ..trajectory import Trajectory
-from ..types import ModelCall
+from ..core.trajectory import Trajectory
+from ..core.types import ModelCall
 from .conversation import Agent, ParsedCall, assistant_message, extends, group_agents
 
 __all__ = ["ATIF_VERSION", "OPENFORGE_KEY", "harness_version", "to_atif"]

@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
-from ..trajectory import Trajectory, validate_segments
-from ..types import ModelCall, RolloutStatus
+from ..core.errors import StoreError
+from ..core.trajectory import Trajectory, validate_segments
+from ..core.types import ModelCall, RolloutStatus
 from .export import OPENFORGE_KEY
 
 __all__ = ["find_atif", "from_atif", "is_atif", "iter_atif", "read_atif"]

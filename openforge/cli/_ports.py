@@ -2,7 +2,7 @@
 
 Owns: :func:`listen_errors`, a context manager that turns the ``OSError`` of a port already in use
 (or one that needs privileges, or a host that is not an address of this machine) into a
-:class:`~openforge.errors.ConfigError` naming the command-line flag to change.
+:class:`~openforge.core.errors.ConfigError` naming the command-line flag to change.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = ["listen_errors"]
 

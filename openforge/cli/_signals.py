@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from ..errors import ForgeError
+from ..core.errors import ForgeError
 
 __all__ = ["run_main"]
 

@@ -12,8 +12,8 @@ from typing import Any, NoReturn
 
 import typer
 
-from ..console import new_console
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from ..util.console import new_console
 from ._signals import run_main
 
 
@@ -51,7 +51,7 @@ def _eval_many(req: Any, backends: list[str], out: Path, as_json: bool) -> None:
     """``forge eval -b A -b B ...``: each back-end on the same tasks, then one side-by-side table."""
     from ..analysis.compare import compare_table
     from ..analysis.eval_many import comparison_rows
-    from ..evaluation import eval_backends
+    from ..runner.evaluation import eval_backends
 
     results = run_main(eval_backends(req, backends, out, progress=not as_json))
     rows = comparison_rows(results, k=req.trials)
@@ -71,7 +71,7 @@ def _fail_if_no_backend_valid(results: list[Any]) -> None:
     """``forge eval -b A -b B``: name each back-end with no valid rollout (its first error); exit 3 when none had one."""
     from rich.markup import escape
 
-    from ..run_health import first_error
+    from ..runner.run_health import first_error
     from ..store import load_trajectories
 
     dead = [(label, d) for label, d, s in results if not s.valid_trials]
@@ -123,7 +123,7 @@ def _report_detokenizer(config: Any, given: str | None) -> Any:
 def _fresh_store(out: Path) -> Path:
     """``OUT/rollouts.db``, where every attempt is recorded as it finishes (what Ctrl-C keeps); one left
     by an earlier eval into the same folder is removed first."""
-    from ..evaluation import ROLLOUTS_DB
+    from ..runner.evaluation import ROLLOUTS_DB
 
     store = out / ROLLOUTS_DB
     for suffix in ("", "-wal", "-shm"):
@@ -134,7 +134,7 @@ def _fresh_store(out: Path) -> Path:
 def _interrupted(req: Any, out: Path, store: Path, as_json: bool, code: int) -> NoReturn:
     """Ctrl-C (exit 130) or SIGTERM (143): write the finished rollouts as a partial eval directory
     (``interrupted: true``), say so, exit ``code``."""
-    from ..evaluation import finished_trials, write_eval_dir
+    from ..runner.evaluation import finished_trials, write_eval_dir
 
     summary, trajs = finished_trials(store, k=req.trials)
     write_eval_dir(out, req, summary, trajs, interrupted=True)
@@ -151,7 +151,7 @@ def _fail_if_nothing_valid(summary: Any, trajs: list[Any], out: Path) -> None:
     """Print the first harness/verifier/infra error (with its traceback); exit 3 when no rollout was valid."""
     from rich.markup import escape
 
-    from ..run_health import first_error
+    from ..runner.run_health import first_error
 
     failed = [t for t in trajs if not t.trainable]
     if not failed:
@@ -199,8 +199,8 @@ def register(app: typer.Typer) -> None:
         import datetime as dt
 
         from ..analysis.per_harness import harness_names, options_by_harness
-        from ..evaluation import EvalRequest, run_eval, write_eval_dir
         from ..faults.cli import fault_option
+        from ..runner.evaluation import EvalRequest, run_eval, write_eval_dir
         from ._opts import either, parse_options
 
         given = either(harness_names(harness or []) or None, harness_names(harness_old or []) or None,
@@ -232,7 +232,7 @@ def register(app: typer.Typer) -> None:
             if len(given) == 1:
                 summary, trajs = run_main(run_eval(req, progress=not as_json, run_dir=out, store=store))
             else:
-                from ..evaluation import run_eval_harnesses
+                from ..runner.evaluation import run_eval_harnesses
 
                 per, summary, trajs = run_main(run_eval_harnesses(req, given, options, progress=not as_json,
                                                                   run_dir=out, store=store))

@@ -24,9 +24,9 @@ def list_(as_json: bool = typer.Option(False, "--json", help="print JSON for scr
     from rich.markup import escape
     from rich.table import Table
 
-    from ..console import new_console
-    from ..errors import ForgeError
+    from ..core.errors import ForgeError
     from ..plugins import list_environments, make_environment
+    from ..util.console import new_console
 
     rows: list[dict[str, Any]] = []
     for name in list_environments():
@@ -59,8 +59,8 @@ def tasks(
     """Task ids, splits, categories and one-line instructions."""
     from rich.table import Table
 
-    from ..console import new_console
     from ..plugins import make_environment
+    from ..util.console import new_console
 
     e = make_environment(env)
     rows = e.tasks(split)

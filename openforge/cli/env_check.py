@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from ..core.task import Task
+    from ..core.trajectory import Trajectory
     from ..environment import Environment
-    from ..task import Task
-    from ..trajectory import Trajectory
 
 __all__ = ["TaskCheck", "check_environment", "register"]
 
@@ -50,7 +50,7 @@ def _by_task(groups: Sequence) -> dict[str, Trajectory]:
 
 async def _roll(backend, env: Environment, tasks: Sequence[Task], harness: str, launcher: str,
                 harness_options: dict, out: Path, name: str, concurrency: int) -> dict[str, Trajectory]:
-    from ..session import RolloutSettings, Session
+    from ..runner.session import RolloutSettings, Session
 
     session = Session.from_names(backend, environment=env, harness=harness, harness_options=harness_options,
                                  launcher=launcher, store=out / f"{name}.db", close_backend=True,
@@ -60,7 +60,7 @@ async def _roll(backend, env: Environment, tasks: Sequence[Task], harness: str, 
 
 
 def _reference_problem(t: Trajectory | None) -> str | None:
-    from ..run_health import first_error
+    from ..runner.run_health import first_error
 
     if t is None:
         return "reference solution: no rollout came back"
@@ -77,7 +77,7 @@ def _reference_problem(t: Trajectory | None) -> str | None:
 
 
 def _nothing_problem(t: Trajectory | None) -> str | None:
-    from ..run_health import first_error
+    from ..runner.run_health import first_error
 
     if t is None:
         return "do-nothing: no rollout came back"
@@ -94,8 +94,8 @@ async def check_environment(env: Environment, tasks: Sequence[Task], *, harness:
                             concurrency: int = 2) -> list[TaskCheck]:
     """Replay every reference solution of ``tasks`` (must succeed) and roll each task out under a
     do-nothing policy (must not), through ``harness``; one :class:`TaskCheck` per task."""
-    from ..parts import reference_script
     from ..proxy.backends.scripted import ScriptedBackend
+    from ..runner.parts import reference_script
 
     out.mkdir(parents=True, exist_ok=True)
     opts = dict(harness_options or {})
@@ -128,7 +128,7 @@ def _print(checks: list[TaskCheck], env_name: str, harness: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..console import new_console
+    from ..util.console import new_console
 
     table = Table("task", "reference (must succeed)", "do-nothing (must fail)", "",
                   title=f"forge env check {env_name} -H {harness}")
@@ -157,8 +157,8 @@ def register(group: typer.Typer) -> None:
     ) -> None:
         """Replay every reference solution (must succeed) and a do-nothing policy (must fail) on each task,
         before anyone trains; show each verifier's or harness's traceback. Exit 3 when a task has a problem."""
-        from ..session import load_environment
-        from ..task_selection import select_tasks
+        from ..runner.session import load_environment
+        from ..runner.task_selection import select_tasks
         from ._opts import parse_options
 
         environment = load_environment(env)

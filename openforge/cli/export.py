@@ -28,7 +28,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..trajectory import Trajectory
+    from ..core.trajectory import Trajectory
 
 __all__ = ["register"]
 
@@ -62,8 +62,8 @@ def register(app: typer.Typer) -> None:
                                            "on them leaks the held-out set)"),
     ) -> None:
         """Export SFT data from recorded trajectories or fresh teacher rollouts."""
-        from ..console import new_console
         from ..train.sft import export_sft
+        from ..util.console import new_console
 
         console = new_console(stderr=True)
         if source is not None:
@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
 def _read_source(source: Path) -> list:
     """The trajectories of ``--from``: a file, or a directory (a training run, a ``forge eval`` output)
     read like ``forge report`` / ``forge compare`` read it."""
-    from ..errors import StoreError
+    from ..core.errors import StoreError
 
     if _is_atif_source(source):
         from ..atif import read_atif
@@ -169,7 +169,7 @@ def _is_heldout(traj: Trajectory) -> bool:
 
 def _refuse_heldout(what: str, where: str | None, trajs: list[Trajectory]) -> None:
     """A :class:`ConfigError` naming ``--allow-heldout`` when ``where`` (the source) or any trajectory says held-out."""
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
 
     marked = sum(1 for t in trajs if _is_heldout(t))
     why = [w for w in (where, f"{marked} of {len(trajs)} trajectories were recorded on held-out tasks "
@@ -193,7 +193,7 @@ def _register_model(group: typer.Typer) -> None:
         from ..train.model_card import vllm_flags
 
         res = export_model(run_dir, out, step=step, best=best)
-        from ..modeldir import read_meta
+        from ..util.modeldir import read_meta
 
         meta = read_meta(res.out)
         added = f" (added from the base model: {', '.join(res.completed)})" if res.completed else ""
@@ -215,7 +215,7 @@ def _register_atif(group: typer.Typer) -> None:
         from ..atif import ATIF_VERSION, write_atif
 
         if _is_atif_source(source):
-            from ..errors import ConfigError
+            from ..core.errors import ConfigError
 
             raise ConfigError(f"{source}: these are ATIF documents already (export atif reads an openforge run, "
                               "a forge eval output or a trajectory file)")
@@ -229,7 +229,7 @@ async def _teacher(env: str, split: str, subset: str | None, teacher: str, k: in
                    max_tasks: int | None, run_dir: Path | None) -> list:
     """Teacher rollouts through a session whose back-end is the teacher (no policy model loaded)."""
     from ..config import load_config
-    from ..teacher import export_teacher_rollouts
+    from ..runner.teacher import export_teacher_rollouts
 
     ov = [f"env.name={env}", f"env.split={split}", f"harness.name={harness}", "trainer.steps=0"]
     if subset:

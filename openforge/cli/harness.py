@@ -23,7 +23,7 @@ def _names() -> list[str]:
 
 def _describe(name: str) -> dict[str, Any]:
     """``describe()`` of harness ``name`` plus its options (see :mod:`openforge.harnesses.options`)."""
-    from ..errors import ForgeError
+    from ..core.errors import ForgeError
     from ..harnesses.options import harness_options
     from ..plugins import harness_class, make_harness
 
@@ -51,8 +51,8 @@ def register(app: typer.Typer) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from ..console import new_console
         from ..harnesses.versions import UNSUPPORTED
+        from ..util.console import new_console
 
         rows = [_describe(name) for name in _names()]
         rows += [{"name": n, "installed": False, "unsupported": why} for n, why in sorted(UNSUPPORTED.items())
@@ -85,9 +85,9 @@ def register(app: typer.Typer) -> None:
         """Install a harness CLI (pinned version) into the cache dir ($OPENFORGE_HARNESS_DIR)."""
         from pathlib import Path
 
-        from ..console import new_console
         from ..harnesses import installer
         from ..harnesses.spec import is_spec_path
+        from ..util.console import new_console
 
         console = new_console()
         if is_spec_path(name):  # a harness spec file: its declared package, pinned
@@ -120,9 +120,9 @@ def register(app: typer.Typer) -> None:
         from rich.markup import escape
         from rich.table import Table
 
-        from ..console import new_console
         from ..harnesses.conformance import check_harness
         from ..harnesses.notes import save_notes
+        from ..util.console import new_console
 
         res = asyncio.run(check_harness(name, wire_api=wire_api, budget_s=budget))
         table = Table(title=f"{res.harness} {res.version or ''} on {res.wire}")

@@ -42,14 +42,14 @@ for _group in GROUPS:
 
 
 def main() -> None:
-    from ..errors import ForgeError
+    from ..core.errors import ForgeError
 
     try:
         app()
     except ForgeError as e:  # our errors are for humans: no traceback
         from rich.text import Text
 
-        from ..console import new_console
+        from ..util.console import new_console
 
         new_console(stderr=True, soft_wrap=True).print(Text("error: ", style="bold red") + Text(str(e)))
         raise SystemExit(exit_code(e)) from None
@@ -57,7 +57,7 @@ def main() -> None:
 
 def exit_code(e: BaseException) -> int:
     """3 when rollouts could not be trained (as ``forge rollout`` for a non-trainable rollout), else 2."""
-    from ..run_health import TooManyRolloutErrors
+    from ..runner.run_health import TooManyRolloutErrors
 
     return 3 if isinstance(e, TooManyRolloutErrors) else 2
 

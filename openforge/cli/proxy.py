@@ -39,9 +39,9 @@ def serve(
     import os
     import secrets
 
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..proxy.backends import SamplingParams
-    from ..session import ProxySettings, Session, backend_for
+    from ..runner.session import ProxySettings, Session, backend_for
 
     token = os.environ.get("OPENFORGE_ADMIN_TOKEN")
     if host not in _LOOPBACK and not token:

@@ -54,7 +54,7 @@ def _list(as_json: bool) -> None:
 
     from rich.table import Table
 
-    from ..console import new_console
+    from ..util.console import new_console
 
     rows = _recipe_rows()
     if as_json:
@@ -74,8 +74,8 @@ def _show(name: str, preset: str | None, overrides: list[str]) -> None:
     import yaml
     from rich.syntax import Syntax
 
-    from ..console import new_console
     from ..recipes import load_recipe_config, recipe_dir
+    from ..util.console import new_console
 
     console = new_console()
     path = recipe_dir(name)
@@ -90,17 +90,18 @@ def _show(name: str, preset: str | None, overrides: list[str]) -> None:
 
 
 def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, quiet: bool) -> None:
-    from ..console import new_console
-    from ..forge import arun, print_summary
     from ..harnesses.prompt_fit import prompt_tokens
     from ..recipes import load_recipe_config
+    from ..runner.forge import arun
+    from ..runner.run_report import print_summary
+    from ..util.console import new_console
 
     # all errors before anything starts; what a recipe for another environment dropped was said already
     cfg = load_recipe_config(name, preset=preset, overrides=overrides, notes=[])
     if dry_run:
         import yaml
 
-        from ..preflight import preflight
+        from ..runner.preflight import preflight
 
         checks = preflight(cfg)  # what the real run would refuse; no run directory, no weights
         typer.echo(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
@@ -118,7 +119,7 @@ def _run(name: str, preset: str | None, overrides: list[str], dry_run: bool, qui
         for c in checks:
             typer.echo(f"# {c}")
         return
-    from ..run_health import TooManyRolloutErrors
+    from ..runner.run_health import TooManyRolloutErrors
     from ._signals import run_main
 
     try:
@@ -164,7 +165,7 @@ def register(app: typer.Typer) -> None:
             for note in notes:
                 typer.echo(note)
         else:
-            from ..errors import ConfigError
+            from ..core.errors import ConfigError
             from ..recipes import load_recipe_config
 
             problems = [f"{a!r}: expected key.path=value" for a in args if "=" not in a]

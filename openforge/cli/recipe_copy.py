@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..recipes.env_fit import EnvSetting, adapt, env_settings
 
 __all__ = ["EnvSetting", "adapt", "copy_for_env", "env_settings"]
@@ -22,7 +22,7 @@ def copy_for_env(name: str, dest: Path, overrides: list[str]) -> tuple[Path, lis
     import yaml
 
     from ..recipes import copy_recipe, recipe_config, recipe_dir
-    from ..session import load_environment
+    from ..runner.session import load_environment
 
     bad = [o for o in overrides if not o.startswith("env.name=")]
     if bad:

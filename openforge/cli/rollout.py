@@ -80,8 +80,8 @@ def _print_error(traj) -> None:
     """The rollout's error with its verifier's, harness's or rollout's traceback, on stderr."""
     from rich.markup import escape
 
-    from ..console import new_console
-    from ..run_health import first_error
+    from ..runner.run_health import first_error
+    from ..util.console import new_console
 
     new_console(stderr=True).print(f"[bold red]error:[/] {escape(first_error(traj, limit=3000))}")
 
@@ -90,7 +90,7 @@ def _reference_failed(traj) -> None:
     """Why a reference solution that did not succeed is the task's problem, not a model's."""
     from rich.markup import escape
 
-    from ..console import new_console
+    from ..util.console import new_console
 
     md = traj.metadata or {}
     why = [f"the reference solution of {traj.task_id} did not succeed ({traj.status.value}, reward "
@@ -108,13 +108,13 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
                harness_opts: dict | None = None):
     import secrets
 
-    from ..session import ProxySettings, RolloutSettings, Session, backend_for, load_environment
+    from ..runner.session import ProxySettings, RolloutSettings, Session, backend_for, load_environment
 
     environment = load_environment(env_name)
     environment.use_run_dir(out)
     task = environment.task(task_id)
     if reference and not environment.reference_solution(task):
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         raise ConfigError(f"task {task.id!r} has no reference solution")
     backend = backend_for("reference" if reference else backend_spec, environment=environment, tasks=[task])
@@ -133,7 +133,7 @@ async def _run(harness_name: str, env_name: str, task_id: str, backend_spec: str
 def _summary(traj, out: Path) -> None:
     from rich.table import Table
 
-    from ..console import new_console
+    from ..util.console import new_console
 
     color = {"success": "green", "policy_failure": "yellow", "timeout": "yellow"}.get(traj.status.value, "red")
     t = Table.grid(padding=(0, 2))

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from ..errors import StoreError
+from ..core.errors import StoreError
 
 group = typer.Typer(help="Inspect and export recorded trajectories.", no_args_is_help=True)
 
@@ -30,7 +30,7 @@ DIR_SOURCES = ("trajectories.db", "store.db", "trajectory.json", "trajectories.j
 
 def _resolve(source: Path) -> Path:
     """``source`` itself, or the trajectory file inside a run / rollout / eval directory."""
-    from ..errors import StoreError
+    from ..core.errors import StoreError
 
     if not source.exists():
         raise StoreError(f"{source}: no such file or directory")
@@ -48,7 +48,7 @@ def _is_store(source: Path) -> bool:
 
 
 def _load(source: Path, rollout_id: str | None, on_bad: Callable[[StoreError], None] | None = None):
-    from ..errors import StoreError
+    from ..core.errors import StoreError
     from ..store import TrajectoryStore, load_trajectories
 
     source = _resolve(source)
@@ -60,7 +60,7 @@ def _load(source: Path, rollout_id: str | None, on_bad: Callable[[StoreError], N
                 if not calls:
                     known = ", ".join(r["rollout_id"] for r in store.rollouts()[:10]) or "none"
                     raise StoreError(f"{source}: no rollout {rollout_id!r} (known: {known})")
-                from ..trajectory import Trajectory
+                from ..core.trajectory import Trajectory
 
                 row = next((r for r in store.rollouts() if r["rollout_id"] == rollout_id), {})
                 traj = Trajectory(rollout_id=rollout_id, task_id=row.get("task_id") or "unknown",
@@ -111,7 +111,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="print JSON (the list of rollouts, or the trajectory)"),
 ) -> None:
     """Show calls and segments; trained (mask 1) tokens are highlighted, context tokens dimmed."""
-    from ..console import new_console
+    from ..util.console import new_console
 
     console = new_console()
     if rollout_id is None:
@@ -176,8 +176,8 @@ def export(
     """Export trajectories to JSONL or Parquet (readable back with openforge.store.load_trajectories)."""
     from rich.text import Text
 
-    from ..console import new_console
     from ..store import export_trajectories
+    from ..util.console import new_console
 
     console, skipped = new_console(), []
 

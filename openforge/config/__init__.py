@@ -4,7 +4,7 @@ Owns: :class:`RunConfig` and its sections, :func:`load_config` (YAML file or dic
 validated config) and :func:`dump_config`; every name is importable from ``openforge.config``. A key's
 meaning is its field's ``description=``, where the key is defined: the config reference
 (``docs/reference/config.md``) is generated from them. ``key=value`` overrides are parsed and merged by
-:mod:`openforge.overrides` (:func:`parse_overrides`, :func:`apply_overrides`, re-exported here).
+:mod:`openforge.util.overrides` (:func:`parse_overrides`, :func:`apply_overrides`, re-exported here).
 
 - :mod:`~openforge.config.base`: ``Section``, the base of every section (unknown keys refused).
 - :mod:`~openforge.config.parts`: what a run is made of: :class:`ModelConfig`, :class:`EnvConfig`,
@@ -16,13 +16,13 @@ meaning is its field's ``description=``, where the key is defined: the config re
 - :mod:`~openforge.config.load`: :func:`load_config`, :func:`dump_config`, removed keys and error wording.
 
 Every problem is reported at once: unknown keys, bad types, bad values and malformed overrides are
-gathered into one :class:`~openforge.errors.ConfigError`, each named by its dotted key
+gathered into one :class:`~openforge.core.errors.ConfigError`, each named by its dotted key
 (``rollout.group_size: Input should be greater than or equal to 2``), before anything starts.
 """
 
 from __future__ import annotations
 
-from ..overrides import apply_overrides, parse_overrides
+from ..util.overrides import apply_overrides, parse_overrides
 from .load import REMOVED_KEYS, dump_config, load_config
 from .parts import EnvConfig, HarnessConfig, LauncherConfig, ModelConfig
 from .rollout import EvalConfig, HeldoutConfig, RolloutConfig

@@ -1,5 +1,5 @@
 """Loading and writing a :class:`~openforge.config.RunConfig`: :func:`load_config` (a YAML file or dict, a
-preset, ``key=value`` overrides → one validated config, or one :class:`~openforge.errors.ConfigError` naming
+preset, ``key=value`` overrides → one validated config, or one :class:`~openforge.core.errors.ConfigError` naming
 every problem by its dotted key, with "did you mean" for a mistyped key) and :func:`dump_config`."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import ConfigError
-from ..overrides import apply_overrides, parse_overrides
+from ..core.errors import ConfigError
+from ..util.overrides import apply_overrides, parse_overrides
 from .parts import HarnessConfig
 from .run import RunConfig
 

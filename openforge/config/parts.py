@@ -44,7 +44,7 @@ class HarnessConfig(Section):
 
     ``name`` is one harness, a list of harnesses (equal weights) or a weighted mix
     (``{react: 2, pi: 1}``): each GRPO group then runs one harness of the mix (see
-    :mod:`openforge.harness_mix`). ``per_harness`` holds option blocks for several harnesses
+    :mod:`openforge.runner.harness_mix`). ``per_harness`` holds option blocks for several harnesses
     (``{react: {max_turns: 4}, pi: {}}``). With one harness its block is merged over ``options`` at
     validation, so ``options`` is what the harness gets (``per_harness`` is not written to the resolved
     config); with a mix ``options`` are common to all and each harness gets them with its block over

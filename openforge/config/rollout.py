@@ -56,7 +56,7 @@ class HeldoutConfig(Section):
                                    "all its calls (each call gets at most what is left; a call that finds it "
                                    "spent is refused and the rollout counts as the policy's failure); null: none")
     cache: bool = Field(True, description="reuse a clean 'before' measured earlier with the same model, tasks, "
-                        "harnesses and sampling (see openforge.heldout_eval)")
+                        "harnesses and sampling (see openforge.runner.heldout_eval)")
 
 
 class EvalConfig(Section):

@@ -3,7 +3,9 @@ them on the import graph) and of the module table in ``docs/architecture.md`` (`
 openforge.devtools.archmap``).
 
 Lowest first. A module may import its own layer or lower ones, never a higher one. The longest matching
-prefix decides a module's layer; the root package (the public façade) is not layered. ``REGISTRY``: the
+prefix decides a module's layer; the root package (the public façade) is not layered. A package
+(``openforge.core``, ``openforge.util``, ``openforge.runner``) may hold modules of several layers: its
+``__init__`` imports nothing, and each module is declared by its own name. ``REGISTRY``: the
 modules whose own imports may point upward (the late-binding plugin registry: it reaches the kinds it
 returns only at lookup time).
 """
@@ -14,21 +16,22 @@ __all__ = ["LAYERS", "REGISTRY", "layer_of"]
 
 REGISTRY = {"openforge.plugins"}
 LAYERS: list[tuple[str, ...]] = [
-    ("openforge.types", "openforge.errors", "openforge.heap", "openforge.task", "openforge.outcome", "openforge.plugins", "openforge.atomicdir",
-     "openforge.console", "openforge.extras", "openforge.paths", "openforge.modeldir", "openforge.serving",
-     "openforge.overrides",
-     "openforge.task_cursor", "openforge.gemini_contents"),
-    ("openforge.trajectory", "openforge.call_origin", "openforge.reasoning", "openforge.finite", "openforge.trajectory_io", "openforge.store",
-     "openforge.readings"),
+    ("openforge.core", "openforge.core.types", "openforge.core.errors", "openforge.core.task",
+     "openforge.core.outcome", "openforge.core.gemini_contents", "openforge.util", "openforge.plugins",
+     "openforge.runner.task_cursor"),
+    ("openforge.core.trajectory", "openforge.core.call_origin", "openforge.core.reasoning", "openforge.core.finite",
+     "openforge.core.trajectory_io", "openforge.store", "openforge.readings"),
     ("openforge.proxy",),
     ("openforge.launchers", "openforge.harness", "openforge.harnesses", "openforge.environment", "openforge.envs",
      "openforge.faults", "openforge.config"),
-    ("openforge.harness_mix", "openforge.seams", "openforge.rollout", "openforge.task_selection", "openforge.parts",
-     "openforge.session", "openforge.worker_runtime", "openforge.project_paths", "openforge.run_health",
-     "openforge.content_hash", "openforge.harnesses.conformance"),
+    ("openforge.runner", "openforge.runner.harness_mix", "openforge.runner.seams", "openforge.runner.rollout",
+     "openforge.runner.rollout_steps", "openforge.runner.task_selection", "openforge.runner.parts",
+     "openforge.runner.session", "openforge.runner.worker_runtime", "openforge.runner.project_paths",
+     "openforge.runner.run_health", "openforge.runner.content_hash", "openforge.harnesses.conformance"),
     ("openforge.train", "openforge.analysis", "openforge.atif"),
-    ("openforge.teacher", "openforge.evaluation", "openforge.heldout_eval", "openforge.forge", "openforge.recipes",
-     "openforge.step_sampling", "openforge.preflight"),
+    ("openforge.runner.teacher", "openforge.runner.evaluation", "openforge.runner.heldout_eval",
+     "openforge.runner.forge", "openforge.runner.run_report", "openforge.recipes", "openforge.runner.step_sampling",
+     "openforge.runner.preflight"),
     ("openforge.cli", "openforge.devtools"),
 ]
 

@@ -37,10 +37,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ConfigError, EnvironmentError_
+from ..core.task import Task
 from ..environment import Environment, VerifyResult
-from ..errors import ConfigError, EnvironmentError_
 from ..launchers.base import Sandbox, VerifierView
-from ..task import Task
 from . import harbor_dockerfile
 from .harbor_format import HarborSpec, harbor_spec, is_harbor_task_dir, load_harbor_task
 from .taskdir import parse_result

@@ -34,8 +34,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from ..errors import ConfigError
-from ..task import Resources, Task
+from ..core.errors import ConfigError
+from ..core.task import Resources, Task
 from .harbor_dockerfile import Unsupported, parse_dockerfile
 
 __all__ = ["HarborSpec", "harbor_spec", "is_harbor_task_dir", "load_harbor_task"]

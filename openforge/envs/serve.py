@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..launchers.base import Sandbox
-from ..serving import embedded_server
+from ..util.serving import embedded_server
 
 __all__ = ["AppServer", "socket_path"]
 

@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
 
-from ..errors import ConfigError, EnvironmentError_
+from ..core.errors import ConfigError, EnvironmentError_
+from ..core.task import Task
+from ..core.types import RolloutStatus
 from ..launchers._fwd import bridge, to_tcp
 from ..launchers._reaper import remove_tree
 from ..launchers.base import Sandbox, SandboxFailure
-from ..task import Task
-from ..types import RolloutStatus
 
 __all__ = ["RunningService", "ServiceCrashed", "ServiceGroup", "ServiceSpec", "ServiceWrapper", "expose_tcp", "launch_service",
            "start_service", "wait_ready"]

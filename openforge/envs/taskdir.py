@@ -45,10 +45,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..core.errors import AgentOutputError, ConfigError, EnvironmentError_
+from ..core.task import Task
 from ..environment import Environment, VerifyResult
-from ..errors import AgentOutputError, ConfigError, EnvironmentError_
 from ..launchers.base import Sandbox
-from ..task import Task
 from .services import ServiceGroup, ServiceWrapper
 from .taskdir_format import load_task_dir, taskdir_extras
 from .verifier_sandbox import run_verifier

@@ -22,8 +22,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from ..errors import ConfigError
-from ..task import Task
+from ..core.errors import ConfigError
+from ..core.task import Task
 from .services import ServiceSpec
 
 __all__ = ["TASK_TOML_KEYS", "load_task_dir", "taskdir_extras"]

@@ -38,11 +38,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import EnvironmentError_, SandboxFileNotFound
+from ..core.errors import EnvironmentError_, SandboxFileNotFound
+from ..core.task import Task
 from ..launchers._isolation import limits_prefix
 from ..launchers._verifier import copy_as_data
 from ..launchers.base import ExecResult, Sandbox, VerifierView
-from ..task import Task
 from .services import ServiceGroup, expose_tcp
 
 __all__ = ["UNTRUSTED_HELPER", "VERDICT_MAX_BYTES", "VERIFY_COPY_MAX_BYTES", "VerifierRun", "run_in_view",

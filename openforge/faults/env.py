@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.task import Task
 from ..environment import Environment, VerifyResult
 from ..envs.serve import socket_path
 from ..launchers.base import Sandbox
-from ..task import Task
 from .forwarder import FaultForwarder
 from .inject import Injected, inject, read_evidence, service_injected, shim_dir
 from .oracle import ShimOracle

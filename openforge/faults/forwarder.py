@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import EnvironmentError_
 from ..envs.serve import AppServer
-from ..errors import EnvironmentError_
 from .spec import ServiceFault
 
 __all__ = ["MAX_BODY", "FaultForwarder", "pin_socket"]

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from ..errors import EnvironmentError_
+from ..core.errors import EnvironmentError_
+from ..core.task import Task
 from ..launchers.base import Sandbox
-from ..task import Task
 from .oracle import ShimOracle
 from .spec import CommandFault, CorruptFault, FileFault, ServiceFault, group_rng
 

@@ -7,8 +7,8 @@ and ``metadata["faults"]["met"]`` / ``["recovered"]`` (counts) to a finished tra
 
 from __future__ import annotations
 
+from ..core.trajectory import Trajectory
 from ..readings.recovery import fault_outcomes
-from ..trajectory import Trajectory
 
 __all__ = ["record_faults"]
 

@@ -6,7 +6,7 @@ Owns: the fault models (:data:`FaultSpec`, one per ``kind``), :class:`FaultConfi
 reported in the caller's terms) and :func:`plan_faults` (the seeded choice for one task group).
 
 Seeding: the choice depends only on the task id and the group's seed (``task.metadata["group_seed"]``,
-set by :func:`openforge.rollout.run_groups` for every member of a group), never on the rollout id,
+set by :func:`openforge.runner.rollout.run_groups` for every member of a group), never on the rollout id,
 so GRPO siblings face the same faults and different groups of the same task differ.
 """
 
@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from ..errors import ConfigError
-from ..task import Task
+from ..core.errors import ConfigError
+from ..core.task import Task
 
 __all__ = ["KINDS", "FaultConfig", "FaultSpec", "parse_faults", "plan_faults", "task_faults"]
 

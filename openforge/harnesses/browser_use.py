@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import HarnessNotInstalled
+from ..core.errors import HarnessNotInstalled
 from ..harness import RolloutContext
 from . import installer
 from .cli import PythonLoopHarness

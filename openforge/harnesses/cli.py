@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import HarnessNotInstalled
+from ..core.errors import HarnessNotInstalled
 from ..harness import Harness, HarnessResult, RolloutContext
 from . import installer
 

@@ -204,7 +204,7 @@ class ComputerUseHarness(PythonLoopHarness):
     def check_installed(self) -> None:
         import importlib.util
 
-        from ..errors import HarnessNotInstalled
+        from ..core.errors import HarnessNotInstalled
 
         missing = [t for t in ("Xvfb", "xdotool") if not shutil.which(t)]
         missing += [m for m in ("anthropic", "PIL") if importlib.util.find_spec(m) is None]

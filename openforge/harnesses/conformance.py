@@ -77,7 +77,7 @@ def _rows(traj: Any, wire: str) -> list[CheckRow]:
 
 
 def _options(name: str, options: dict[str, Any] | None, wire_api: str | None) -> dict[str, Any]:
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..plugins import harness_class
     from .options import harness_options
 
@@ -96,10 +96,10 @@ async def check_harness(name: str, *, options: dict[str, Any] | None = None, wir
                         budget_s: float = 300.0, launcher: str = "local", run_dir: Path | None = None) -> Conformance:
     """Run the conformance probe of harness ``name`` (a registered name or a spec file path) on
     ``wire_api`` (default: its default wire)."""
-    from ..parts import reference_script
     from ..plugins import make_harness
     from ..proxy.backends.scripted import ScriptedBackend
-    from ..session import RolloutSettings, Session, load_environment
+    from ..runner.parts import reference_script
+    from ..runner.session import RolloutSettings, Session, load_environment
 
     opts = _options(name, options, wire_api)
     make_harness(name, **opts).check_installed()  # not installed: say how, before a sandbox starts

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..harness import RolloutContext
 from .pypi_cli import PypiCliHarness, pypi_install_hint
 

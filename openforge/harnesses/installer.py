@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ConfigError, HarnessError, HarnessNotInstalled
+from ..core.errors import ConfigError, HarnessError, HarnessNotInstalled
 from .versions import APT_PACKAGES, NODE, NPM_PINS, PYPI_EXECUTABLES, PYPI_PINS
 
 __all__ = ["cache_dir", "find_executable", "install", "installed_version", "node_bin_dir", "path_dirs"]
@@ -28,11 +28,11 @@ __all__ = ["cache_dir", "find_executable", "install", "installed_version", "node
 
 def cache_dir() -> Path:
     """Where harness CLIs are installed: ``$OPENFORGE_HARNESS_DIR``, else ``harnesses/`` under the
-    cache root (:func:`openforge.paths.cache_root`)."""
+    cache root (:func:`openforge.util.paths.cache_root`)."""
     env = os.environ.get("OPENFORGE_HARNESS_DIR")
     if env:
         return Path(env).expanduser()
-    from ..paths import cache_root
+    from ..util.paths import cache_root
 
     return cache_root() / "harnesses"
 

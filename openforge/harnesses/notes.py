@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
+    from ..core.trajectory import Trajectory
+    from ..core.types import ModelCall
     from ..harness import Harness
-    from ..trajectory import Trajectory
-    from ..types import ModelCall
 
 __all__ = ["HarnessNotes", "check_drift", "drift", "find_notes", "fingerprint", "harness_version", "notes_dirs",
            "observe", "save_notes", "shipped_dir", "system_text", "tool_names"]
@@ -153,7 +153,7 @@ def shipped_dir() -> Path:
 
 
 def user_dir() -> Path:
-    from ..paths import cache_root
+    from ..util.paths import cache_root
 
     return cache_root() / "harness-notes"
 

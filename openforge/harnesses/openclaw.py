@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from ..core.types import RolloutStatus
 from ..harness import HarnessResult, RolloutContext
-from ..types import RolloutStatus
 from .cli import CliHarness
 from .versions import NPM_PINS
 

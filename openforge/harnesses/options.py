@@ -72,7 +72,7 @@ def option_problems(harness: str, options: Mapping[str, Any], where: str, *, nam
     """Every problem with ``options`` for the registered harness ``harness``, each prefixed with
     ``where`` (``harness.options``); an unknown harness is reported under ``name_key`` (default
     ``where``)."""
-    from ..errors import ConfigError
+    from ..core.errors import ConfigError
     from ..plugins import harness_class
 
     try:

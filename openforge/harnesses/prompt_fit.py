@@ -6,7 +6,7 @@ harness's prompt size: rendered with the policy's tokenizer and chat template â€
 :class:`~openforge.proxy.render.Renderer` â€” for a harness that declares its prompt
 (:class:`DeclaresPrompt`, e.g. react), else the measured table), :func:`context_length` (the run's
 context: veRL's ``max_model_len``, else the model's ``max_position_embeddings``) and
-:func:`check_prompt_fits` (a :class:`~openforge.errors.ConfigError` naming the sizes when the
+:func:`check_prompt_fits` (a :class:`~openforge.core.errors.ConfigError` naming the sizes when the
 prompt plus ``rollout.max_tokens`` does not fit).
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 if TYPE_CHECKING:
     from ..config import RunConfig

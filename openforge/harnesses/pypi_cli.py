@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from ..errors import HarnessNotInstalled
+from ..core.errors import HarnessNotInstalled
 from ..harness import HarnessResult, RolloutContext
 from .cli import CliHarness
 from .versions import PYPI_PINS

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 from ..harness import RolloutContext
 from .cli import CliHarness
 from .versions import NPM_PINS

@@ -159,7 +159,7 @@ class ReactHarness(PythonLoopHarness):
     def check_installed(self) -> None:
         import importlib.util
 
-        from ..errors import HarnessNotInstalled
+        from ..core.errors import HarnessNotInstalled
 
         if importlib.util.find_spec("openai") is None:
             raise HarnessNotInstalled("react needs the `openai` package: pip install openai")

@@ -36,8 +36,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError
-from ..types import ServedAPI
+from ..core.errors import ConfigError
+from ..core.types import ServedAPI
 
 __all__ = ["TEMPLATE_FIELDS", "WIRES", "FinalJsonl", "HarnessSpec", "InstallSpec", "is_spec_path", "load_spec",
            "render"]

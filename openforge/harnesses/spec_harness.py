@@ -23,7 +23,7 @@ import types
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import ConfigError, HarnessError, HarnessNotInstalled
+from ..core.errors import ConfigError, HarnessError, HarnessNotInstalled
 from ..harness import RolloutContext
 from . import installer
 from .cli import CliHarness, last_json_event

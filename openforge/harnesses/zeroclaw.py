@@ -14,7 +14,7 @@ import json
 import os
 from typing import Any
 
-from ..errors import ConfigError, HarnessNotInstalled
+from ..core.errors import ConfigError, HarnessNotInstalled
 from ..harness import RolloutContext
 from .cli import CliHarness
 

@@ -343,8 +343,8 @@ def ro_bind_list(value: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     """The ``ro_binds`` launcher option as a list of absolute, existing paths. A string is one
     path (``--launcher-opt ro_binds=/opt/tools``), or several joined by ``,`` or ``:``
     (``ro_binds=/opt/a,/opt/b``); never iterated character by character. Raises
-    :class:`~openforge.errors.ConfigError` naming every bad entry."""
-    from ..errors import ConfigError
+    :class:`~openforge.core.errors.ConfigError` naming every bad entry."""
+    from ..core.errors import ConfigError
 
     if value is None:
         return []

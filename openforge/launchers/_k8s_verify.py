@@ -28,18 +28,15 @@ import tarfile
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..types import RolloutStatus
+from ..core.types import RolloutStatus
 from ._hostile_read import DEFAULT_MAX_BYTES
 from ._podagent import tree_digest
 from ._verifier import WorkdirTooLarge
 from .base import ExecResult, Sandbox, SandboxFailure, VerifierView
 
-if TYPE_CHECKING:
-    from .k8s_sandbox import KubernetesSandbox
-
-__all__ = ["PodVerifierSandbox", "extract_capped", "pod_verifier_view", "read_capped"]
+__all__ = ["PodVerifierSandbox", "VerifyingPod", "extract_capped", "pod_verifier_view", "read_capped"]
 
 #: At most this much of host paths is copied into a pod for a verifier.
 MAX_UPLOAD_BYTES = 256 << 20
@@ -108,6 +105,25 @@ def _pack(paths: Mapping[str, str]) -> tuple[bytes, str]:
     return buf.getvalue(), tree_digest(entries)
 
 
+class VerifyingPod(Protocol):
+    """What a verifier's sandbox uses of the rollout pod it runs in (the typed seam:
+    :class:`~openforge.launchers.k8s_sandbox.KubernetesSandbox` satisfies it; this module does not import
+    it, so the sandbox → verifier dependency stays one way)."""
+
+    workdir: Path
+
+    async def exec(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+                   timeout_s: float | None = None, stdin: bytes | None = None) -> ExecResult: ...
+
+    async def verify_exec(self, argv: Sequence[str], *, base: str, packed: bytes | None, digest: str,
+                          env: Mapping[str, str], cwd: str | Path, timeout_s: float | None,
+                          stdin: bytes | None = None) -> ExecResult: ...
+
+    async def read_file(self, path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes: ...
+
+    async def expose(self, uds_path: str | Path, *, port: int | None = None) -> str: ...
+
+
 class PodVerifierSandbox(Sandbox):
     """The verifier's side of a rollout pod: each command is the pod agent's verifier step (see the
     module docstring), in the pod's workdir with a HOME of its own; closing it removes its directory in
@@ -115,7 +131,7 @@ class PodVerifierSandbox(Sandbox):
 
     isolation = "pod"
 
-    def __init__(self, pod: KubernetesSandbox, base: str, packed: bytes, digest: str):
+    def __init__(self, pod: VerifyingPod, base: str, packed: bytes, digest: str):
         self.pod, self.base, self.digest = pod, base, digest
         self.workdir, self.home, self.proxy_url = pod.workdir, Path(base) / "home", ""
         self._packed: bytes | None = packed  # sent with the first command, which unpacks it
@@ -144,7 +160,7 @@ class PodVerifierSandbox(Sandbox):
             await self.pod.exec(["rm", "-rf", self.base], timeout_s=60)
 
 
-async def pod_verifier_view(pod: KubernetesSandbox, ro_paths: Sequence[str]) -> VerifierView:
+async def pod_verifier_view(pod: VerifyingPod, ro_paths: Sequence[str]) -> VerifierView:
     """The verifier's view of ``pod`` with copies of ``ro_paths`` (see the module docstring); nothing
     reaches the pod before the verifier's first command."""
     base = f"/tmp/openforge-verify-{uuid.uuid4().hex}"

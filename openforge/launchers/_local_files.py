@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-from ..errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
+from ..core.errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
 from ._disk import PrivateArea
 from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
 from ._reaper import remove_tree

@@ -14,7 +14,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import AgentOutputError
+from ..core.errors import AgentOutputError
 from ._hostile_read import FileRefused, open_dir_at, open_regular_at
 
 __all__ = ["VERIFIER_WEAK_MODE_RISKS", "CopyReport", "WorkdirTooLarge", "copy_as_data", "intact_dir"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import SandboxError, SandboxFileNotFound
-from ..task import Task
-from ..types import RolloutStatus
+from ..core.errors import SandboxError, SandboxFileNotFound
+from ..core.task import Task
+from ..core.types import RolloutStatus
 from ._hostile_read import DEFAULT_MAX_BYTES
 
 __all__ = ["ExecResult", "Launcher", "Sandbox", "SandboxFailure", "SandboxSpec", "VerifierView"]
@@ -70,8 +70,8 @@ class Sandbox(abc.ABC):
 
     What an environment and a harness get: :meth:`exec` (run a command inside, with a budget; the
     whole process group is killed at the end), :meth:`read_file` / :meth:`write_file` (relative paths
-    are under :attr:`workdir`; a missing file is :class:`~openforge.errors.SandboxFileNotFound`, a
-    hostile one :class:`~openforge.errors.SandboxFileRefused`),
+    are under :attr:`workdir`; a missing file is :class:`~openforge.core.errors.SandboxFileNotFound`, a
+    hostile one :class:`~openforge.core.errors.SandboxFileRefused`),
     :meth:`exists`, :meth:`expose` (a host Unix-socket service reachable inside as
     ``http://127.0.0.1:PORT``), :meth:`share_path` (a host path shown read-only), :meth:`pull_workdir`
     (the workdir on the host, for a file-based verifier), and the attributes below. The framework
@@ -114,9 +114,9 @@ class Sandbox(abc.ABC):
         directory is not followed, only a regular file is opened (never blocking: a FIFO is not
         waited on), and no more than ``max_bytes + 1`` bytes are read.
 
-        Raises :class:`~openforge.errors.SandboxFileNotFound` (a :class:`SandboxError` and a
+        Raises :class:`~openforge.core.errors.SandboxFileNotFound` (a :class:`SandboxError` and a
         ``FileNotFoundError``) when there is no file there — the agent did not write it — and
-        :class:`~openforge.errors.SandboxFileRefused` when the agent left something the driver will
+        :class:`~openforge.core.errors.SandboxFileRefused` when the agent left something the driver will
         not read there (a symlink, FIFO, socket, device or directory, a file larger than
         ``max_bytes``, or one made unreadable); a verifier that lets either escape scores the rollout
         0 as ``policy_failure``. Any other failure (a path outside the sandbox, a lost pod) is a plain

@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..errors import SandboxError
-from ..types import RolloutStatus
+from ..core.errors import SandboxError
+from ..core.types import RolloutStatus
 from .base import SandboxFailure
 from .k8s_checks import same_quantities
 from .k8s_manifests import egress_ports

@@ -4,7 +4,7 @@ Owns: the name rules (DNS labels and subdomains, label keys and values, environm
 the pod's mount-path rule, strict IP-address parsing for the NetworkPolicy (:func:`ip_literal`,
 :func:`host_cidr`), and resource quantities (:func:`parse_quantity`, :func:`canonical_cpu`,
 :func:`canonical_memory`, :func:`same_quantities`). Pure functions; each check raises
-:class:`~openforge.errors.ConfigError` naming the setting at fault, so a manifest the server would answer
+:class:`~openforge.core.errors.ConfigError` naming the setting at fault, so a manifest the server would answer
 with 422 is refused here, in the caller's terms, instead of becoming a retried ``infra_error``.
 
 The rules are those of the oldest server we test against (v1.20): newer servers accept more
@@ -22,7 +22,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = [
     "canonical_cpu", "canonical_memory", "check_dns_label", "check_dns_subdomain", "check_env_names",

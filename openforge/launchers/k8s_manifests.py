@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..types import RolloutStatus
+from ..core.types import RolloutStatus
 from .k8s_checks import (
     canonical_cpu,
     canonical_memory,

@@ -18,11 +18,11 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote, urlparse
 
-from ..errors import ConfigError, SandboxError, SandboxFileNotFound, SandboxFileRefused
-from ..types import RolloutStatus
+from ..core.errors import ConfigError, SandboxError, SandboxFileNotFound, SandboxFileRefused
+from ..core.types import RolloutStatus
 from ._hostile_read import DEFAULT_MAX_BYTES
 from ._k8s_verify import extract_capped, pod_verifier_view, read_capped
 from ._verifier import WorkdirTooLarge
@@ -33,10 +33,7 @@ from .k8s_manifests import (
     classify_pod,
 )
 
-if TYPE_CHECKING:
-    from .kubernetes import KubernetesLauncher
-
-__all__ = ["KubernetesSandbox"]
+__all__ = ["KubernetesSandbox", "PodHost"]
 log = logging.getLogger("openforge.launchers.kubernetes")
 
 
@@ -51,13 +48,32 @@ def _error_of(data: bytes) -> str:
         return repr(data[:300])
 
 
+class PodHost(Protocol):
+    """What a rollout pod's sandbox uses of the launcher that made it (the typed seam:
+    :class:`~openforge.launchers.kubernetes.KubernetesLauncher` satisfies it; this module does not import
+    it, so the launcher → sandbox dependency stays one way)."""
+
+    namespace: str
+    api: Any  # kubernetes.client.ApiClient (an optional dependency, imported lazily)
+    core: Any  # kubernetes.client.CoreV1Api
+    service_host: str | None
+    service_url_host: str | None
+    service_ports: tuple[int, int]
+    max_workdir_mb: int
+    _pods: dict[str, dict[str, Any]]  # pod name -> the latest pod the watch saw
+    _waiters: dict[str, asyncio.Event]  # pod name -> set on each watch event for it
+    _service_ports_used: set[int]
+
+    def _delete(self, pod: str) -> None: ...
+
+
 class KubernetesSandbox(Sandbox):
     """A rollout pod. ``workdir`` / ``home`` are paths *inside the pod*; ``pull_workdir`` gives a
     local copy for file-based verifiers."""
 
     isolation = "pod"
 
-    def __init__(self, launcher: KubernetesLauncher, spec: SandboxSpec, pod: str, token: str, workdir: Path,
+    def __init__(self, launcher: PodHost, spec: SandboxSpec, pod: str, token: str, workdir: Path,
                  home: Path, proxy_url: str):
         self.launcher, self.spec, self.pod, self.token = launcher, spec, pod, token
         self.workdir, self.home, self.proxy_url = workdir, home, proxy_url.rstrip("/")

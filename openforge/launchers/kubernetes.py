@@ -53,9 +53,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from ..errors import ConfigError, SandboxError
-from ..extras import pip_install
-from ..types import RolloutStatus
+from ..core.errors import ConfigError, SandboxError
+from ..core.types import RolloutStatus
+from ..util.extras import pip_install
 from .base import Launcher, SandboxFailure, SandboxSpec
 from .k8s_api import (
     apply_network_policy,

@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import SandboxError
+from ..core.errors import SandboxError
 from ._bwrap import (
     UNSIZED_SCRATCH,
     BwrapMode,

@@ -19,8 +19,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ProxyError
-from ..types import ServedAPI
+from ..core.errors import ProxyError
+from ..core.types import ServedAPI
 
 __all__ = [
     "CanonicalRequest",

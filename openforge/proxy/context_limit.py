@@ -4,7 +4,7 @@ the one error every context overflow becomes.
 Owns: :func:`max_token_bytes` (the most UTF-8 bytes of text any single token can stand for, or None
 when the tokenizer's pipeline gives no such guarantee), :class:`PromptTooLong` (raised by the renderer
 when the byte bound alone proves a prompt cannot fit) and :func:`context_overflow` (the overflow as a
-:class:`~openforge.errors.ProxyError` in the called API's terms: OpenAI ``400 context_length_exceeded``,
+:class:`~openforge.core.errors.ProxyError` in the called API's terms: OpenAI ``400 context_length_exceeded``,
 Anthropic ``400 invalid_request_error`` "prompt is too long: N tokens > M maximum", Gemini ``400
 INVALID_ARGUMENT`` "The input token count (N) exceeds the maximum number of tokens allowed (M).").
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ContextOverflow
-from ..types import ServedAPI
+from ..core.errors import ContextOverflow
+from ..core.types import ServedAPI
 
 __all__ = ["PromptTooLong", "budget_spent", "context_overflow", "max_token_bytes", "min_tokens"]
 

@@ -26,8 +26,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..errors import BackendContextOverflow, BackendError, BackendTimeout, ContextOverflow, ProxyError
-from ..types import CallStatus, ModelCall
+from ..core.errors import BackendContextOverflow, BackendError, BackendTimeout, ContextOverflow, ProxyError
+from ..core.types import CallStatus, ModelCall
 from .backends.base import Backend, GenContext, Generation, MessageBackend, SamplingParams, TokenBackend
 from .canonical import CanonicalRequest, CanonicalResult, ToolCallOut, forced_tool, new_id
 from .context_limit import PromptTooLong, budget_spent, context_overflow

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ProxyError
+from ..core.errors import ProxyError
 
 __all__ = [
     "Limits",

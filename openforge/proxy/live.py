@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..errors import ProxyError
+from ..core.errors import ProxyError
 from .canonical import CanonicalRequest
 from .engine import ClientGone
 from .recorder import RolloutState

@@ -33,12 +33,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..call_origin import TrainCalls, check_train_calls
-from ..errors import ProxyError
-from ..finite import is_finite_number
-from ..outcome import OutcomeFacts, check_verdict, classify_outcome
-from ..trajectory import Trajectory
-from ..types import CallStatus, ModelCall, RolloutStatus
+from ..core.call_origin import TrainCalls, check_train_calls
+from ..core.errors import ProxyError
+from ..core.finite import is_finite_number
+from ..core.outcome import OutcomeFacts, check_verdict, classify_outcome
+from ..core.trajectory import Trajectory
+from ..core.types import CallStatus, ModelCall, RolloutStatus
 from .render import Head
 
 __all__ = ["Recorder", "RolloutHandle", "RolloutState"]
@@ -128,7 +128,7 @@ class Recorder:
                  finish_wait_s: float = 10.0, train_calls: TrainCalls = "harness"):
         self.store = store
         self.detokenize = detokenize
-        #: What the built segments train (``rollout.train_calls``, :mod:`openforge.call_origin`)
+        #: What the built segments train (``rollout.train_calls``, :mod:`openforge.core.call_origin`)
         self.train_calls: TrainCalls = check_train_calls(train_calls)
         self.finish_wait_s = finish_wait_s
         self.rollouts: dict[str, RolloutState] = {}
@@ -286,7 +286,7 @@ class Recorder:
                success_threshold: float = 1.0) -> Trajectory:
         """Build, store and return the trajectory now. Refused (409, nothing changes) while calls
         are in flight: :meth:`afinish` waits for them. The status comes from the one outcome rule
-        (:func:`~openforge.outcome.classify_outcome`) applied to ``facts`` (from ``run_rollout``) or,
+        (:func:`~openforge.core.outcome.classify_outcome`) applied to ``facts`` (from ``run_rollout``) or,
         for an external driver, to its ``reward`` / ``status`` / ``error``, with the recorded calls."""
         _check_rewards(reward, rewards)
         if facts is None:

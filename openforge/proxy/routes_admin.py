@@ -17,9 +17,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import ProxyError
-from ..finite import is_finite_number, is_number
-from ..types import RolloutStatus
+from ..core.errors import ProxyError
+from ..core.finite import is_finite_number, is_number
+from ..core.types import RolloutStatus
 from .intake import decode_body, parse_json, read_body
 from .routing import AppState, JsonResponse, LeanRequest, request_key
 

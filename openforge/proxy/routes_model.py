@@ -22,7 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import ProxyError
+from ..core.errors import ProxyError
 from .canonical import CanonicalRequest
 from .delivery import Delivered, Report
 from .engine import ClientGone

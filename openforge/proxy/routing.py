@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import ProxyError
+from ..core.errors import ProxyError
 from .engine import ClientGone, Engine
 from .intake import BodyDisconnect, Limits, decode_body, header_map, parse_json, read_body
 from .recorder import Recorder, RolloutState

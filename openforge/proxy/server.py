@@ -23,12 +23,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..call_origin import TrainCalls
-from ..errors import ConfigError
-from ..outcome import OutcomeFacts
-from ..serving import embedded_server
-from ..trajectory import Trajectory
-from ..types import RolloutStatus
+from ..core.call_origin import TrainCalls
+from ..core.errors import ConfigError
+from ..core.outcome import OutcomeFacts
+from ..core.trajectory import Trajectory
+from ..core.types import RolloutStatus
+from ..util.serving import embedded_server
 from .app import build_app
 from .backends.base import Backend, SamplingParams
 from .bounds import ProxyLimits, ProxyTimeouts, resolve_bounds
@@ -226,7 +226,7 @@ class ProxyServer:
         """Close a rollout: later calls are refused; returns the trajectory with validated segments.
         Refused (409) while calls are in flight: :meth:`afinish_rollout` waits for them.
 
-        The status comes from the one outcome rule (:mod:`openforge.outcome`) applied to the given
+        The status comes from the one outcome rule (:mod:`openforge.core.outcome`) applied to the given
         ``status`` / ``reward`` and the recorded calls: ``success`` when neither is given, else by
         ``reward >= success_threshold``; whatever is given, a last call that failed in the back-end makes
         it ``infra_error`` and a context overflow ``policy_failure``."""

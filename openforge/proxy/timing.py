@@ -14,7 +14,7 @@ Owns: :class:`CallTiming`. The engine starts one per call when it hands the prom
   (a model that stalled mid-generation).
 
 The decode time (``latency_s - first_token_s``) is the policy's: it chose how much to say. The outcome
-rule (:mod:`openforge.outcome`, rule 5) blames a timeout on the back-end only by the waiting.
+rule (:mod:`openforge.core.outcome`, rule 5) blames a timeout on the back-end only by the waiting.
 
 It also keeps the ids and logprobs generated so far, so that a call cancelled mid-generation keeps
 the tokens the policy had sampled (:meth:`CallTiming.partial`).
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..types import ModelCall
+    from ..core.types import ModelCall
 
 __all__ = ["CallTiming"]
 

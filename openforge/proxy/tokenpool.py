@@ -35,7 +35,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from ..errors import PicklableError
+from ..core.errors import PicklableError
 from .context_limit import PromptTooLong
 from .render import Head, Rendered, Renderer
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from ..errors import ProxyError
-from ..types import ServedAPI
+from ..core.errors import ProxyError
+from ..core.types import ServedAPI
 from .canonical import CanonicalRequest, CanonicalResult
 
 __all__ = ["WireAdapter", "WireStream"]

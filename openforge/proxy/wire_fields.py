@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ProxyError
-from ..types import ServedAPI
+from ..core.errors import ProxyError
+from ..core.types import ServedAPI
 
 __all__ = ["FIELDS", "HONOURED", "OVERRIDDEN", "REFUSED", "FieldCheck", "WireField", "check_fields", "markdown_table"]
 

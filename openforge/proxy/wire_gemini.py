@@ -1,6 +1,6 @@
 """Gemini API wire adapter (``models/{model}:generateContent`` / ``:streamGenerateContent``): request →
 canonical; the answer's JSON and stream shapes are :mod:`.wire_gemini_out`'s, the conversation
-(``systemInstruction`` + ``contents`` → messages) is :mod:`openforge.gemini_contents`'s.
+(``systemInstruction`` + ``contents`` → messages) is :mod:`openforge.core.gemini_contents`'s.
 
 Owns: :class:`GeminiAdapter` (one per request: the model, whether it streams and how, come from the
 path and query, not the body), the function declarations (``tools[].functionDeclarations``: server-side
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from ..errors import ProxyError
-from ..gemini_contents import gemini_fields, gemini_messages, require
-from ..gemini_contents import obj as _obj
-from ..types import ServedAPI
+from ..core.errors import ProxyError
+from ..core.gemini_contents import gemini_fields, gemini_messages, require
+from ..core.gemini_contents import obj as _obj
+from ..core.types import ServedAPI
 from .canonical import CanonicalRequest, CanonicalResult, stop_strings
 from .wire_fields import check_fields
 from .wire_gemini_out import GeminiStream, gemini_response

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ProxyError
+from ..core.errors import ProxyError
 from .canonical import CanonicalRequest, CanonicalResult, new_id
 from .sse import dumps, sse_data
 from .stream import remainder

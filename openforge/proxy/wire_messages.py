@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from ..errors import ProxyError
-from ..types import ServedAPI
+from ..core.errors import ProxyError
+from ..core.types import ServedAPI
 from .canonical import CanonicalRequest, CanonicalResult, new_id, require, stop_strings, text_of
 from .sse import sse
 from .stream import remainder

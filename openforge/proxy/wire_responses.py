@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from ..errors import ProxyError
-from ..types import ServedAPI
+from ..core.errors import ProxyError
+from ..core.types import ServedAPI
 from .canonical import CanonicalRequest, CanonicalResult, new_id, parse_arguments, require, text_of
 from .sse import sse
 from .stream import remainder

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..trajectory import Trajectory
-from ..types import ModelCall, RolloutStatus
+from ..core.trajectory import Trajectory
+from ..core.types import ModelCall, RolloutStatus
 from .steps import ToolStep, extract_steps
 
 __all__ = ["FaultOutcome", "FaultSummary", "fault_outcomes", "recovers_after", "repeats_next", "summarize_faults"]

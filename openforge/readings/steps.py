@@ -12,7 +12,7 @@ and the generic-shell tool list. Pure functions over the wire JSON the proxy rec
   ``tool_result`` blocks (``tool_use_id``, ``is_error``) in later user messages;
 * gemini (Gemini API): ``functionCall`` parts; results are ``functionResponse`` parts in later
   ``contents``, paired with their call by ``id`` or, without one, by name as the proxy pairs them
-  (:func:`~openforge.gemini_contents.gemini_messages`).
+  (:func:`~openforge.core.gemini_contents.gemini_messages`).
 
 browser-use calls no tools: its actions are a JSON answer ``{"action": [{"navigate": {...}}]}`` (chat)
 or the input of one forced ``AgentOutput`` tool (messages); each action is read as a step.
@@ -33,9 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ProxyError
-from ..gemini_contents import gemini_messages
-from ..types import CallStatus, ModelCall
+from ..core.errors import ProxyError
+from ..core.gemini_contents import gemini_messages
+from ..core.types import CallStatus, ModelCall
 
 __all__ = [
     "CONTROL_TOOLS",

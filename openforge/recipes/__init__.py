@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError, PluginNotFound
+from ..core.errors import ConfigError, PluginNotFound
 
 __all__ = ["RecipeFitWarning", "copy_recipe", "for_overrides", "list_recipes", "load_recipe_config", "recipe_config",
            "recipe_dir"]

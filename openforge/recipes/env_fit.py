@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ForgeError
+from ..core.errors import ForgeError
 
 if TYPE_CHECKING:
     from ..environment import Environment
@@ -61,7 +61,7 @@ def env_settings(data: dict[str, Any]) -> list[EnvSetting]:
 
 def _why_not(s: EnvSetting, env: Environment, env_name: str, split: str | None) -> str | None:
     """Why ``env`` (named ``env_name``) cannot honour setting ``s`` (``None``: it can)."""
-    from ..session import load_environment, select_tasks
+    from ..runner.session import load_environment, select_tasks
 
     try:
         if s.key == "env.subset":
@@ -71,7 +71,7 @@ def _why_not(s: EnvSetting, env: Environment, env_name: str, split: str | None) 
         elif s.key == "env.options":
             load_environment(env_name, dict(s.value))
         elif s.key == "sft.teacher":
-            from ..session import reference_script
+            from ..runner.session import reference_script
 
             reference_script(env, list(env.tasks(split) if split else env.tasks()))
         elif s.key == "eval.heldout":
@@ -118,7 +118,7 @@ def _env_name(overrides: Sequence[str] | Mapping[str, Any]) -> str | None:
         env = overrides.get("env")
         name = env.get("name") if isinstance(env, Mapping) else None
         return None if name is None else str(name)
-    from ..overrides import parse_overrides
+    from ..util.overrides import parse_overrides
 
     names = [o for o in overrides if o.partition("=")[0].strip() == "env.name"]
     if not names:
@@ -140,7 +140,7 @@ def fit_to_env(data: dict[str, Any], overrides: Sequence[str] | Mapping[str, Any
     own = (data.get("env") or {}).get("name")
     if env_name is None or env_name == own:
         return data, []
-    from ..session import load_environment
+    from ..runner.session import load_environment
 
     try:
         env = load_environment(env_name)

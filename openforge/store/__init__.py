@@ -4,7 +4,7 @@ Owns: :class:`TrajectoryStore` (the embedded default store: opening or creating 
 reads). The pieces live beside it: :mod:`.schema` (the file, tables, migrations), :mod:`.codec` (the
 row layouts), :mod:`.writer` (the writer thread), :mod:`.reader` (queries).
 :func:`load_trajectories` reads a store or an export file; :func:`export_trajectories` lives in
-:mod:`openforge.trajectory_io` and is importable from here too.
+:mod:`openforge.core.trajectory_io` and is importable from here too.
 
 Delivery: a call is appended before its reply is sent, marked ``delivery_uncertain``;
 ``mark_delivered`` clears the mark once the reply went out whole. After a crash, a call whose mark was
@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
-from ..finite import first_nonfinite, nonfinite_in_trajectory
-from ..trajectory import Trajectory
-from ..trajectory_io import StoreWarning, export_trajectories, is_store_file, load_export, warn_skipped
-from ..types import ModelCall
+from ..core.errors import StoreError
+from ..core.finite import first_nonfinite, nonfinite_in_trajectory
+from ..core.trajectory import Trajectory
+from ..core.trajectory_io import StoreWarning, export_trajectories, is_store_file, load_export, warn_skipped
+from ..core.types import ModelCall
 from . import reader
 from .codec import LAYOUT, encode_call, encode_trajectory
 from .schema import check_file, connect, open_or_create
@@ -99,9 +99,9 @@ def _put_job(traj: Trajectory) -> Job:
 class TrajectoryStore:
     """SQLite-backed store of calls and trajectories. Thread-safe; use one instance per process.
 
-    Opening raises :class:`~openforge.errors.StoreLocked` (another process held the lock past
-    ``timeout_s``), :class:`~openforge.errors.StoreForeign` (a SQLite database that is not an openforge
-    store) or :class:`~openforge.errors.StoreCorrupt` (not a database, or a damaged one). Any number of
+    Opening raises :class:`~openforge.core.errors.StoreLocked` (another process held the lock past
+    ``timeout_s``), :class:`~openforge.core.errors.StoreForeign` (a SQLite database that is not an openforge
+    store) or :class:`~openforge.core.errors.StoreCorrupt` (not a database, or a damaged one). Any number of
     processes may create and open the same new file at once. A store written by an older openforge is
     migrated when opened; its rows stay readable."""
 

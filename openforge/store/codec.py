@@ -28,11 +28,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import StoreError
-from ..finite import nonfinite_in_trajectory
-from ..trajectory import Trajectory, _common_prefix
-from ..trajectory_io import _parse_traj
-from ..types import ModelCall, Segment
+from ..core.errors import StoreError
+from ..core.finite import nonfinite_in_trajectory
+from ..core.trajectory import Trajectory, _common_prefix
+from ..core.trajectory_io import _parse_traj
+from ..core.types import ModelCall, Segment
 
 __all__ = ["CallDecoder", "CallRow", "Tail", "decode_trajectory", "encode_call", "encode_trajectory"]
 

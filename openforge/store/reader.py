@@ -1,7 +1,7 @@
 """Queries over a store: a rollout's calls, the rollouts, stored trajectories (reassembled).
 
 Owns the SELECTs. Each function takes a reader connection (WAL lets readers run beside the writer)
-and returns the store's values (:class:`~openforge.types.ModelCall`, :class:`~openforge.trajectory.Trajectory`,
+and returns the store's values (:class:`~openforge.core.types.ModelCall`, :class:`~openforge.core.trajectory.Trajectory`,
 plain rows as dicts).
 """
 
@@ -12,9 +12,9 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import StoreError
-from ..trajectory import Trajectory
-from ..types import ModelCall
+from ..core.errors import StoreError
+from ..core.trajectory import Trajectory
+from ..core.types import ModelCall
 from .codec import CallDecoder, decode_trajectory
 
 __all__ = ["calls", "iter_trajectories", "rollout", "rollouts", "trajectory"]

@@ -2,7 +2,7 @@
 
 Owns: the format marker and schema version, the table definitions, opening (or creating) a store
 race-free across processes, migrating an older store forward, and what a SQLite error while opening
-means in the store's terms (:class:`~openforge.errors.StoreLocked` / ``StoreForeign`` / ``StoreCorrupt``).
+means in the store's terms (:class:`~openforge.core.errors.StoreLocked` / ``StoreForeign`` / ``StoreCorrupt``).
 
 Schema versions:
 
@@ -19,7 +19,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..errors import StoreCorrupt, StoreError, StoreForeign, StoreLocked
+from ..core.errors import StoreCorrupt, StoreError, StoreForeign, StoreLocked
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "check_file", "connect", "is_busy", "open_or_create"]
 

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import StoreError
-from ..types import ModelCall
+from ..core.errors import StoreError
+from ..core.types import ModelCall
 from .codec import Tail
 from .schema import connect
 

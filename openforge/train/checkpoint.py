@@ -2,7 +2,7 @@
 
 Owns: :func:`write_model_files` (tokenizer, the exact chat template and ``openforge.json`` next to the
 weights), :class:`Checkpoints` (saving, the ``checkpoints/index.json`` manifest, retention, the resume
-point) (``RUN@last`` / ``@best`` / ``@N`` are resolved by :func:`openforge.modeldir.resolve_checkpoint`).
+point) (``RUN@last`` / ``@best`` / ``@N`` are resolved by :func:`openforge.util.modeldir.resolve_checkpoint`).
 
 Each checkpoint ``checkpoints/step-N`` is a model ``transformers`` loads alone (weights, config,
 tokenizer, ``chat_template.jinja``, ``openforge.json``) or, with ``trainer.cpu.lora``, a LoRA adapter
@@ -24,7 +24,7 @@ Commit, then clean. A save is three phases, each safe to die after:
 So the checkpoint a resume picks (the manifest's latest one on disk) always has the state it was
 written with. A resume that finds its checkpoint without the optimizer state or KL reference it was
 saved with (deleted by hand, or by an older openforge that cleaned before committing) refuses with a
-:class:`~openforge.errors.ForgeError` naming the file, unless ``trainer.resume_missing_state=fresh``
+:class:`~openforge.core.errors.ForgeError` naming the file, unless ``trainer.resume_missing_state=fresh``
 (then the log says what starts fresh).
 
 Only weights that changed are written: a step that ran no optimizer step (every group tied) writes no
@@ -39,7 +39,7 @@ null: changed but not saved, ``checkpoint_every`` > 1); ``sampled_with`` the wei
 its rollouts. A checkpoint's score is the rollout-weighted mean reward of the steps it sampled, so
 "best" ranks weights by rewards they earned, never by the reward of the policy before them.
 
-Each entry also carries the run's task cursor after that step (:mod:`openforge.task_cursor`), so a
+Each entry also carries the run's task cursor after that step (:mod:`openforge.runner.task_cursor`), so a
 resumed run draws the tasks the interrupted one would have.
 
 Retention (``trainer.keep_checkpoints``, ``trainer.keep_best``): after each save the last N full
@@ -55,11 +55,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..atomicdir import fsync_path as _fsync
-from ..atomicdir import publish_dir, staging_dir
-from ..atomicdir import remove_dir as _remove_dir
-from ..errors import ForgeError
-from ..modeldir import (
+from ..core.errors import ForgeError
+from ..util.atomicdir import fsync_path as _fsync
+from ..util.atomicdir import publish_dir, staging_dir
+from ..util.atomicdir import remove_dir as _remove_dir
+from ..util.modeldir import (
     BASE_MODEL_IDS,
     CHAT_TEMPLATE_FILE,
     INDEX_FILE,
@@ -183,7 +183,7 @@ class Checkpoints:
     # -- resume --------------------------------------------------------------------------------
     def resume_point(self) -> tuple[Path | None, int]:
         """``(checkpoint to load or None, GRPO steps already done)``; drops manifest entries past it and
-        removes checkpoints no committed step names past it. Raises :class:`~openforge.errors.ForgeError`
+        removes checkpoints no committed step names past it. Raises :class:`~openforge.core.errors.ForgeError`
         when the checkpoint lacks resume state it was written with (see the module docstring)."""
         ck, done = self._find_resume_point()
         if ck is not None:

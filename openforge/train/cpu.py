@@ -17,7 +17,7 @@ the head in checkpointed chunks and only at trained positions, and a prompt pref
 segments share run once (``share_prefix``); :func:`~openforge.train.logprobs.pack_microbatches` fits
 micro-batches to ``micro_batch_tokens`` counting that prefix once. ``gradient_checkpointing`` recomputes
 each decoder layer in backward; ``trim_memory`` hands the heap's free pages back before the step and after
-each micro-batch (:mod:`openforge.heap`), so the step's peak RSS is what it holds, not what glibc kept.
+each micro-batch (:mod:`openforge.util.heap`), so the step's peak RSS is what it holds, not what glibc kept.
 
 Consistency. The trainer computes ``log_softmax(logits / temperature)`` in fp32 with the model in
 eval mode (no dropout), the exact quantity :class:`~openforge.proxy.backends.transformers.
@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ..config import CPUTrainerConfig
-from ..errors import TrainingStopped
-from ..heap import release_memory, trim_heap
+from ..core.errors import TrainingStopped
+from ..util.heap import release_memory, trim_heap
 from .grpo import TrainSample, policy_loss
 from .logprobs import PREFIX_MODELS, pack_microbatches, shared_prefix, token_logprobs
 
@@ -123,7 +123,7 @@ class CPUTrainer:
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
         layers = getattr(decoder, "layers", None)
         if layers is None:
-            from ..errors import ConfigError
+            from ..core.errors import ConfigError
 
             raise ConfigError("trainer.cpu.trainable_layers needs a decoder with .layers (llama-style model)")
         keep = [p for layer in list(layers)[-n:] for p in layer.parameters()]
@@ -229,7 +229,7 @@ class CPUTrainer:
         """One optimizer step (``ppo_epochs`` of them for GRPO) over ``samples``; returns metrics.
 
         ``stop`` set (Ctrl-C, :func:`~openforge.train.stop.run_stoppable`) raises
-        :class:`~openforge.errors.TrainingStopped` before the next micro-batch; the gradient gathered so
+        :class:`~openforge.core.errors.TrainingStopped` before the next micro-batch; the gradient gathered so
         far in that epoch is dropped, so the weights hold only whole optimizer steps."""
         import torch
 
@@ -404,7 +404,7 @@ class CPUTrainer:
     def _load_full(self, path: Path) -> None:
         from safetensors.torch import load_file
 
-        from ..errors import ConfigError
+        from ..core.errors import ConfigError
 
         files = sorted(f for f in path.glob("*.safetensors") if f.name != REFERENCE_FILE)
         from .lora import is_adapter_dir
@@ -428,7 +428,7 @@ class CPUTrainer:
         if self.config.lora is not None:
             from safetensors.torch import load_file
 
-            from ..errors import ConfigError
+            from ..core.errors import ConfigError
 
             state = load_file(str(file))
             missing, unexpected = self.ref_model.load_state_dict(state, strict=False)

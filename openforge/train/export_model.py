@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomicdir import publish_dir, staging_dir
-from ..errors import ConfigError
-from ..extras import pip_install
-from ..modeldir import (
+from ..core.errors import ConfigError
+from ..util.atomicdir import publish_dir, staging_dir
+from ..util.extras import pip_install
+from ..util.modeldir import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     CHAT_TEMPLATE_FILE,

@@ -34,7 +34,7 @@ tokens each. ``none``: every token 1/8, so A weighs 2/8 and B 6/8. ``equal``: A'
 1/12 each, so A and B weigh 1/2 each.
 
 What enters: only rollouts whose outcome is trainable *and* that were captured as exact tokens
-(:attr:`~openforge.trajectory.TrajectoryGroup.trainable`) *and*, when the step names the policy version it
+(:attr:`~openforge.core.trajectory.TrajectoryGroup.trainable`) *and*, when the step names the policy version it
 trains, whose every trained call that version sampled (:func:`stale_calls`). A ``capture: text`` rollout (a pass-through
 back-end that returns no token ids) is dropped before the group statistics, with a logged reason: its
 reward is not the behaviour policy's, so it must not move the baseline either.
@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..config import LossAgg, SessionWeight
-from ..trajectory import Trajectory, TrajectoryGroup
+from ..core.trajectory import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch

@@ -4,7 +4,7 @@ Owns: :func:`attach` (inject the adapter into the served module, once), :func:`a
 :func:`save_adapter` / :func:`load_adapter` (a checkpoint's adapter, in PEFT's own format),
 :func:`adapter_state` (the adapter's tensors alone, for the SFT cache and the KL reference),
 :func:`set_adapter_base`; re-exported from below it: :func:`is_adapter_dir`, :func:`adapter_base`
-(:mod:`openforge.modeldir`) and :func:`load_merged` (base + adapter merged into a plain ``transformers``
+(:mod:`openforge.util.modeldir`) and :func:`load_merged` (base + adapter merged into a plain ``transformers``
 model: ``RUN@N``, ``forge eval``, ``forge export model``; :mod:`openforge.proxy.backends.hf_loading`).
 
 One module, shared. ``peft`` injects its LoRA layers *into* the model it is given: the back-end serves
@@ -27,9 +27,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..modeldir import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_base, is_adapter_dir
+from ..core.errors import ConfigError
 from ..proxy.backends.hf_loading import load_merged
+from ..util.modeldir import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapter_base, is_adapter_dir
 
 __all__ = [
     "ADAPTER_CONFIG",
@@ -53,7 +53,7 @@ def _peft() -> Any:
     try:
         import peft
     except ImportError:
-        from ..extras import pip_install
+        from ..util.extras import pip_install
 
         raise ConfigError(f"trainer.cpu.lora needs peft ({pip_install('cpu')})") from None
     return peft
@@ -123,8 +123,8 @@ def set_adapter_base(path: str | Path, name: str) -> None:
     absolute path it resolves to now (a run that continues later does not change this checkpoint's base)."""
     import json
 
-    from ..modeldir import resolve_model_name
     from ..proxy.backends.hf_loading import SMOLLM2_ALIASES
+    from ..util.modeldir import resolve_model_name
 
     if name.lower() not in SMOLLM2_ALIASES:
         resolved = resolve_model_name(name)

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..modeldir import ModelMeta
+from ..util.modeldir import ModelMeta
 
 __all__ = ["model_card", "vllm_flags"]
 

@@ -1,6 +1,6 @@
 """The rollout engine of a CPU training run and how it gets each new policy (``rollout.engine``).
 
-Owns: :class:`PolicySync` (the seam :class:`~openforge.forge.Forge` calls after every weight change),
+Owns: :class:`PolicySync` (the seam :class:`~openforge.runner.forge.Forge` calls after every weight change),
 :class:`InProcessPolicy` (``transformers``: the back-end serves the trainer's own module),
 :class:`VLLMPolicy` (``vllm``: a vLLM server, started through the project's ``scripts/vllm-server.sh``, gets
 each new policy over HTTP), :func:`open_engine` (the engine a run asks for, or the transformers one, saying
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import BackendError, ConfigError
+from ..core.errors import BackendError, ConfigError
 from .grpo import stale_calls
 
 __all__ = ["STALE_RULE", "EngineChoice", "InProcessPolicy", "PolicySync", "VLLMPolicy", "open_engine",
@@ -282,8 +282,8 @@ def same_base(served_root: str | None, model_name: str) -> bool:
     trained on one base means nothing on another)."""
     if not served_root:
         return False
-    from ..modeldir import resolve_model_name
     from ..proxy.backends.hf_loading import _CACHE_NAME, SMOLLM2_ALIASES, cache_dir
+    from ..util.modeldir import resolve_model_name
 
     name = resolve_model_name(model_name)
     mine = cache_dir() / _CACHE_NAME if name.lower() in SMOLLM2_ALIASES else Path(name).expanduser()

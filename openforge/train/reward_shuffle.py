@@ -36,7 +36,7 @@ import random
 from collections.abc import Sequence
 from typing import Literal
 
-from ..trajectory import Trajectory, TrajectoryGroup
+from ..core.trajectory import Trajectory, TrajectoryGroup
 
 __all__ = ["SHUFFLE_MODES", "RewardShuffle", "shuffle_rewards"]
 

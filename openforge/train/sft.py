@@ -4,7 +4,7 @@ Owns: :func:`chat_record` / :func:`token_records` / :func:`export_sft` (JSONL or
 with HF ``datasets``), :func:`rendered_record`, :func:`load_token_samples`, :func:`sft_samples`,
 :func:`sft_train` and :func:`policy_renderer`. No rollouts run here: the teacher rollouts and the
 cached warm-start the ``claw-grpo`` cpu preset runs before GRPO (the untrained SmolLM2-135M never
-emits a tool call) are on the orchestration side, :mod:`openforge.teacher`.
+emits a tool call) are on the orchestration side, :mod:`openforge.runner.teacher`.
 
 Chat format, one row per successful trajectory: ``messages`` (the final call's conversation in
 OpenAI chat form, the last assistant turn included, tool calls with JSON-string arguments),
@@ -34,9 +34,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
+from ..core.trajectory import Trajectory
 from ..proxy.canonical import to_openai_messages, to_openai_tool_call
-from ..trajectory import Trajectory
 from .grpo import TrainSample
 
 __all__ = [
@@ -236,10 +236,10 @@ def sft_train(model: Any, samples: Sequence[TrainSample], *, lr: float, epochs: 
               autocast_bf16: bool = False, log: Any = None,
               stop: threading.Event | None = None) -> dict[str, Any]:
     """Token-mean cross-entropy on ``loss_mask == 1`` tokens, AdamW, ``batch_size`` samples per step.
-    ``stop`` set raises :class:`~openforge.errors.TrainingStopped` between micro-batches."""
+    ``stop`` set raises :class:`~openforge.core.errors.TrainingStopped` between micro-batches."""
     import random
 
-    from ..heap import release_memory
+    from ..util.heap import release_memory
     from .cpu import CPUTrainer, CPUTrainerConfig
 
     base = trainer_config.model_dump() if trainer_config is not None else {}

@@ -5,7 +5,7 @@ A thread cannot be cancelled: before this, Ctrl-C cancelled the run's task at on
 then waited for the whole step (minutes on a CPU) before it could exit. :func:`run_stoppable` hands
 the work a :class:`threading.Event`; the trainer checks it between micro-batches
 (:meth:`~openforge.train.cpu.CPUTrainer.step`, :func:`~openforge.train.sft.sft_train`) and raises
-:class:`~openforge.errors.TrainingStopped`.
+:class:`~openforge.core.errors.TrainingStopped`.
 """
 
 from __future__ import annotations

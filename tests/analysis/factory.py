@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall
 
 # A step: (tool name, arguments, result text) or (name, args, result, is_error flag for messages).
 Step = tuple[Any, ...]

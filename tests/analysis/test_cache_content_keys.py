@@ -1,4 +1,4 @@
-"""Cache keys hold the content of what shapes a cached result (:mod:`openforge.content_hash`), not
+"""Cache keys hold the content of what shapes a cached result (:mod:`openforge.runner.content_hash`), not
 openforge's fixed ``__version__``: a changed harness prompt, renderer, outcome rule, plug-in harness or
 task verifier measures the held-out point again (and trains the warm-start again); a change elsewhere
 (the command line, the trainer for a ``before`` point) keeps the cached one."""
@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from openforge import content_hash, heldout_eval
 from openforge.envs.claw import ClawEnvironment
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.heldout_eval import before_key, heldout_before
 from openforge.recipes import load_recipe_config
-from openforge.teacher import warm_start_key
+from openforge.runner import content_hash, heldout_eval
+from openforge.runner.heldout_eval import before_key, heldout_before
+from openforge.runner.teacher import warm_start_key
 
 CLAW = ClawEnvironment()
 CLAW_TASKS = CLAW.tasks("train")[:2]
@@ -73,9 +73,12 @@ SHAPING = {
     "harnesses/react.py": (True, True),  # the harness's prompt
     "proxy/render.py": (True, True),  # the chat template rendering
     "proxy/templates/hermes.jinja": (True, True),
-    "outcome.py": (True, True),  # outcome rules
+    "core/outcome.py": (True, True),  # outcome rules
+    "runner/rollout.py": (True, True),  # how a rollout runs
     "envs/claw/credit.py": (True, True),  # the environment's checks and partial credit
     "train/sft.py": (False, True),  # the SFT steps: the warm-start's, not the untrained model's
+    "runner/teacher.py": (False, True),  # a file inside a folder excluded for one scope only
+    "runner/task_cursor.py": (False, False),  # the GRPO step's own: which tasks come next
     "cli/export.py": (False, False),  # unrelated: the command line
     "devtools/archmap.py": (False, False),
 }
@@ -206,7 +209,7 @@ async def test_a_stale_cached_point_is_not_reused(monkeypatch, tmp_path):
 _KEY_SCRIPT = """
 import sys
 from openforge.envs.claw import ClawEnvironment
-from openforge.heldout_eval import before_key
+from openforge.runner.heldout_eval import before_key
 from openforge.recipes import load_recipe_config
 import openforge
 assert openforge.__file__.startswith(sys.argv[1]), openforge.__file__

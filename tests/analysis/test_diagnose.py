@@ -6,8 +6,8 @@ import pytest
 
 from openforge.analysis import diagnose as dg
 from openforge.analysis.diagnose import DIAG_KEYS, diagnose, step_diagnostics
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import RolloutStatus
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import RolloutStatus
 
 
 def _step(i: int, **over) -> dict:

@@ -1,5 +1,5 @@
 """The held-out ``before`` cache: a clean measurement of the starting model is reused by the next run
-that would measure the same thing, and by no other (``openforge.heldout_eval``)."""
+that would measure the same thing, and by no other (``openforge.runner.heldout_eval``)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from openforge import heldout_eval
+from openforge.core.task import Task
 from openforge.envs.claw import ClawEnvironment
-from openforge.heldout_eval import before_key, heldout_before, heldout_warmstart, warmstart_key
 from openforge.recipes import load_recipe_config
-from openforge.task import Task
+from openforge.runner import heldout_eval
+from openforge.runner.heldout_eval import before_key, heldout_before, heldout_warmstart, warmstart_key
 
 TASKS = [Task(id="a", instruction="do a"), Task(id="b", instruction="do b")]
 ENV = ClawEnvironment()

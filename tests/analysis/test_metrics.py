@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openforge.analysis.metrics import rollout_behaviour, summarize_behaviour
-from openforge.task import Task
+from openforge.core.task import Task
 
 from .factory import traj
 

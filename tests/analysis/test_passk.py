@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from openforge.analysis.passk import pass_at_k, pass_hat_k, summarize_eval
-from openforge.task import Task
+from openforge.core.task import Task
 
 from .factory import traj
 

@@ -17,7 +17,7 @@ from openforge.analysis.compare import compare_runs
 from openforge.analysis.per_harness import comparability_warnings, harness_names, options_by_harness
 from openforge.analysis.rundir import load_run
 from openforge.cli.main import app
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 
 from .factory import traj
 
@@ -109,7 +109,7 @@ def test_wilson_and_newcombe_intervals():
 def test_heldout_tasks_are_refused_when_the_run_trains_on_them():
     from openforge.analysis.heldout import check_heldout
     from openforge.envs.claw import ClawEnvironment
-    from openforge.forge import load_tasks
+    from openforge.runner.forge import load_tasks
 
     env = ClawEnvironment()
     cfg = __import__("openforge.recipes", fromlist=["x"]).load_recipe_config("claw-grpo")
@@ -137,11 +137,11 @@ async def test_heldout_points_run_real_rollouts_and_stay_out_of_the_store(tmp_pa
 
     from openforge.analysis.heldout import check_heldout, heldout_table
     from openforge.envs.claw import ClawEnvironment
-    from openforge.forge import Forge, load_tasks
-    from openforge.heldout_eval import heldout_after, heldout_before, heldout_warmstart
     from openforge.launchers.local import LocalLauncher
     from openforge.recipes import load_recipe_config
-    from openforge.session import Session, backend_for, harness_factory
+    from openforge.runner.forge import Forge, load_tasks
+    from openforge.runner.heldout_eval import heldout_after, heldout_before, heldout_warmstart
+    from openforge.runner.session import Session, backend_for, harness_factory
 
     cfg = load_recipe_config("claw-grpo", overrides=["harness.name=[react]", "eval.heldout.max_tasks=2",
                                                      "eval.heldout.trials=2", f"run_dir={tmp_path}",

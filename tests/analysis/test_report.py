@@ -191,7 +191,7 @@ def test_report_in_headless_chromium(report: Path, demo: Path, tmp_path: Path) -
 
 def test_eval_directory_report_has_tasks_not_curves(tmp_path: Path) -> None:
     from openforge.analysis.passk import summarize_eval
-    from openforge.evaluation import EvalRequest, write_eval_dir
+    from openforge.runner.evaluation import EvalRequest, write_eval_dir
 
     from .factory import traj
 

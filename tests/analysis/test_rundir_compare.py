@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from openforge.analysis.compare import compare_runs
 from openforge.analysis.rundir import load_run
 from openforge.cli.main import app
-from openforge.errors import ConfigError, StoreError
+from openforge.core.errors import ConfigError, StoreError
 
 from .demo_run import write_demo_run
 from .factory import traj

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from openforge.core.types import CallStatus, ModelCall
 from openforge.readings.steps import extract_steps, is_error_result, shell_command
-from openforge.types import CallStatus, ModelCall
 
 from .factory import BUILDERS, traj
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openforge.analysis.view import new_request_entries, request_entries, response_entries, token_runs
-from openforge.types import BreakReason, ModelCall, Segment
+from openforge.core.types import BreakReason, ModelCall, Segment
 
 from .factory import traj
 

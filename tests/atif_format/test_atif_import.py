@@ -15,10 +15,10 @@ from testdeps import smollm2_tokenizer
 
 from atif_format.harbor_check import harbor_errors
 from openforge.atif import from_atif, read_atif, to_atif, write_atif
-from openforge.errors import StoreError
+from openforge.core.errors import StoreError
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall, RolloutStatus
 from openforge.train.sft import export_sft
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall, RolloutStatus
 
 TOOLS = [{"type": "function", "function": {"name": "bash", "description": "run a shell command", "parameters": {
     "type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]

@@ -16,13 +16,13 @@ from testdeps import missing
 
 from atif_format.harbor_check import harbor_errors
 from openforge.atif import read_atif, to_atif, write_atif
+from openforge.core.errors import HarnessError
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import BreakReason
+from openforge.core.types import RolloutStatus as S
 from openforge.envs.claw import ClawEnvironment, reference_solution
-from openforge.errors import HarnessError
-from openforge.rollout import run_rollout
+from openforge.runner.rollout import run_rollout
 from openforge.train.sft import export_sft
-from openforge.trajectory import Trajectory
-from openforge.types import BreakReason
-from openforge.types import RolloutStatus as S
 
 pytest.importorskip("openai")
 ENV = ClawEnvironment()

@@ -54,8 +54,8 @@ def test_the_checks_see_drift(tmp_path):
     """A module the map lacks, a stale row, a renamed file: each is caught."""
     doc = DOC.read_text()
     table = archmap.render()
-    dropped = "\n".join(line for line in table.splitlines() if "openforge/seams.py" not in line) + "\n"
-    assert "openforge.seams" not in named_in_map(archmap.splice(doc, dropped))
+    dropped = "\n".join(line for line in table.splitlines() if "openforge/runner/seams.py" not in line) + "\n"
+    assert "openforge.runner.seams" not in named_in_map(archmap.splice(doc, dropped))
     assert archmap.splice(doc, dropped) != doc
     fake = {**archmap.all_modules(), "openforge.gone_module": tmp_path / "gone_module.py"}
     (tmp_path / "gone_module.py").write_text('"""A module that is not there."""\n')

@@ -1,5 +1,5 @@
 """The one way openforge writes a directory: it appears complete or not at all (checkpoints, exported
-models, converted models, cached warm-starts all go through :mod:`openforge.atomicdir`)."""
+models, converted models, cached warm-starts all go through :mod:`openforge.util.atomicdir`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from openforge import atomicdir
-from openforge.atomicdir import atomic_dir, atomic_files
+from openforge.util import atomicdir
+from openforge.util.atomicdir import atomic_dir, atomic_files
 
 
 def _names(d):
@@ -79,7 +79,7 @@ def test_the_sft_warm_start_cache_is_written_through_it(tmp_path):
     """The cache a later run trusts once it holds the weights: info first, the weights last, no litter."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("safetensors")
-    from openforge.teacher import _save_cache
+    from openforge.runner.teacher import _save_cache
 
     model = torch.nn.Linear(2, 2)
     _save_cache(tmp_path / "cache", model, {"key": "k"})

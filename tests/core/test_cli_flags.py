@@ -8,7 +8,7 @@ import typer
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 
 runner = CliRunner()
 SHARED = {"harness": ["--harness", "-H"], "env": ["--env", "-e"], "backend": ["--backend", "-b"],

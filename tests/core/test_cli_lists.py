@@ -8,8 +8,8 @@ import json
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
-from openforge.console import LOG_WIDTH, new_console
 from openforge.recipes import recipe_config
+from openforge.util.console import LOG_WIDTH, new_console
 
 runner = CliRunner()
 

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 from openforge.harness import Harness
 
 runner = CliRunner()
@@ -126,8 +126,8 @@ def test_export_sft_from_an_eval_directory(tmp_path: Path) -> None:
 def test_environment_errors_read_without_the_trailing_underscore() -> None:
     import traceback
 
-    from openforge.errors import EnvError, EnvironmentError_
-    from openforge.rollout import _err
+    from openforge.core.errors import EnvError, EnvironmentError_
+    from openforge.runner.rollout_steps import _err
 
     assert EnvironmentError_ is EnvError  # the old name still imports
     err = EnvironmentError_("setup.sh of t failed (1)")

@@ -1,9 +1,9 @@
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall
 from openforge.store import TrajectoryStore, load_trajectories
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ import pytest
 import tomllib
 
 import openforge
-from openforge.extras import DISTRIBUTION, pip_install
+from openforge.util.extras import DISTRIBUTION, pip_install
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]

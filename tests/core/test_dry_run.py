@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import openforge
 from openforge.cli.main import app
-from openforge.errors import ConfigError, SandboxError
+from openforge.core.errors import ConfigError, SandboxError
 
 runner = CliRunner()
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import openforge
-from openforge import errors
+from openforge.core import errors
 
 # roots with no stdlib meaning of their own (every subclass has one)
 NO_COBASE = {errors.PicklableError, errors.ForgeError}

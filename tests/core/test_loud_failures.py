@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from openforge.errors import ForgeError
-from openforge.forge import idle_step_lines
-from openforge.run_health import ErrorBudget, NothingTrainable, TooManyRolloutErrors
-from openforge.trajectory import Trajectory
-from openforge.types import RolloutStatus
+from openforge.core.errors import ForgeError
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import RolloutStatus
+from openforge.runner.run_health import ErrorBudget, NothingTrainable, TooManyRolloutErrors
+from openforge.runner.run_report import idle_step_lines
 
 
 def _traj(status: str, i: int = 0, **md: str) -> Trajectory:
@@ -63,9 +63,9 @@ def test_trainable_rollouts_pass_and_the_budget_is_validated() -> None:
 
 
 def test_a_retried_infra_failure_is_judged_by_its_retry() -> None:
-    from openforge.rollout import GroupResults
-    from openforge.run_health import step_outcomes
-    from openforge.trajectory import TrajectoryGroup
+    from openforge.core.trajectory import TrajectoryGroup
+    from openforge.runner.rollout import GroupResults
+    from openforge.runner.run_health import step_outcomes
 
     ok = [_traj("success", i) for i in range(3)]
     groups = GroupResults([TrajectoryGroup(task_id="t0", trajectories=ok)])

@@ -43,7 +43,7 @@ def test_phases_come_from_the_jobs_log_lines():
 
 def test_the_forge_logs_each_grpo_steps_start():
     """The profile's ``step N`` phases start at this line of :meth:`Forge._grpo_step`."""
-    src = (Path(__file__).resolve().parents[2] / "openforge" / "forge.py").read_text()
+    src = (Path(__file__).resolve().parents[2] / "openforge" / "runner" / "forge.py").read_text()
     assert 'f"step {step + 1}/{cfg.trainer.steps}: rolling out"' in src
 
 

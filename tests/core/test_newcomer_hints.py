@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from openforge.cli.main import app
 from openforge.config import load_config
-from openforge.errors import ConfigError, PluginUnavailable
+from openforge.core.errors import ConfigError, PluginUnavailable
 from openforge.plugins import HARNESSES, import_hint
 from openforge.recipes import load_recipe_config
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from openforge.reasoning import replayed_reasoning
+from openforge.core.reasoning import replayed_reasoning
 
 TEXT = {"text": "Hello there.", "reasoning": "plan", "tool_calls": []}
 TOOL = {"text": "", "reasoning": "plan", "tool_calls": [{"id": "call_1", "name": "bash",

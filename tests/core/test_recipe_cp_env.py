@@ -12,7 +12,7 @@ import yaml
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 from openforge.recipes import load_recipe_config
 
 runner = CliRunner()
@@ -40,8 +40,8 @@ def test_cp_for_another_environment_drops_what_it_lacks(tmp_path: Path) -> None:
     data = yaml.safe_load((tmp_path / "mine" / "config.yaml").read_text())
     assert data["env"]["name"] == str(tasks)
     assert data["presets"]["faults"]["env"]["options"]["faults"]["fraction"] == 0.5  # a task folder takes faults
-    from openforge.preflight import _tasks as check_tasks
-    from openforge.session import load_environment
+    from openforge.runner.preflight import _tasks as check_tasks
+    from openforge.runner.session import load_environment
 
     env = load_environment(str(tasks))
     for preset in data["presets"]:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openforge.trajectory import SegmentValidationError, Trajectory, build_segments, validate_segments
-from openforge.types import BreakReason, CallStatus, ModelCall, RolloutStatus, Segment
+from openforge.core.trajectory import SegmentValidationError, Trajectory, build_segments, validate_segments
+from openforge.core.types import BreakReason, CallStatus, ModelCall, RolloutStatus, Segment
 
 
 def call(i, prompt, out, *, sys_len=2, **kw):

@@ -15,10 +15,10 @@ import threading
 
 import pytest
 
-from openforge.errors import StoreCorrupt, StoreError, StoreForeign, StoreLocked
+from openforge.core.errors import StoreCorrupt, StoreError, StoreForeign, StoreLocked
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall, RolloutStatus
 from openforge.store import StoreWarning, TrajectoryStore, export_trajectories, load_trajectories
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall, RolloutStatus
 
 
 def mk_call(i, prompt, out):
@@ -104,7 +104,7 @@ def test_two_processes_write_one_store(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from openforge.store import TrajectoryStore
-        from openforge.types import ModelCall
+        from openforge.core.types import ModelCall
         s = TrajectoryStore({str(db)!r})
         for i in range(40):
             s.append_call(sys.argv[1], ModelCall(index=i, prompt_ids=[i], output_ids=[i + 1], output_logprobs=[-1.0]))
@@ -154,7 +154,7 @@ def test_acknowledged_calls_survive_kill_9(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         from openforge.store import TrajectoryStore
-        from openforge.types import ModelCall
+        from openforge.core.types import ModelCall
         s = TrajectoryStore({str(db)!r})
         i = 0
         while True:

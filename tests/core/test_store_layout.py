@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import sqlite3
 
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall
 from openforge.store import TrajectoryStore
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall
 
 SYSTEM = "You are a careful coding agent. " * 40  # a large field every call repeats (Anthropic `system`)
 TOOLS = [{"name": f"tool{i}", "description": "does a thing " * 10, "input_schema": {"type": "object"}}

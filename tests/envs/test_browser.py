@@ -95,7 +95,7 @@ async def test_browser_use_harness_opens_an_article(tmp_path):
     import json
 
     from openforge.harnesses.browser_use import BrowserUseHarness
-    from openforge.rollout import run_rollout
+    from openforge.runner.rollout import run_rollout
 
     harness = BrowserUseHarness(max_steps=4)
     if not harness.is_installed():

@@ -11,12 +11,12 @@ import re
 
 import pytest
 
+from openforge.core.errors import ConfigError
 from openforge.envs.claw import SPECS, ClawEnvironment
 from openforge.envs.claw.credit import PARTIAL_CAP, Kind, partial_credit
 from openforge.envs.claw.gen_families import FAMILIES, pools
 from openforge.envs.claw.generated import GenOptions, stream, streams
 from openforge.envs.claw.spec import Check, ClawSpec, exists, file_is, gone, intact, matches, sh
-from openforge.errors import ConfigError
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 
@@ -171,7 +171,7 @@ def test_every_claw_check_is_typed():
 def test_only_every_check_passing_is_a_success():
     """What the held-out table counts (status ``success``: reward ≥ the runs' threshold, 1.0) is never
     reached by partial credit: the best partial score is a policy failure that still trains."""
-    from openforge.outcome import OutcomeFacts, classify_outcome
+    from openforge.core.outcome import OutcomeFacts, classify_outcome
 
     best_partial = partial_credit({"a": True, "b": True, "c": True, "kept": True, "d": False},
                                   {"a": V, "b": V, "c": V, "kept": K, "d": V})

@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 import pytest
 
+from openforge.core.task import Task
 from openforge.envs.claw import ClawEnvironment
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Task
 
 HAND = ClawEnvironment()
 GEN = ClawEnvironment(generated=True)  # the default streams: every family, train and held-out

@@ -104,7 +104,7 @@ async def test_computer_use_harness_solves_a_desktop_task(tmp_path):
     """The real computer-use harness (screenshots over the forwarded X socket, xdotool keys) with a
     scripted policy, through run_rollout and the real proxy."""
     from openforge.harnesses.computer_use import ComputerUseHarness
-    from openforge.rollout import run_rollout
+    from openforge.runner.rollout import run_rollout
 
     harness = ComputerUseHarness()
     if not harness.is_installed():

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.errors import ConfigError, EnvironmentError_
 from openforge.envs.harbor import HarborEnvironment
 from openforge.envs.harbor_dockerfile import Unsupported, host_bases, parse_dockerfile
-from openforge.errors import ConfigError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 from openforge.plugins import make_environment

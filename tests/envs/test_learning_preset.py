@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from openforge.analysis.heldout import check_heldout
 from openforge.cli.main import app
 from openforge.config import load_config
-from openforge.forge import load_tasks
 from openforge.recipes import recipe_config
-from openforge.session import load_environment
+from openforge.runner.forge import load_tasks
+from openforge.runner.session import load_environment
 
 REPO = Path(__file__).resolve().parents[2]
 

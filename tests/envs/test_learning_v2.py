@@ -70,7 +70,7 @@ def test_calibration_picks_an_early_checkpoint_and_the_families_in_the_band(tmp_
 
 
 def test_family_numbers_count_successes_and_mixed_groups():
-    from openforge.trajectory import Trajectory, TrajectoryGroup
+    from openforge.core.trajectory import Trajectory, TrajectoryGroup
 
     def traj(i, tid, reward, status):
         return Trajectory(rollout_id=f"r{i}", task_id=tid, reward=reward, status=status)

@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
+from openforge.core.errors import ConfigError, EnvironmentError_
 from openforge.envs.taskdir import TaskDirEnvironment, parse_result
-from openforge.errors import ConfigError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 from openforge.plugins import make_environment
@@ -236,7 +236,7 @@ async def test_subgoals_name_the_sub_score_that_measures_them(tmp_path, launcher
     res = await _run(env, task, launcher, ["echo 42 > out.txt"])
     assert res.rewards["subgoal:Double the number"] == 1.0 and res.metadata == {"unreported_subscores": ["nope"]}
     from openforge.analysis.metrics import rollout_behaviour
-    from openforge.trajectory import Trajectory
+    from openforge.core.trajectory import Trajectory
 
     traj = Trajectory(rollout_id="r", task_id=task.id, status="success", reward=1.0, rewards=res.rewards)
     m = rollout_behaviour(traj, task)

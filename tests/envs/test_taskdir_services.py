@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
+from openforge.core.errors import EnvironmentError_
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.errors import EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 
@@ -146,8 +146,8 @@ async def test_a_service_that_does_not_start_is_an_env_error(tmp_path, launcher,
 
 
 async def test_a_service_the_agent_crashed_is_the_policys_failure(tmp_path, launcher):
+    from openforge.core.types import RolloutStatus
     from openforge.envs.services import ServiceCrashed
-    from openforge.types import RolloutStatus
 
     env = TaskDirEnvironment(make_task(tmp_path / "tasks"), log_dir=tmp_path / "logs")
     task, sbx = await _start(env, launcher)

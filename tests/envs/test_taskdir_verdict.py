@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.errors import AgentOutputError, EnvironmentError_
+from openforge.core.task import Task
+from openforge.core.types import RolloutStatus as S
 from openforge.environment import Environment, VerifyResult
 from openforge.envs.taskdir import TaskDirEnvironment, parse_result
 from openforge.envs.verifier_sandbox import UNTRUSTED_HELPER
-from openforge.errors import AgentOutputError, EnvironmentError_
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers.local import LocalLauncher
-from openforge.rollout import run_rollout
-from openforge.task import Task
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 from .test_taskdir import _run, make_task
 

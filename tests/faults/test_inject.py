@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from openforge.core.types import RolloutStatus as S
 from openforge.plugins import make_environment
 from openforge.readings.recovery import summarize_faults
 from openforge.readings.steps import extract_steps
-from openforge.rollout import run_rollout
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 pytest.importorskip("openai")
 FINISH = {"tool": {"name": "finish", "arguments": {"answer": "done"}}}

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
+from openforge.core.task import Task
 from openforge.faults.spec import parse_fault_config, parse_faults, plan_faults
 from openforge.plugins import make_environment
-from openforge.rollout import run_groups
-from openforge.task import Task
+from openforge.runner.rollout import run_groups
 
 MIX = {"faults": [{"kind": "flaky_command"}, {"kind": "permission_denied"}, {"kind": "missing_tool"},
                   {"kind": "corrupt_state"}], "fraction": 0.5, "per_episode": 2}

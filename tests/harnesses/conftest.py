@@ -11,9 +11,9 @@ import pytest
 from harness_helpers import config_ctx
 from testdeps import smollm2_tokenizer
 
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.harnesses import installer
-from openforge.task import Task
 
 
 @pytest.fixture

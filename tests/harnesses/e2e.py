@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from openforge.core.task import Task
+from openforge.core.trajectory import Trajectory, validate_segments
+from openforge.core.types import RolloutStatus
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers.base import SandboxSpec
-from openforge.task import Task
-from openforge.trajectory import Trajectory, validate_segments
-from openforge.types import RolloutStatus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def installed_harness(name: str, kwargs: dict[str, Any], *, skip_why: str | None
     import pytest
     from testdeps import missing
 
-    from openforge.errors import HarnessError
+    from openforge.core.errors import HarnessError
     from openforge.plugins import harness_class
 
     h = harness_class(name)(**kwargs)

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import psutil
 
+from openforge.core.task import Task
 from openforge.harness import RolloutContext
 from openforge.launchers.base import SandboxSpec
-from openforge.task import Task
 
 #: the proxy URLs of :func:`config_ctx`'s rollout ``r1``: OpenAI (…/v1) and Anthropic / Gemini (the root)
 OA = "http://127.0.0.1:18000/r/r1/v1"

@@ -8,10 +8,10 @@ from __future__ import annotations
 from e2e import describe_failure, run_e2e
 from testdeps import missing
 
-from openforge.errors import HarnessError
+from openforge.core.errors import HarnessError
+from openforge.core.types import RolloutStatus
 from openforge.harnesses.codex import CodexHarness
 from openforge.harnesses.pi import PiHarness
-from openforge.types import RolloutStatus
 
 
 def _installed(h):

@@ -13,7 +13,7 @@ import pytest
 from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
 from testdeps import missing
 
-from openforge.errors import HarnessError
+from openforge.core.errors import HarnessError
 from openforge.harnesses.browser_use import BrowserUseHarness
 from openforge.harnesses.computer_use import ComputerUseHarness
 

@@ -10,9 +10,9 @@ import json
 from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
 from testdeps import missing
 
-from openforge.errors import HarnessError
+from openforge.core.errors import HarnessError
+from openforge.core.types import BreakReason
 from openforge.plugins import harness_class
-from openforge.types import BreakReason
 
 
 def _harness(name, **kwargs):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
 
+from openforge.core.types import RolloutStatus
 from openforge.harnesses.react import ReactHarness
-from openforge.types import RolloutStatus
 
 
 async def test_react_shell_tool_writes_file(tmp_path, tokenizer):

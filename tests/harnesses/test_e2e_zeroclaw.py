@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from e2e import assert_isolated, describe_failure, run_e2e, tool_calls
 
-from openforge.errors import HarnessError
+from openforge.core.errors import HarnessError
+from openforge.core.types import RolloutStatus
 from openforge.harnesses.zeroclaw import ZeroClawHarness
-from openforge.types import RolloutStatus
 
 
 async def test_zeroclaw_shell_call_then_answer(tmp_path, tokenizer):

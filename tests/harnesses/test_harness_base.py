@@ -8,10 +8,10 @@ import sys
 import pytest
 from harness_helpers import leftover_processes, spec
 
-from openforge.errors import HarnessError
+from openforge.core.errors import HarnessError
+from openforge.core.types import RolloutStatus
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.harnesses.cli import CliHarness
-from openforge.types import RolloutStatus
 
 
 class ShellHarness(CliHarness):

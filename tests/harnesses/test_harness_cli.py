@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
-from openforge.errors import ConfigError, HarnessNotInstalled
+from openforge.core.errors import ConfigError, HarnessNotInstalled
 from openforge.harnesses import installer
 from openforge.harnesses.codex import CodexHarness
 from openforge.harnesses.versions import NPM_PINS

@@ -8,7 +8,7 @@ import json
 import pytest
 from harness_helpers import AN, OA
 
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 from openforge.harnesses.claude_code import ClaudeCodeHarness
 from openforge.harnesses.codex import CodexHarness
 from openforge.harnesses.openclaw import OpenClawHarness

@@ -9,7 +9,7 @@ import json
 import pytest
 from harness_helpers import AN, OA
 
-from openforge.errors import ConfigError, HarnessNotInstalled
+from openforge.core.errors import ConfigError, HarnessNotInstalled
 from openforge.harnesses import installer
 from openforge.harnesses.crush import CrushHarness
 from openforge.harnesses.gemini_cli import GeminiCliHarness
@@ -127,7 +127,7 @@ def test_pinned_and_registered(name, package, exe, tmp_path):
 
 def test_a_failed_crush_install_says_its_binary_comes_from_github(monkeypatch, tmp_path):
     """npm --silent prints nothing when a postinstall fails: the error names what crush's needs."""
-    from openforge.errors import HarnessError
+    from openforge.core.errors import HarnessError
 
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -77,7 +77,7 @@ def test_an_unsupported_cli_is_listed_with_why_and_refused_by_name():
     from typer.testing import CliRunner
 
     from openforge.cli.main import app
-    from openforge.errors import PluginNotFound
+    from openforge.core.errors import PluginNotFound
     from openforge.harnesses.versions import UNSUPPORTED
     from openforge.plugins import harness_class
 

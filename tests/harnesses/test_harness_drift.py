@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import ModelCall
 from openforge.harnesses import notes as N
 from openforge.plugins import make_harness
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import ModelCall
 
 SPEC = Path(__file__).resolve().parent / "data" / "minichat" / "minichat.yaml"
 PROMPT = ("x-vendor-billing-header: cc_version=2.1.197.{sid}; cch={hdr};\n"
@@ -87,8 +87,8 @@ def test_check_drift_uses_the_notes_of_the_version_else_the_newest_other(cache):
 
 
 def test_the_count_reaches_the_step_metrics():
-    from openforge.forge import step_metrics
-    from openforge.rollout import GroupResults
+    from openforge.runner.rollout import GroupResults
+    from openforge.runner.run_report import step_metrics
 
     drifted = traj("x").model_copy(update={"harness_drift": {"changed": {"tools": {}}}})
     line = step_metrics(GroupResults([TrajectoryGroup(task_id="t", trajectories=[traj("x"), drifted, drifted])]),

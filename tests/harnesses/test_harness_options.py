@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from openforge.cli.main import app
 from openforge.config import load_config
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 from openforge.harnesses.options import harness_options
 from openforge.harnesses.pi import PiHarness
 from openforge.harnesses.prompt_fit import MEASURED_PROMPT_TOKENS, check_prompt_fits, prompt_tokens
@@ -105,8 +105,8 @@ def test_recipe_cli_dry_run_with_pi_and_a_refused_codex():
 def test_a_harness_that_is_not_installed_is_refused_before_the_run_starts(tmp_path):
     import asyncio
 
-    from openforge.errors import HarnessNotInstalled
-    from openforge.forge import arun
+    from openforge.core.errors import HarnessNotInstalled
+    from openforge.runner.forge import arun
 
     cfg = load_recipe_config("claw-grpo", overrides=[
         "harness.name=pi", f"harness.per_harness.pi.binary={tmp_path / 'no-pi'}", f"run_dir={tmp_path / 'run'}"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from harness_helpers import AN, OA, config_ctx
 
-from openforge.errors import ConfigError, HarnessNotInstalled
+from openforge.core.errors import ConfigError, HarnessNotInstalled
 from openforge.harness import RolloutContext
 from openforge.harnesses.spec_harness import SpecHarness
 from openforge.plugins import harness_class, make_harness

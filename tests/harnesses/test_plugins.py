@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from openforge import plugins
-from openforge.errors import ConfigError, PluginNotFound, PluginUnavailable
+from openforge.core.errors import ConfigError, PluginNotFound, PluginUnavailable
 from openforge.plugins import (
     BACKENDS,
     ENVIRONMENTS,
@@ -184,9 +184,11 @@ def test_missing_dependency_at_construction_names_the_extra(monkeypatch):
 def test_extras_are_derived_from_pyproject():
     import tomllib
 
-    from openforge.extras import DISTRIBUTION, extra_for
+    from openforge.util.extras import DISTRIBUTION, _pyproject_extras, extra_for
 
     extras = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert ("kubernetes", "k8s") in {(r.split(">")[0].split("=")[0].split("[")[0], e)
+                                     for r, e in _pyproject_extras(DISTRIBUTION)}  # the checkout's own file is found
     assert extra_for(DISTRIBUTION, "kubernetes") == "k8s" and extra_for(DISTRIBUTION, "PIL") == "desktop"
     assert extra_for(DISTRIBUTION, "anthropic") == "desktop"  # a user-facing extra before `dev`
     assert extra_for(DISTRIBUTION, "no_such_mod") is None

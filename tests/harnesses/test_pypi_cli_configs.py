@@ -10,7 +10,7 @@ import pytest
 import yaml
 from harness_helpers import OA
 
-from openforge.errors import ConfigError, HarnessNotInstalled
+from openforge.core.errors import ConfigError, HarnessNotInstalled
 from openforge.harnesses import installer
 from openforge.harnesses.aider import AiderHarness, last_llm_response
 from openforge.harnesses.hermes_agent import HermesAgentHarness

@@ -4,9 +4,9 @@ what it created, then waits to be killed / interrupted / to raise (argv[2])."""
 import asyncio
 import sys
 
+from openforge.core.task import Task
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Task
 
 
 async def main(base: str, how: str) -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from openforge.cli._opts import parse_options
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 from openforge.launchers import _bwrap
-from openforge.project_paths import project_paths
+from openforge.runner.project_paths import project_paths
 
 
 def _mk(*paths: Path) -> None:

@@ -21,7 +21,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
+from openforge.core.task import Resources, Task
+from openforge.core.types import RolloutStatus as S
 from openforge.launchers import k8s_manifests
 from openforge.launchers.base import SandboxFailure, SandboxSpec
 from openforge.launchers.k8s_api import create_refused
@@ -32,8 +34,6 @@ from openforge.launchers.k8s_manifests import (
     build_secret,
     egress_ports,
 )
-from openforge.task import Resources, Task
-from openforge.types import RolloutStatus as S
 
 pytestmark = pytest.mark.k8s
 pytest.importorskip("kubernetes")

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from openforge.errors import ConfigError, SandboxError
+from openforge.core.errors import ConfigError, SandboxError
+from openforge.core.task import Resources, Task
+from openforge.core.types import RolloutStatus as S
 from openforge.launchers.base import SandboxFailure, SandboxSpec
 from openforge.launchers.k8s_checks import host_cidr, ip_literal, parse_quantity, same_quantities
 from openforge.launchers.k8s_manifests import build_network_policy, build_pod_manifest, egress_ports
-from openforge.task import Resources, Task
-from openforge.types import RolloutStatus as S
 
 pytest.importorskip("kubernetes")
 pytest.importorskip("kmock")

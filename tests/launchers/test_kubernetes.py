@@ -8,7 +8,9 @@ import os
 
 import pytest
 
-from openforge.errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
+from openforge.core.errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
+from openforge.core.task import Resources, Task
+from openforge.core.types import RolloutStatus as S
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.k8s_checks import same_quantities
 from openforge.launchers.k8s_manifests import (
@@ -18,8 +20,6 @@ from openforge.launchers.k8s_manifests import (
     build_secret,
     classify_pod,
 )
-from openforge.task import Resources, Task
-from openforge.types import RolloutStatus as S
 
 pytest.importorskip("kubernetes")
 pytest.importorskip("kmock")
@@ -182,7 +182,7 @@ async def test_rollouts_through_pods_with_retry_after_eviction(cluster, tmp_path
     from openforge.harnesses.react import ReactHarness
     from openforge.proxy.backends.scripted import ScriptedBackend
     from openforge.proxy.server import ProxyServer
-    from openforge.rollout import run_groups, run_rollout
+    from openforge.runner.rollout import run_groups, run_rollout
 
     tok = smollm2_tokenizer()
     env = ClawEnvironment()

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.task import Resources, Task
 from openforge.environment import Environment, VerifyResult
 from openforge.envs.taskdir import TaskDirEnvironment
 from openforge.launchers._verifier import WorkdirTooLarge
 from openforge.launchers.base import SandboxSpec
-from openforge.rollout import _verify
-from openforge.task import Resources, Task
+from openforge.runner.rollout_steps import _verify
 
 from .kcluster import Cluster
 
@@ -301,7 +301,7 @@ async def test_a_custom_verifier_reads_the_workdir_as_the_agent_left_it(cluster,
     import asyncio
 
     from openforge.environment import Environment, VerifyResult
-    from openforge.rollout import _verify
+    from openforge.runner.rollout_steps import _verify
 
     class ReadsOne(Environment):
         name = "reads-one"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from openforge.errors import SandboxError, SandboxFileRefused
+from openforge.core.errors import SandboxError, SandboxFileRefused
+from openforge.core.task import Resources, Task
 from openforge.launchers._isolation import detect_isolation
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Resources, Task
 
 ISOLATION = detect_isolation()[0]
 needs_ns = pytest.mark.skipif(ISOLATION == "none", reason=f"no namespaces here: {detect_isolation()[1]}")

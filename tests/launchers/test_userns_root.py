@@ -19,7 +19,7 @@ DRIVER = r"""
 import asyncio, json, os, sys
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Task
+from openforge.core.task import Task
 
 async def main(base):
     out = {"euid": os.geteuid(), "uid_map": open("/proc/self/uid_map").read().split()}

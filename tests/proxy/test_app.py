@@ -8,10 +8,10 @@ import json
 import httpx
 import pytest
 
-from openforge.errors import BackendError
+from openforge.core.errors import BackendError
+from openforge.core.types import CallStatus, RolloutStatus
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import ProxyServer
-from openforge.types import CallStatus, RolloutStatus
 
 from .conftest import TOOLS
 

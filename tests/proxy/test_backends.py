@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 from testservers import tool_then_answer_upstream
 
-from openforge.errors import BackendError, ConfigError
+from openforge.core.errors import BackendError, ConfigError
 from openforge.proxy.backends import parse_backend_spec
 from openforge.proxy.backends.base import GenContext, SamplingParams
 from openforge.proxy.backends.scripted import find_shell_tool

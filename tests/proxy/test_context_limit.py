@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openforge.core.types import CallStatus
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.context_limit import max_token_bytes, min_tokens
 from openforge.proxy.render import Renderer
 from openforge.proxy.server import ProxyServer
-from openforge.types import CallStatus
 
 PIECES = ["<|im_start|>", "<|im_end|>", "<tool_call>", "\n", " ", "  ", "\n" + " " * 80, "#" * 80, "=" * 65,
           "héllo", "日本語", "user", '{"a": 1}', "\t", "🙂", "x", "\x00", "\ufffd"]

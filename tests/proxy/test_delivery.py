@@ -20,14 +20,14 @@ import httpx
 import openai
 import pytest
 
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import CallStatus, ModelCall
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.delivery import SENT_EXTENSION, Delivered
 from openforge.proxy.recorder import Recorder
 from openforge.proxy.server import ProxyServer
 from openforge.store import TrajectoryStore
 from openforge.train.grpo import build_samples
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import CallStatus, ModelCall
 
 MSG = [{"role": "user", "content": "hi"}]
 REPLY = "Here is a fairly long answer that streams in several chunks before it is complete."

@@ -14,11 +14,11 @@ import httpx
 import openai
 import pytest
 
-from openforge.errors import ProxyError
+from openforge.core.errors import ProxyError
+from openforge.core.types import CallStatus
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import ProxyServer
 from openforge.store import TrajectoryStore
-from openforge.types import CallStatus
 
 LONG = ("The quick brown fox jumps over the lazy dog while the proxy streams every token as soon as it is "
         "sampled, so the harness sees the answer grow instead of waiting in silence. ")

@@ -8,10 +8,10 @@ import httpx
 import pytest
 
 from openforge.analysis.view import request_entries
+from openforge.core.types import BreakReason
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import ProxyServer
 from openforge.readings.steps import extract_steps
-from openforge.types import BreakReason
 
 genai = pytest.importorskip("google.genai")
 from google.genai import errors, types  # noqa: E402

@@ -10,11 +10,11 @@ import json
 import httpx
 import pytest
 
-from openforge.errors import ProxyError
+from openforge.core.errors import ProxyError
+from openforge.core.types import CallStatus
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import AgentOnly, ProxyServer
 from openforge.proxy.wire_gemini import GeminiAdapter
-from openforge.types import CallStatus
 
 from .test_context_limit import BIG, Small
 from .test_streaming_incremental import _FailsMidway
@@ -224,7 +224,7 @@ async def test_live_json_array_stream_and_a_failure_mid_stream(tokenizer):
 
 
 def test_a_recorded_body_the_proxy_would_refuse_reads_as_no_conversation():
-    from openforge.gemini_contents import gemini_messages
+    from openforge.core.gemini_contents import gemini_messages
     from openforge.readings.steps import _results_in_request
 
     with pytest.raises(ProxyError):

@@ -18,9 +18,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from openforge.core.types import CallStatus
 from openforge.proxy.backends import parse_backend_spec
 from openforge.proxy.server import ProxyServer
-from openforge.types import CallStatus
 
 from .conftest import TOOLS, assert_early, serve_app
 

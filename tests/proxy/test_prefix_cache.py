@@ -106,7 +106,7 @@ async def test_release_caches_empties_it():
 async def test_a_session_pause_releases_the_back_ends_caches():
     """Training runs inside ``session.paused()``: the caches' memory is the trainer's then."""
     from openforge.proxy.backends.scripted import ScriptedBackend
-    from openforge.session import Session
+    from openforge.runner.session import Session
 
     class Counting(ScriptedBackend):
         released = 0

@@ -17,10 +17,10 @@ import anthropic
 import openai
 import pytest
 
+from openforge.core.types import BreakReason
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.render import Renderer, hermes_template
 from openforge.proxy.server import ProxyServer
-from openforge.types import BreakReason
 
 REASONING, FIRST, SECOND = "I should say hello.", "Hello there.", "Fine, thanks."
 USER1 = {"role": "user", "content": "hi"}

@@ -7,10 +7,10 @@ from __future__ import annotations
 import openai
 import pytest
 
-from openforge.outcome import OutcomeFacts, classify_outcome
+from openforge.core.outcome import OutcomeFacts, classify_outcome
+from openforge.core.types import CallStatus, RolloutStatus
 from openforge.proxy.backends.base import GenContext, Generation, SamplingParams, TokenBackend
 from openforge.proxy.server import ProxyServer
-from openforge.types import CallStatus, RolloutStatus
 
 
 class Chatty(TokenBackend):

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from openforge.core.types import BreakReason
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import ProxyServer
-from openforge.types import BreakReason
 
 from .conftest import TOOLS
 

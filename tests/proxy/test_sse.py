@@ -7,9 +7,9 @@ import json
 
 import httpx
 
+from openforge.core.types import BreakReason
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.server import ProxyServer
-from openforge.types import BreakReason
 
 from .conftest import TOOLS
 

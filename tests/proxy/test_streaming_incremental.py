@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openforge.core.types import CallStatus
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.render import HermesParser
 from openforge.proxy.server import ProxyServer
 from openforge.proxy.stream import DeltaDecoder, safe_split
-from openforge.types import CallStatus
 
 from .conftest import TOOLS, assert_early
 

@@ -21,12 +21,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from openforge.outcome import OutcomeFacts
+from openforge.core.outcome import OutcomeFacts
+from openforge.core.types import CallStatus
+from openforge.core.types import RolloutStatus as S
 from openforge.proxy.backends import parse_backend_spec
 from openforge.proxy.backends.base import SamplingParams
 from openforge.proxy.server import ProxyServer
-from openforge.types import CallStatus
-from openforge.types import RolloutStatus as S
 
 from .conftest import serve_app
 

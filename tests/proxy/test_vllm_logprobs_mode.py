@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 from openforge.proxy.backends import parse_backend_spec
 from openforge.proxy.backends.base import GenContext, SamplingParams
 from openforge.proxy.server import ProxyServer

@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.types import RolloutStatus as S
 from openforge.envs.taskdir import TaskDirEnvironment
 from openforge.harness import Harness
 from openforge.harnesses.react import ReactHarness
 from openforge.launchers._bwrap import probe_bwrap
 from openforge.launchers.local import LocalLauncher
 from openforge.proxy.backends.scripted import ScriptedBackend
-from openforge.session import Session
-from openforge.types import RolloutStatus as S
+from openforge.runner.session import Session
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -120,8 +120,8 @@ def test_explicit_agent_files_and_a_missing_one(tmp_path):
 
 async def test_a_missing_listed_agent_file_is_a_harness_error(tmp_path):
     """The rollout says which listed file is missing, as a harness_error, before the harness runs."""
+    from openforge.core.task import Task
     from openforge.harness import HarnessResult, RolloutContext
-    from openforge.task import Task
 
     ran = []
 

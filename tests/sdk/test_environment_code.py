@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.errors import ConfigError
+from openforge.core.types import RolloutStatus as S
 from openforge.environment import Environment, Task, VerifyResult, hidden_from_agent
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.errors import ConfigError
 from openforge.faults.env import FaultyEnvironment
-from openforge.project_paths import project_paths
-from openforge.rollout import run_rollout
-from openforge.types import RolloutStatus as S
+from openforge.runner.project_paths import project_paths
+from openforge.runner.rollout import run_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -175,7 +175,7 @@ async def test_a_rollout_of_such_a_harness_is_a_harness_error_without_a_sandbox(
 def test_the_preflight_names_a_harness_that_lists_the_environment(proj):
     """``--dry-run``: the harness check fails on such a harness, before the run starts."""
     from openforge.config import RunConfig
-    from openforge.preflight import _harnesses
+    from openforge.runner.preflight import _harnesses
 
     _, env, harness = proj
     cfg = RunConfig(harness={"name": f"{harness.__name__}:ListsEnv"})

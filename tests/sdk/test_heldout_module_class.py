@@ -2,7 +2,7 @@
 another word (``harness.name=custom_harness.harness:MyAgent``, ``MyAgent.name == "my-agent"``): the
 numbers sit under the run's name for the harness, so the table and the report show them instead of
 "–" and "+0 pts [−100, +100]". Real rollouts of the SDK examples (docs/sdk.md) through the real proxy,
-a local sandbox and the reference policy, through :func:`openforge.heldout_eval.run_point`."""
+a local sandbox and the reference policy, through :func:`openforge.runner.heldout_eval.run_point`."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from rich.console import Console
 from testdeps import smollm2_tokenizer
 
 from openforge.analysis.heldout import compare_points, heldout_table, shares
-from openforge.heldout_eval import run_point
 from openforge.launchers.local import LocalLauncher
-from openforge.parts import backend_for, group_harnesses
 from openforge.plugins import make_environment, make_harness
 from openforge.recipes import load_recipe_config
-from openforge.session import RolloutSettings, Session
+from openforge.runner.heldout_eval import run_point
+from openforge.runner.parts import backend_for, group_harnesses
+from openforge.runner.session import RolloutSettings, Session
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HARNESS = "custom_harness.harness:MyAgent"

@@ -10,14 +10,14 @@ import pickle
 
 import pytest
 
+from openforge.core.errors import SandboxError, SandboxFileNotFound
+from openforge.core.task import Task
+from openforge.core.types import RolloutStatus as S
 from openforge.environment import Environment, VerifyResult
-from openforge.errors import SandboxError, SandboxFileNotFound
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.rollout import run_rollout
-from openforge.task import Task
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 TASK = Task(id="answer", instruction="write 42 to answer.txt", environment="answers", timeout_s=30)
 

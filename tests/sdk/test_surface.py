@@ -14,8 +14,8 @@ SDK = ("Environment", "VerifyResult", "Task", "Sandbox", "SandboxError", "Sandbo
 
 def test_the_package_root_exports_the_sdk():
     assert set(SDK) <= set(openforge.__all__)
+    from openforge.core.errors import SandboxError
     from openforge.environment import Environment, Sandbox, SandboxFileNotFound, Task, VerifyResult
-    from openforge.errors import SandboxError
     from openforge.launchers.base import Sandbox as Base
 
     assert (openforge.Environment, openforge.VerifyResult, openforge.Task) == (Environment, VerifyResult, Task)
@@ -25,6 +25,6 @@ def test_the_package_root_exports_the_sdk():
 
 def test_importing_an_environment_stays_light():
     code = ("import sys\nfrom openforge import Environment, Sandbox, Task, VerifyResult\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'httpx', 'openforge.session') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'transformers', 'httpx', 'openforge.runner.session') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from openforge.core.task import Task
+from openforge.core.types import RolloutStatus as S
 from openforge.environment import Environment, VerifyResult
 from openforge.harness import Harness, HarnessResult, RolloutContext
-from openforge.rollout import run_rollout
-from openforge.task import Task
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 TASK = Task(id="answer", instruction="write 42 to answer.txt", environment="answers", timeout_s=30)
 

@@ -15,9 +15,9 @@ import signal
 import sys
 from pathlib import Path
 
+from openforge.core.task import Task
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Task
 
 NEST = ("i=0; while [ $i -lt 1500 ]; do mkdir d && cd d || exit 1; i=$((i+1)); "
         "[ $((i % 300)) -eq 0 ] && mkdir locked && echo x > locked/f && chmod 000 locked; done; echo nested $i")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from openforge.launchers.local import LocalLauncher
 from openforge.proxy.backends.scripted import ScriptedBackend
-from openforge.session import Session
+from openforge.runner.session import Session
 
 HARNESS = '''
 import sys

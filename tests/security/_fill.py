@@ -14,9 +14,9 @@ import os
 import sys
 from pathlib import Path
 
+from openforge.core.task import Resources, Task
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Resources, Task
 
 FILL = ("i=0; while dd if=/dev/zero of=fill$i bs=1M count=16 2>/dev/null; do i=$((i+1)); [ $i -ge 40 ] && break; "
         "done; j=0; while dd if=/dev/zero of=$HOME/fill$j bs=1M count=16 2>/dev/null; do j=$((j+1)); "
@@ -31,7 +31,7 @@ def spec(rid: str, task: Task) -> SandboxSpec:
 async def _link_writes(sbx, base: Path) -> list[str]:
     """The agent leaves links to the driver's own files; the driver's writes must not follow them (through
     the keeper's root an absolute link resolves on the driver's file system)."""
-    from openforge.errors import SandboxError
+    from openforge.core.errors import SandboxError
 
     await sbx.exec(["sh", "-c", f"ln -s {base}/outside.txt evil; ln -s {base} evildir"], timeout_s=30)
     said = []

@@ -21,7 +21,7 @@ from openforge.envs.taskdir import TaskDirEnvironment
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 from openforge.proxy.backends.scripted import ScriptedBackend
-from openforge.session import Session
+from openforge.runner.session import Session
 
 AGENT = r'''
 import json, os, sys

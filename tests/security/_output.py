@@ -13,9 +13,9 @@ import resource
 import sys
 from pathlib import Path
 
+from openforge.core.task import Resources, Task
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Resources, Task
 
 FLOOD = "head -c 300000000 /dev/zero | tr '\\0' a; head -c 300000000 /dev/zero | tr '\\0' b > /proc/$PPID/fd/1; echo; echo END"
 

@@ -17,13 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+from openforge.core.task import Resources, Task
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 from openforge.proxy.backends.scripted import ScriptedBackend
 from openforge.proxy.backends.transformers import load_tokenizer
 from openforge.proxy.server import ProxyServer
 from openforge.store import TrajectoryStore
-from openforge.task import Resources, Task
 
 AGENT = Path(__file__).with_name("agent.py")
 PERSIST = """

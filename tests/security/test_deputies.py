@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.task import Task
 from openforge.faults.forwarder import FaultForwarder
 from openforge.faults.spec import ServiceFault
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 from openforge.plugins import make_environment
-from openforge.task import Task
 
 from ._drivers import driver_base, run_driver
 
@@ -94,7 +94,7 @@ async def test_forwarder_connects_to_the_socket_it_was_given(tmp_path):
 
 
 async def test_forwarder_refuses_a_symlink_for_a_socket(tmp_path):
-    from openforge.errors import EnvironmentError_
+    from openforge.core.errors import EnvironmentError_
 
     other = await http_server(tmp_path / "other.sock", b"OTHER")
     os.symlink(tmp_path / "other.sock", tmp_path / "svc.sock")
@@ -267,7 +267,7 @@ FINISH = {"tool": {"name": "finish", "arguments": {"answer": "done"}}}
 
 async def _roll_fragile(rig, tasks: Path, turns: list) -> object:
     from openforge.harnesses.react import ReactHarness
-    from openforge.rollout import run_rollout
+    from openforge.runner.rollout import run_rollout
 
     env = make_environment(str(tasks))
     proxy, launcher, store = await rig({"turns": [*turns, FINISH]})
@@ -278,7 +278,7 @@ async def _roll_fragile(rig, tasks: Path, turns: list) -> object:
 async def test_a_policy_that_crashes_a_service_is_trained_on(rig, tmp_path):
     """The agent's request kills the task's service: ``policy_failure`` with reward 0 (trained), not
     an ``env_error`` a policy could seek out to keep its failures out of the data."""
-    from openforge.types import RolloutStatus
+    from openforge.core.types import RolloutStatus
 
     traj = await _roll_fragile(rig, _fragile_task(tmp_path), [{"shell": "curl -s $FRAGILE_URL/crash; echo rc=$?"}])
     assert traj.status == RolloutStatus.POLICY_FAILURE and traj.reward == 0.0, (traj.status, traj.error)
@@ -287,7 +287,7 @@ async def test_a_policy_that_crashes_a_service_is_trained_on(rig, tmp_path):
 
 async def test_a_service_that_dies_on_its_own_is_not_the_policys(rig, tmp_path):
     """The service exits by itself while the agent never touched it: ``env_error`` as before."""
-    from openforge.types import RolloutStatus
+    from openforge.core.types import RolloutStatus
 
     traj = await _roll_fragile(rig, _fragile_task(tmp_path, die_alone_after=1.0), [{"shell": "sleep 3; echo idle"}])
     assert traj.status == RolloutStatus.ENV_ERROR, (traj.status, traj.error)

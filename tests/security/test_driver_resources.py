@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.task import Task
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Task
 
 from ._drivers import driver_base, run_driver
 
@@ -127,10 +127,10 @@ async def test_without_a_tmpfs_no_single_file_outgrows_the_quota(tmp_path):
 async def test_no_space_in_setup_is_infra_not_the_task(rig):
     """``No space left on device`` before the agent ran (setup) is the machine's: ``infra_error``
     (retried), never ``env_error`` nor a score."""
+    from openforge.core.types import RolloutStatus
     from openforge.environment import Environment, VerifyResult
     from openforge.harnesses.react import ReactHarness
-    from openforge.rollout import run_rollout
-    from openforge.types import RolloutStatus
+    from openforge.runner.rollout import run_rollout
 
     task = Task(id="t", instruction="x", resources={"disk_mb": 8})
 

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from openforge.types import RolloutStatus as S
+from openforge.core.types import RolloutStatus as S
 
 pytest.importorskip("openai")
 
@@ -19,7 +19,7 @@ pytest.importorskip("openai")
 async def _rollout(rig, script, **kw):
     from openforge.envs.claw import ClawEnvironment
     from openforge.harnesses.react import ReactHarness
-    from openforge.rollout import run_rollout
+    from openforge.runner.rollout import run_rollout
 
     env = ClawEnvironment()
     proxy, launcher, store = await rig(script)
@@ -50,7 +50,7 @@ async def test_a_harness_that_crashes_by_itself_is_still_a_harness_error(rig):
             return HarnessResult.from_exec(res, harness=self.name)
 
     from openforge.envs.claw import ClawEnvironment
-    from openforge.rollout import run_rollout
+    from openforge.runner.rollout import run_rollout
 
     env = ClawEnvironment()
     proxy, launcher, store = await rig({"turns": []})

@@ -12,12 +12,12 @@ import sys
 import pytest
 from testdeps import missing
 
+from openforge.core.task import Resources, Task
+from openforge.core.types import RolloutStatus as S
 from openforge.harness import HarnessResult
 from openforge.launchers._isolation import oom_kills
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Resources, Task
-from openforge.types import RolloutStatus as S
 
 
 def spec(**res) -> SandboxSpec:

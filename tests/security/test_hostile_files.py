@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
+from openforge.core.task import Resources, Task
+from openforge.core.types import RolloutStatus as S
 from openforge.environment import Environment, VerifyResult
-from openforge.errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.rollout import run_rollout
-from openforge.task import Resources, Task
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 REPO = Path(__file__).resolve().parents[2]
 TASK = Task(id="answer", instruction="write 42 to answer.txt", environment="answers", timeout_s=30,

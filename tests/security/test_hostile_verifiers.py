@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.errors import AgentOutputError, EnvironmentError_
 from openforge.envs.taskdir import TaskDirEnvironment
-from openforge.errors import AgentOutputError, EnvironmentError_
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
 

@@ -8,9 +8,9 @@ import sys
 import pytest
 from testdeps import missing
 
+from openforge.core.task import Resources, Task
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Resources, Task
 
 
 def spec(**res) -> SandboxSpec:

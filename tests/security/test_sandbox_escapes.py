@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from openforge.errors import SandboxError
+from openforge.core.errors import SandboxError
 from openforge.launchers import _bwrap
 from openforge.launchers.local import WEAK_MODE_RISKS, LocalLauncher
 

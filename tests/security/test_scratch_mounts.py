@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.task import Resources, Task
 from openforge.launchers import _bwrap
 from openforge.launchers.base import SandboxSpec
 from openforge.launchers.local import LocalLauncher
-from openforge.task import Resources, Task
 
 pytestmark = pytest.mark.timeout(300)
 DISK_MB = 8  # scratch mounts of 2 MiB each; RLIMIT_FSIZE 8 MB per file

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.types import RolloutStatus as S
 from openforge.envs.taskdir import TaskDirEnvironment
 from openforge.harness import Harness, HarnessResult, RolloutContext
-from openforge.rollout import run_rollout
-from openforge.types import RolloutStatus as S
+from openforge.runner.rollout import run_rollout
 
 from ._drivers import driver_base, run_driver
 from ._verdict_scenario import AGENT, FORGE

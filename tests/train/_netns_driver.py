@@ -20,7 +20,7 @@ from pathlib import Path
 
 def launch(base: Path, host: str, port: str) -> dict:
     from openforge.config import RunConfig
-    from openforge.task import Task
+    from openforge.core.task import Task
     from openforge.train.verl.launch import launch as verl_launch
 
     report = base / "rollout.json"
@@ -42,9 +42,9 @@ def launch(base: Path, host: str, port: str) -> dict:
 async def _rollout(loops_yaml: str) -> dict:
     import yaml
 
+    from openforge.core.task import Task
     from openforge.launchers.base import SandboxSpec
-    from openforge.parts import load_launcher
-    from openforge.task import Task
+    from openforge.runner.parts import load_launcher
 
     entry = yaml.safe_load(Path(loops_yaml).read_text())[0]
     launcher = load_launcher(entry["launcher"], entry["launcher_options"])

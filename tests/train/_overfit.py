@@ -3,7 +3,7 @@ pass rate measured by evaluation rollouts before and after.
 
 Everything real: SmolLM2-135M served by the transformers back-end behind the proxy, the react harness
 as a process in a local bubblewrap sandbox, the claw verifier, the SFT warm-start and the CPU trainer's
-GRPO loss (:meth:`openforge.forge.Forge.train`), LoRA adapter on. Only the schedule is the check's own:
+GRPO loss (:meth:`openforge.runner.forge.Forge.train`), LoRA adapter on. Only the schedule is the check's own:
 
 1. a tiny SFT warm-start on the chosen tasks' reference solutions (so the 135M model makes the tool
    call at all, and solves the tasks only sometimes: the room GRPO needs);
@@ -89,8 +89,8 @@ def flipped_advantages() -> Any:
 async def overfit(out: Path, extra: Sequence[str] = (), *, families: Sequence[str] = FAMILIES, steps: int = STEPS,
                   trials: int = TRIALS, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Warm-start → pass rate → GRPO steps → pass rate, on the fixed tasks; returns the numbers."""
-    from openforge.forge import Forge, load_tasks
-    from openforge.teacher import warm_start
+    from openforge.runner.forge import Forge, load_tasks
+    from openforge.runner.teacher import warm_start
 
     cfg = config(out, extra, families=families, steps=steps)
     t0 = time.monotonic()

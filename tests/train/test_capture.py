@@ -14,12 +14,12 @@ import openai
 import pytest
 from testservers import serve_app, tool_then_answer_upstream
 
+from openforge.core.trajectory import Trajectory, TrajectoryGroup, build_segments
+from openforge.core.types import ModelCall
 from openforge.proxy.backends import parse_backend_spec
 from openforge.proxy.server import ProxyServer
 from openforge.train.grpo import build_samples, count_mixed_groups, group_advantages
 from openforge.train.verl.outputs import TextCaptureError, segment_rows
-from openforge.trajectory import Trajectory, TrajectoryGroup, build_segments
-from openforge.types import ModelCall
 
 
 def _call(i: int, prompt: list[int], out: list[int]) -> ModelCall:

@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from openforge.config import load_config
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 
 
 def _cfg(**trainer):
@@ -53,8 +53,8 @@ def _steps(ck, tr, rewards, trained):
 def test_checkpoint_is_a_complete_model(make, tokenizer):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from openforge.modeldir import check_model_dir, read_meta
     from openforge.proxy.render import hermes_template
+    from openforge.util.modeldir import check_model_dir, read_meta
 
     ck, tr = make()
     ck.weights_changed_before_training()  # e.g. an SFT warm-start
@@ -95,7 +95,7 @@ def test_retention_keeps_the_last_n_and_the_best(make):
     # only the latest keeps what resuming needs; every kept one stays a complete model
     assert (ck.dir / "step-5" / "trainer_state.pt").is_file()
     assert not (ck.dir / "step-1" / "trainer_state.pt").exists()
-    from openforge.modeldir import check_model_dir
+    from openforge.util.modeldir import check_model_dir
 
     for p in ck.saved():
         check_model_dir(p)
@@ -116,7 +116,7 @@ def test_resume_point_after_unchanged_steps(make):
 
 
 def test_resolve_checkpoint_selectors(make, tmp_path):
-    from openforge.modeldir import resolve_checkpoint
+    from openforge.util.modeldir import resolve_checkpoint
 
     ck, tr = make(keep_checkpoints=2, keep_best=True)
     _steps(ck, tr, [0.1, 0.9, 0.2, 0.1, 0.3], [True] * 5)
@@ -133,8 +133,8 @@ def test_resolve_checkpoint_selectors(make, tmp_path):
 
 
 def test_not_a_model_is_named(make, tmp_path):
-    from openforge.modeldir import check_model_dir
     from openforge.proxy.backends import parse_backend_spec
+    from openforge.util.modeldir import check_model_dir
 
     ck, tr = make()
     ck.weights_changed_before_training()
@@ -157,7 +157,7 @@ class _Tasks:
     """An environment's task list (``load_tasks`` reads nothing else)."""
 
     def tasks(self, split=None):
-        from openforge.task import Task
+        from openforge.core.task import Task
 
         return [Task(id=f"task-{i}", instruction="x") for i in range(4)]
 
@@ -166,7 +166,7 @@ async def test_forge_train_skips_unchanged_steps_and_resumes(tiny_llama, tokeniz
     """Through ``Forge.train``: a tied step writes no checkpoint, and a second run resumes after it."""
     from openforge.config import RunConfig
     from openforge.proxy.backends.transformers import TransformersBackend
-    from openforge.session import Session
+    from openforge.runner.session import Session
     from openforge.train.cpu import CPUTrainer
 
     from .test_dynamic_sampling import ScriptedRewards

@@ -20,7 +20,7 @@ import shutil
 import pytest
 
 from openforge.config import load_config
-from openforge.errors import ForgeError
+from openforge.core.errors import ForgeError
 
 from .test_checkpoint import _sample
 

@@ -39,7 +39,7 @@ def _forge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     smollm2_tokenizer()
-    from openforge.forge import run
+    from openforge.runner.forge import run
 
     d = tmp_path_factory.mktemp("ckpt-e2e") / "claw-grpo"
     # the test preset, without its resample round (half the rollouts; the step still runs the optimizer)
@@ -59,7 +59,7 @@ def recorded(run_dir):
 
 
 def test_last_checkpoint_is_complete(run_dir):
-    from openforge.modeldir import check_model_dir, read_meta, resolve_checkpoint
+    from openforge.util.modeldir import check_model_dir, read_meta, resolve_checkpoint
 
     ck = resolve_checkpoint(run_dir, "last")
     check_model_dir(ck)
@@ -85,8 +85,8 @@ def test_training_prompts_are_what_the_checkpoint_renders(run_dir, recorded):
     split of its tool call), is those tokens followed by exactly the checkpoint's rendering of the rest."""
     from transformers import AutoTokenizer
 
-    from openforge.modeldir import resolve_checkpoint
     from openforge.proxy.wire_chat import ChatAdapter
+    from openforge.util.modeldir import resolve_checkpoint
 
     tok = AutoTokenizer.from_pretrained(resolve_checkpoint(run_dir, "last"))
     whole = spliced = 0
@@ -133,8 +133,8 @@ def test_forge_proxy_serve_of_the_checkpoint_renders_training_prompts(run_dir, r
     (a later turn's recorded ids keep the policy's own tokens, which a fresh conversation cannot have)."""
     from transformers import AutoTokenizer
 
-    from openforge.modeldir import resolve_checkpoint
     from openforge.proxy.wire_chat import ChatAdapter
+    from openforge.util.modeldir import resolve_checkpoint
 
     # the longest conversation, with the calls of its rollout before it
     call, earlier = max(((c, cs[:i]) for cs in recorded.values() for i, c in enumerate(cs)),

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from openforge.config import RunConfig, dump_config, load_config, parse_overrides
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 
 
 def test_overrides_parse_yaml_values():

@@ -6,11 +6,11 @@ import copy
 
 import pytest
 
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import ModelCall
 from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
 from openforge.train.grpo import TrainSample, build_samples
 from openforge.train.logprobs import pack_microbatches, token_logprobs
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import ModelCall
 
 torch = pytest.importorskip("torch")
 
@@ -119,7 +119,7 @@ def test_sft_step_and_checkpoint_resume(tiny_llama, tmp_path):
 
 
 def test_load_rejects_foreign_checkpoint(tiny_llama, tmp_path):
-    from openforge.errors import ConfigError
+    from openforge.core.errors import ConfigError
 
     tr = CPUTrainer(tiny_llama)
     with pytest.raises(ConfigError, match="no checkpoint weights"):

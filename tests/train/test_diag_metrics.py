@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from openforge.analysis.diagnose import DIAG_KEYS, step_diagnostics
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import ModelCall, RolloutStatus
 from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
 from openforge.train.grpo import build_samples, policy_loss
 from openforge.train.logprobs import token_logprobs
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import ModelCall, RolloutStatus
 
 torch = pytest.importorskip("torch")
 

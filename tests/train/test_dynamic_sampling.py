@@ -14,12 +14,13 @@ import json
 import pytest
 
 from openforge.config import RunConfig
-from openforge.forge import Forge, print_summary
-from openforge.rollout import GroupResults
-from openforge.task import Task
-from openforge.task_cursor import TaskCursor
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import ModelCall
+from openforge.core.task import Task
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import ModelCall
+from openforge.runner.forge import Forge
+from openforge.runner.rollout import GroupResults
+from openforge.runner.run_report import print_summary
+from openforge.runner.task_cursor import TaskCursor
 
 torch = pytest.importorskip("torch")
 
@@ -47,7 +48,7 @@ class ScriptedRewards(Forge):
 @pytest.fixture
 async def forge_factory(tiny_llama, tokenizer, tmp_path):
     from openforge.proxy.backends.transformers import TransformersBackend
-    from openforge.session import Session
+    from openforge.runner.session import Session
     from openforge.train.cpu import CPUTrainer
 
     made: list[Forge] = []
@@ -127,7 +128,7 @@ async def test_a_step_is_filled_to_the_target_of_mixed_groups(forge_factory):
 async def test_below_the_target_after_the_bounded_rounds_is_reported(forge_factory, tmp_path):
     from rich.console import Console
 
-    from openforge.forge import mixed_summary
+    from openforge.runner.run_report import mixed_summary
 
     f = await forge_factory([[[1.0, 0.0], [1.0, 1.0]], [[0.0, 0.0], [1.0, 1.0]]], max_resample_rounds=1)
     line = await f._grpo_step(0, cursor())
@@ -152,12 +153,12 @@ async def test_fewer_mixed_groups_than_the_floor_train_nothing(forge_factory):
 
 def test_target_below_the_floor_is_a_config_error():
     from openforge.config import load_config
-    from openforge.errors import ConfigError
+    from openforge.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="target_mixed_groups"):
         load_config({"trainer": {"cpu": {"min_mixed_groups": 3, "target_mixed_groups": 2}}})
     plan_cfg = load_config({"rollout": {"tasks_per_step": 4}, "trainer": {"cpu": {"min_mixed_groups": 0}}})
-    from openforge.step_sampling import SamplingPlan
+    from openforge.runner.step_sampling import SamplingPlan
 
     assert SamplingPlan.from_config(plan_cfg, 12).target == 0  # min_mixed_groups: 0 still turns it off
     assert SamplingPlan.from_config(load_config({"rollout": {"tasks_per_step": 4}}), 12).target == 4

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy(minutes=5)]  # 2.2 min here, ~
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     smollm2_tokenizer()
-    from openforge.forge import run
+    from openforge.runner.forge import run
 
     d = tmp_path_factory.mktemp("run") / "claw-grpo"
     summary = run(recipe="claw-grpo", preset="test", overrides=[f"run_dir={d}"], progress=False)
@@ -50,7 +50,7 @@ def test_run_directory(run_dir):
 
 
 def test_resume_from_checkpoint(run_dir):
-    from openforge.forge import run
+    from openforge.runner.forge import run
 
     summary = run(recipe="claw-grpo", preset="test", overrides=[f"run_dir={run_dir}"], progress=False)
     assert summary["steps"] == []  # step 1 was already done: resumed, nothing left

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy(minutes=11), pytest.mark.timeo
 
 
 def _need_pi() -> None:
-    from openforge.errors import HarnessError
+    from openforge.core.errors import HarnessError
     from openforge.harnesses.pi import PiHarness
 
     try:

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from openforge.config import RunConfig
-from openforge.task import Task
+from openforge.core.task import Task
 
 from .test_checkpoint_crash import Crash, crash_at, fresh_llama
 from .test_dynamic_sampling import ScriptedRewards
@@ -40,7 +40,7 @@ def rewards(tasks):
 
 async def _forge(run_dir, steps, *, model, tokenizer, **trainer):
     from openforge.proxy.backends.transformers import TransformersBackend
-    from openforge.session import Session
+    from openforge.runner.session import Session
     from openforge.train.cpu import CPUTrainer
 
     cfg = RunConfig(run_dir=str(run_dir), seed=5, rollout={"tasks_per_step": 4, "group_size": 2},
@@ -117,7 +117,7 @@ async def test_a_run_killed_while_checkpointing_resumes_the_same_tasks_and_state
 
 
 async def test_a_resume_without_the_optimizer_state_refuses_unless_told_to_start_it_fresh(tokenizer, tmp_path):
-    from openforge.errors import ForgeError
+    from openforge.core.errors import ForgeError
 
     first = await _forge(tmp_path / "run", 2, model=fresh_llama(), tokenizer=tokenizer)
     await _train(first)

@@ -13,7 +13,7 @@ from analysis.factory import traj
 from typer.testing import CliRunner
 
 from openforge.cli.main import app
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 
 runner = CliRunner()
 
@@ -67,7 +67,7 @@ def test_training_rollouts_export_as_before(tmp_path):
 
 
 def test_a_teacher_on_the_heldout_split_is_refused_before_it_runs(tmp_path, monkeypatch):
-    from openforge import teacher
+    from openforge.runner import teacher
 
     async def never(*a, **k):
         raise AssertionError("the teacher ran on held-out tasks")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from openforge.config import dump_config, load_config
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,8 +78,8 @@ def test_export_cli_loads_with_plain_transformers(run_dir, tmp_path):
 
 
 def test_export_best_and_refusals(run_dir, tmp_path):
-    from openforge.modeldir import read_meta
     from openforge.train.export_model import export_model
+    from openforge.util.modeldir import read_meta
 
     # scores: step-1 sampled step 2 (0.75), step-2 sampled step 3 (0.5): best is step-1 (kept by keep_best)
     res = export_model(run_dir, tmp_path / "best", best=True)

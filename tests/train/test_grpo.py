@@ -6,9 +6,9 @@ import math
 
 import pytest
 
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import ModelCall, RolloutStatus
 from openforge.train.grpo import build_samples, group_advantages, policy_loss
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import ModelCall, RolloutStatus
 
 
 def _call(i: int, prompt: list[int], out: list[int], lp: float = -1.0) -> ModelCall:

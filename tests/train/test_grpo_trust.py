@@ -9,8 +9,7 @@ import math
 
 import pytest
 
-from openforge.train.grpo import build_samples, count_mixed_groups, group_advantages, is_tied, policy_loss
-from openforge.trajectory import (
+from openforge.core.trajectory import (
     NonFiniteLogprobError,
     SegmentValidationError,
     Trajectory,
@@ -18,7 +17,8 @@ from openforge.trajectory import (
     build_segments,
     validate_segments,
 )
-from openforge.types import BreakReason, ModelCall, RolloutStatus, Segment
+from openforge.core.types import BreakReason, ModelCall, RolloutStatus, Segment
+from openforge.train.grpo import build_samples, count_mixed_groups, group_advantages, is_tied, policy_loss
 
 torch = pytest.importorskip("torch")
 

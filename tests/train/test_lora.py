@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 from openforge.config import CPUTrainerConfig, LoraConfig, dump_config, load_config  # noqa: E402
-from openforge.errors import ConfigError  # noqa: E402
+from openforge.core.errors import ConfigError  # noqa: E402
 from openforge.train.cpu import CPUTrainer  # noqa: E402
 from openforge.train.grpo import TrainSample  # noqa: E402
 
@@ -221,7 +221,7 @@ def test_sft_trains_the_same_adapter_and_caches_only_it(tiny_llama, tmp_path):
     model); its cache holds the adapter alone and loads back into a fresh run's adapter."""
     from safetensors.torch import load_file
 
-    from openforge.teacher import _save_cache
+    from openforge.runner.teacher import _save_cache
     from openforge.train.sft import sft_train
 
     base = {n: p.detach().clone() for n, p in tiny_llama.named_parameters()}
@@ -254,7 +254,7 @@ async def test_forge_trains_and_resumes_an_adapter(tiny_llama, tokenizer, tmp_pa
     base resumes the adapter and its optimizer from the last one."""
     from openforge.config import RunConfig
     from openforge.proxy.backends.transformers import TransformersBackend
-    from openforge.session import Session
+    from openforge.runner.session import Session
 
     from .test_checkpoint import _Tasks
     from .test_dynamic_sampling import ScriptedRewards
@@ -290,7 +290,7 @@ async def test_forge_trains_and_resumes_an_adapter(tiny_llama, tokenizer, tmp_pa
 def test_preflight_names_what_lora_needs(lora_run, monkeypatch):
     import importlib.util
 
-    from openforge.preflight import _model
+    from openforge.runner.preflight import _model
 
     run, _, _ = lora_run
     ck = str(run / "checkpoints" / "step-2")

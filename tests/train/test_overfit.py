@@ -29,9 +29,9 @@ RISE = 0.30
 
 def test_the_flip_reaches_the_samples_grpo_trains_on():
     """The control flips what the trainer sees (the advantages :func:`build_samples` writes), and undoes it."""
+    from openforge.core.trajectory import Trajectory, TrajectoryGroup
+    from openforge.core.types import ModelCall, RolloutStatus
     from openforge.train.grpo import build_samples
-    from openforge.trajectory import Trajectory, TrajectoryGroup
-    from openforge.types import ModelCall, RolloutStatus
 
     def traj(rid: str, reward: float) -> Trajectory:
         call = ModelCall(index=0, prompt_ids=[1, 2], output_ids=[3, 4], output_logprobs=[-1.0, -1.0])

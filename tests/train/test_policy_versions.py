@@ -11,10 +11,10 @@ import logging
 import httpx
 import pytest
 
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import ModelCall, RolloutStatus
 from openforge.train.grpo import build_samples, count_stale, group_advantages
 from openforge.train.policy_sync import InProcessPolicy, open_engine
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import ModelCall, RolloutStatus
 
 
 def _traj(rid: str, reward: float, versions: list[int | None]) -> Trajectory:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from openforge.config import RunConfig
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import ModelCall
 from openforge.train.grpo import build_samples
 from openforge.train.reward_shuffle import shuffle_rewards
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import ModelCall
 
 from .test_dynamic_sampling import cursor, forge_factory  # noqa: F401  (the fixture)
 

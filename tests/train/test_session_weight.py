@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from openforge.config import load_config
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
+from openforge.core.trajectory import Trajectory, TrajectoryGroup
+from openforge.core.types import BreakReason, ModelCall
 from openforge.train.grpo import build_samples
-from openforge.trajectory import Trajectory, TrajectoryGroup
-from openforge.types import BreakReason, ModelCall
 
 
 def _call(i: int, prompt: list[int], out: list[int]) -> ModelCall:

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from openforge.errors import ConfigError
-from openforge.session import reference_script
+from openforge.core.errors import ConfigError
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall, RolloutStatus
+from openforge.runner.session import reference_script
 from openforge.train.sft import chat_record, export_sft, load_token_samples, sft_samples
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall, RolloutStatus
 
 TOOLS = [{"type": "function", "function": {"name": "shell", "description": "run",
                                             "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]
@@ -77,7 +77,7 @@ def test_bad_export_arguments(tmp_path):
 
 
 def test_reference_script():
-    from openforge.task import Task
+    from openforge.core.task import Task
 
     class Env:
         name = "demo"
@@ -114,7 +114,7 @@ def test_forge_export_sft_runs_the_reference_teacher(tmp_path):
 @pytest.mark.slow
 def test_claw_sft_recipe(tmp_path):
     pytest.importorskip("torch")
-    from openforge.forge import run
+    from openforge.runner.forge import run
 
     s = run(recipe="claw-sft", preset="test", overrides=[f"run_dir={tmp_path}"], progress=False)
     assert s["sft"]["steps"] == 1 and s["sft"]["trajectories"] == 2 and s["steps"] == []

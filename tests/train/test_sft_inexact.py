@@ -96,9 +96,9 @@ async def test_forge_export_sft_tokens_from_an_inexact_teacher(teacher_traj, tmp
 
 
 def test_warm_start_error_names_the_real_cause(tmp_path):
+    from openforge.core.trajectory import Trajectory
+    from openforge.core.types import ModelCall
     from openforge.train.sft import _no_samples
-    from openforge.trajectory import Trajectory
-    from openforge.types import ModelCall
 
     call = ModelCall(index=0, api="messages", request={"messages": []}, prompt_ids=[1], output_ids=[2], exact=False)
     good = [Trajectory(rollout_id="a", task_id="t", reward=1.0, calls=[call]).build()]

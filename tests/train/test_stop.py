@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from openforge.errors import TrainingStopped
+from openforge.core.errors import TrainingStopped
 from openforge.train.cpu import CPUTrainer, CPUTrainerConfig
 from openforge.train.grpo import TrainSample
 from openforge.train.sft import sft_train
@@ -108,8 +108,8 @@ async def test_cancelling_the_warm_start_stops_its_sft(monkeypatch, tmp_path):
     import contextlib
     import json
 
-    from openforge import teacher
     from openforge.config import RunConfig
+    from openforge.runner import teacher
 
     data = tmp_path / "tokens.jsonl"
     data.write_text(json.dumps({"input_ids": [5, 6, 7, 8], "loss_mask": [0, 0, 1, 1]}) + "\n")

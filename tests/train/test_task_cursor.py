@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from openforge.task import Task
-from openforge.task_cursor import CursorState, TaskCursor
+from openforge.core.task import Task
+from openforge.runner.task_cursor import CursorState, TaskCursor
 
 TASKS = [Task(id=f"task-{i:02d}", instruction="x") for i in range(12)]
 

@@ -10,10 +10,10 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openforge.rollout import GroupResults
-from openforge.step_sampling import SamplingPlan, sample_step
-from openforge.task import Task
-from openforge.task_cursor import CursorState, TaskCursor
+from openforge.core.task import Task
+from openforge.runner.rollout import GroupResults
+from openforge.runner.step_sampling import SamplingPlan, sample_step
+from openforge.runner.task_cursor import CursorState, TaskCursor
 
 STEPS = st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=8)  # (resample rounds, resume)
 

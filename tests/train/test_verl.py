@@ -15,11 +15,11 @@ import pytest
 from testdeps import smollm2_tokenizer as load_smollm2_tokenizer
 
 from openforge.config import load_config
-from openforge.task import Task
+from openforge.core.task import Task
+from openforge.core.trajectory import Trajectory
+from openforge.core.types import ModelCall, RolloutStatus
 from openforge.train.grpo import group_advantages
 from openforge.train.verl.outputs import segment_rows
-from openforge.trajectory import Trajectory
-from openforge.types import ModelCall, RolloutStatus
 
 
 def _traj(rid: str, reward: float, calls: list[ModelCall], status=RolloutStatus.SUCCESS) -> Trajectory:
@@ -150,7 +150,7 @@ def _compose(overrides: list[str]):
 
 def test_rollout_mean_is_refused_before_anything_is_written(tmp_path):
     """Pure: an objective veRL cannot optimise is refused by the launcher, in the config's terms."""
-    from openforge.errors import ConfigError
+    from openforge.core.errors import ConfigError
     from openforge.train.verl.launch import launch
 
     tasks = [Task(id="t0", instruction="do", environment="claw")]
@@ -317,7 +317,7 @@ def test_verl_grpo_on_gpu(tmp_path):
     cfg = load_recipe_config("claw-grpo", preset="verl", overrides=[
         f"model.name={os.environ['OPENFORGE_VERL_MODEL']}", "trainer.steps=1", "trainer.verl.train_batch_size=2",
         "trainer.verl.ppo_mini_batch_size=2", "rollout.group_size=2", "trainer.verl.agent_workers=1"])
-    from openforge.forge import load_tasks
+    from openforge.runner.forge import load_tasks
 
     res = launch(cfg, tmp_path, load_tasks(cfg))
     assert res["rc"] == 0

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from openforge.core.task import Task
 from openforge.recipes import load_recipe_config
-from openforge.task import Task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -262,7 +262,7 @@ def test_verl_main_ppo_two_grpo_steps_on_cpu(tmp_path):
     if not learned:  # the mechanics ran, but nothing here can show the weights following a signal
         pytest.xfail(f"no mixed group in {STEPS} steps (score means {[m[s]['critic/score/mean'] for s in steps]})")
     # the actor's weights changed in each step that had a signal (step 1 against the warm-start it loaded)
-    from openforge.modeldir import resolve_model_name
+    from openforge.util.modeldir import resolve_model_name
 
     ck = run / "checkpoints"
     w = {s: _actor_state(ck / f"global_step_{s}") for s in steps}

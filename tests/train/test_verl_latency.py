@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from openforge.outcome import OutcomeFacts
+from openforge.core.outcome import OutcomeFacts
+from openforge.core.types import CallStatus
+from openforge.core.types import RolloutStatus as S
 from openforge.proxy.server import ProxyServer
 from openforge.train.verl.backend import VerlServerBackend
 from openforge.train.verl.latency import DecodeRate
-from openforge.types import CallStatus
-from openforge.types import RolloutStatus as S
 
 # -- the split -----------------------------------------------------------------------------------------
 

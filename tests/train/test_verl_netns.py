@@ -17,7 +17,7 @@ from security._drivers import driver_base
 from security.test_sandbox_escapes import REPO, TEST_UID, _user_python
 
 from openforge.config import RunConfig
-from openforge.errors import ConfigError
+from openforge.core.errors import ConfigError
 from openforge.train.verl import netns
 from openforge.train.verl.launch import network_prefix
 
@@ -120,7 +120,7 @@ def test_where_no_namespace_can_be_made_loopback_refuses_and_auto_warns(monkeypa
 
 @needs_netns
 def test_a_cpu_launch_writes_the_namespace_into_its_command(tmp_path):
-    from openforge.task import Task
+    from openforge.core.task import Task
     from openforge.train.verl.launch import launch
 
     res = launch(_cfg(device="cpu"), tmp_path, [Task(id="t0", instruction="do", environment="claw")], dry_run=True)

@@ -15,7 +15,7 @@ import asyncio
 
 import pytest
 
-from openforge.types import CallStatus, RolloutStatus
+from openforge.core.types import CallStatus, RolloutStatus
 
 pytest.importorskip("verl", reason="verl not installed: pip install 'openforge[verl]' (verl==0.9.1)")
 pytest.importorskip("openai")

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from testdeps import smollm2_tokenizer
 
+from openforge.core.task import Task
 from openforge.environment import Environment, VerifyResult
 from openforge.harness import Harness, HarnessResult, RolloutContext
 from openforge.launchers.base import Launcher, Sandbox, SandboxSpec
-from openforge.task import Task
 
 NEEDS_VERL = "verl not installed: pip install 'openforge[verl]' (verl==0.9.1)"
 
@@ -171,8 +171,8 @@ async def test_the_rollout_budget_reaches_the_worker_session(monkeypatch):
     """``rollout.timeout_s`` (the ``verl`` preset's 900 s) is each rollout's budget in the veRL worker too;
     before, the worker ran every rollout on the task's own budget (claw: 180 s) and a slow CPU replica's
     rollouts were killed as infra errors."""
-    from openforge import worker_runtime
     from openforge.recipes import load_recipe_config
+    from openforge.runner import worker_runtime
     from openforge.train.verl.launch import agent_loop_entries
 
     cfg = load_recipe_config("claw-grpo", preset="verl", overrides=["rollout.timeout_s=900"])
@@ -219,7 +219,7 @@ async def test_session_rollout_id_and_its_own_sampling_reach_veRL(loop_factory, 
 
 
 async def test_call_for_a_rollout_never_opened_is_refused(tokenizer):
-    from openforge.errors import BackendError
+    from openforge.core.errors import BackendError
     from openforge.proxy.backends.base import GenContext, SamplingParams
     from openforge.train.verl.backend import VerlServerBackend
 

@@ -103,7 +103,7 @@ def test_one_step_training_run_with_engine_vllm(server, tmp_path):
     the trainer's), and the trained adapter is pushed as version 1."""
     from testdeps import smollm2_tokenizer
 
-    from openforge.forge import run
+    from openforge.runner.forge import run
     from openforge.store import TrajectoryStore
 
     smollm2_tokenizer()

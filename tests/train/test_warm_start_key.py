@@ -5,7 +5,7 @@ from __future__ import annotations
 from openforge.config import load_config
 from openforge.plugins import make_environment
 from openforge.recipes import recipe_config
-from openforge.teacher import warm_start_key
+from openforge.runner.teacher import warm_start_key
 
 
 def _key(*overrides: str) -> str:

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.errors import EnvironmentError_
+from ...core.task import Task
 from ...environment import Environment, VerifyResult
-from ...errors import EnvironmentError_
 from ...launchers.base import Sandbox
-from ...task import Task
 from ..serve import AppServer, socket_path
 from .app import WebState, build_app
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from ...core.errors import EnvironmentError_
+from ...core.task import Task
 from ...environment import Environment, VerifyResult
-from ...errors import EnvironmentError_
 from ...launchers.base import Sandbox
-from ...task import Task
 from ..serve import socket_path
 from .credit import partial_credit
 from .generated import GenOptions, streams

@@ -19,7 +19,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 from .gen_families import FAMILIES, Draft, Pools, pools
 from .spec import ClawSpec
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...core.errors import EnvironmentError_
+from ...core.task import Task
 from ...environment import Environment, VerifyResult
-from ...errors import EnvironmentError_
 from ...launchers.base import Sandbox
-from ...task import Task
 
 __all__ = ["DesktopEnvironment"]
 APPS = str(Path(__file__).with_name("apps.py"))

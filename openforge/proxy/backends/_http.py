@@ -4,8 +4,8 @@ third of httpx's per-request CPU cost, which matters for proxy overhead), httpx 
 Owns: :class:`JsonClient` — ``await request(method, url, body) -> (status, text)`` and
 ``async for lines in stream_lines(method, url, body)`` (a streamed answer's complete lines, as each
 network read brings them), a non-200 answer raised as :class:`HTTPRefused` (status and body),
-with transport errors mapped to :class:`~openforge.errors.BackendError` /
-:class:`~openforge.errors.BackendTimeout` — and :class:`SSEChunks` (the JSON chunks of an
+with transport errors mapped to :class:`~openforge.core.errors.BackendError` /
+:class:`~openforge.core.errors.BackendTimeout` — and :class:`SSEChunks` (the JSON chunks of an
 OpenAI-style ``data:`` stream).
 """
 
@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import contextmanager
 from typing import Any
 
-from ...errors import BackendError, BackendTimeout
+from ...core.errors import BackendError, BackendTimeout
 from ..sse import dumps, loads
 
 __all__ = ["HTTPRefused", "JsonClient", "SSEChunks"]

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...heap import trim_heap
+from ...util.heap import trim_heap
 from .base import Generation, SamplingParams
 from .hf_packed import PackedLinears
 from .hf_prefix import KV, PrefixCache

@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ...atomicdir import atomic_files
-from ...errors import ConfigError
+from ...core.errors import ConfigError
+from ...util.atomicdir import atomic_files
 
 __all__ = [
     "SMOLLM2_ALIASES",
@@ -40,8 +40,8 @@ _load_lock = threading.Lock()
 
 
 def cache_dir() -> Path:
-    """``models/`` under the cache root (:func:`openforge.paths.cache_root`)."""
-    from ...paths import cache_root
+    """``models/`` under the cache root (:func:`openforge.util.paths.cache_root`)."""
+    from ...util.paths import cache_root
 
     return cache_root() / "models"
 
@@ -64,7 +64,7 @@ def load_tokenizer(name_or_path: str = "smollm2-135m") -> Any:
     from transformers import AutoTokenizer
 
     if name_or_path.lower() not in SMOLLM2_ALIASES:
-        from ...modeldir import resolve_model_name
+        from ...util.modeldir import resolve_model_name
 
         name_or_path = resolve_model_name(name_or_path)  # RUN@last / @best / @N: that checkpoint
         if name_or_path.lower() in SMOLLM2_ALIASES:  # RUN@base of a run that started from the default
@@ -121,9 +121,9 @@ def load_smollm2(dtype: Any = None) -> tuple[Any, Any]:
 
 def load_model(name_or_path: str, dtype: Any = None) -> tuple[Any, Any]:
     """``smollm2-135m`` (and aliases), a local HF model directory, or ``RUN@last`` / ``@best`` / ``@N`` /
-    ``@base`` (a run's checkpoint, :func:`openforge.modeldir.resolve_model_name`) → ``(model, tokenizer)``.
+    ``@base`` (a run's checkpoint, :func:`openforge.util.modeldir.resolve_model_name`) → ``(model, tokenizer)``.
     A LoRA checkpoint loads as its base with the adapter merged in (:func:`openforge.train.lora.load_merged`)."""
-    from ...modeldir import check_model_dir, is_adapter_dir, resolve_model_name
+    from ...util.modeldir import check_model_dir, is_adapter_dir, resolve_model_name
 
     name_or_path = resolve_model_name(name_or_path)
     if name_or_path.lower() in SMOLLM2_ALIASES:
@@ -153,7 +153,7 @@ def load_merged(path: str | Path, dtype: Any = None) -> tuple[Any, Any]:
     ``transformers`` model in eval mode; the tokenizer is the checkpoint's own."""
     from transformers import AutoTokenizer
 
-    from ...modeldir import adapter_base
+    from ...util.modeldir import adapter_base
 
     p = Path(path)
     base = adapter_base(p)
@@ -172,7 +172,7 @@ def load_merged_into(model: Any, adapter: str | Path, *, what: str = "this model
     try:
         import peft
     except ImportError:
-        from ...extras import pip_install
+        from ...util.extras import pip_install
 
         raise ConfigError(f"{adapter} is a LoRA adapter: loading it needs peft ({pip_install('cpu')})") from None
     try:

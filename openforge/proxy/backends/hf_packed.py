@@ -30,7 +30,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
-from ...heap import trim_heap
+from ...util.heap import trim_heap
 from .hf_prefix import weights_version
 
 __all__ = ["PackedLinears", "packing_supported"]

@@ -14,7 +14,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from ...errors import BackendError
+from ...core.errors import BackendError
 from ..canonical import to_openai_messages
 from ._http import JsonClient, SSEChunks
 from .base import GenContext, MessageBackend, SamplingParams, TextCompletion

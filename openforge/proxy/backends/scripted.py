@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from ...errors import BackendError, ConfigError
+from ...core.errors import BackendError, ConfigError
 from .base import GenContext, Generation, SamplingParams, TokenBackend
 
 __all__ = ["SHELL_TOOL_NAMES", "ScriptedBackend", "load_script"]

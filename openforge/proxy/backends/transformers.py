@@ -36,7 +36,7 @@ import secrets
 import threading
 from typing import Any
 
-from ...errors import BackendError
+from ...core.errors import BackendError
 from .base import GenContext, Generation, SamplingParams, TokenBackend
 from .hf_batch import LiveRow, RunningBatch, mergeable
 from .hf_loading import (

@@ -10,7 +10,7 @@ recorded as a ``context_overflow`` call rather than failing in vLLM, and ``max_t
 the room the prompt leaves (vLLM refuses prompt + ``max_tokens`` over its length with a 400). A server
 that does not list its length states it when it refuses: the length is learnt from that 400, the call
 sent again clamped, or, when the prompt alone does not fit, recorded as the policy's overflow
-(:class:`~openforge.errors.BackendContextOverflow`), never as a back-end failure.
+(:class:`~openforge.core.errors.BackendContextOverflow`), never as a back-end failure.
 
 Every completion is streamed from the server, whether or not the harness streams (a non-streaming
 harness gets the assembled answer): the call's clock (:mod:`openforge.proxy.timing`) then sees when
@@ -44,7 +44,7 @@ import re
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ...errors import BackendContextOverflow, BackendError, ConfigError
+from ...core.errors import BackendContextOverflow, BackendError, ConfigError
 from ._http import HTTPRefused, JsonClient, SSEChunks
 from .base import GenContext, Generation, SamplingParams, TokenBackend
 

@@ -33,9 +33,9 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
+from ...core.task import Task
+from ...core.trajectory import Trajectory
 from ...plugins import load_ref
-from ...task import Task
-from ...trajectory import Trajectory
 from .backend import VerlServerBackend
 from .outputs import to_agent_loop_outputs
 
@@ -133,7 +133,7 @@ class OpenForgeAgentLoop(AgentLoopBase):
                 if self.runner_ref:
                     factory = load_ref(self.runner_ref)
                 else:
-                    from ...worker_runtime import episode_runner as factory
+                    from ...runner.worker_runtime import episode_runner as factory
                 self.runtime["runner"] = await factory(backend=self.backend, max_tokens=self.max_tokens,
                                                        **self.settings)
             return self.runtime["runner"]

@@ -26,7 +26,7 @@ import asyncio
 import time
 from typing import Any
 
-from ...errors import BackendContextOverflow, BackendError
+from ...core.errors import BackendContextOverflow, BackendError
 from ...proxy.backends.base import GenContext, Generation, SamplingParams, TokenBackend
 from .latency import DecodeRate
 

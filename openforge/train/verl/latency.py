@@ -20,7 +20,7 @@ decode is therefore *estimated* from token counts at a rate measured per trainin
   ``max_tokens`` (:meth:`DecodeRate.decoding_since`); otherwise it was waiting for the back-end (the
   engine queued it, or stalled: the outcome rule's "the model never answered").
 
-The outcome rule (:mod:`openforge.outcome`, rule 5) then blames a timeout on the back-end only by that
+The outcome rule (:mod:`openforge.core.outcome`, rule 5) then blames a timeout on the back-end only by that
 wait, as it does for back-ends that stream: a verbose policy that talks past its budget is a trained
 ``timeout``, not an ``infra_error`` that fails and refills its whole group. The median is robust to a
 lone straggler decoding alone at the end of a step (fast) and to a call that queued (slow); under a

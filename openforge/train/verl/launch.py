@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ...errors import ConfigError
+from ...core.errors import ConfigError
 
 if TYPE_CHECKING:
     from ...config import RunConfig
-    from ...task import Task
+    from ...core.task import Task
 
 __all__ = ["agent_loop_entries", "build_dataset", "cpu_overrides", "launch", "loss_agg_mode", "model_path",
            "run_env", "verl_overrides", "write_agent_loop_yaml"]
@@ -239,8 +239,8 @@ def cpu_overrides(cfg: RunConfig) -> list[str]:
 def model_path(name: str) -> str:
     """veRL loads an HF directory: ``RUN@last`` (etc.) becomes that checkpoint, the default model's alias its
     cached conversion; any other name (a hub id, a directory) goes to veRL unchanged."""
-    from ...modeldir import resolve_model_name
     from ...proxy.backends.hf_loading import SMOLLM2_ALIASES
+    from ...util.modeldir import resolve_model_name
 
     name = resolve_model_name(name)
     from ..lora import is_adapter_dir

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...trajectory import Trajectory
+from ...core.trajectory import Trajectory
 
 __all__ = ["TextCaptureError", "segment_rows", "to_agent_loop_outputs"]
 

@@ -1,7 +1,7 @@
 """``forge eval``: run every task of an environment split k times and score the runs.
 
 Owns: :class:`EvalRequest`, :func:`run_eval_harnesses` (one :func:`run_eval` per harness, same tasks
-and trials), :func:`eval_backends` (one per back-end, each written to ``OUT/<i>-<label>/``), :func:`run_eval` (a :class:`~openforge.session.Session` — back-end,
+and trials), :func:`eval_backends` (one per back-end, each written to ``OUT/<i>-<label>/``), :func:`run_eval` (a :class:`~openforge.runner.session.Session` — back-end,
 proxy, launcher, harness, environment — running the groups) and :func:`write_eval_dir` (the output
 directory ``forge compare`` / ``forge report`` read). Scoring is analysis
 (:func:`openforge.analysis.passk.summarize_eval`); running the rollouts is not, so it lives here.
@@ -10,7 +10,7 @@ Every trial is kept — policy failures *and* infrastructure failures — becaus
 valid trials and the failure taxonomy needs the rest. Infra failures are retried by the
 orchestrator (they are not trials); the final attempt of each slot is what is reported.
 Each trajectory's metadata carries the task's ``category``, ``required_tools``, ``subgoals`` and
-``split`` (set by :func:`openforge.rollout.run_rollout`) so an eval directory can be analysed later
+``split`` (set by :func:`openforge.runner.rollout.run_rollout`) so an eval directory can be analysed later
 without the environment.
 """
 
@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .analysis.passk import EvalSummary, summarize_eval
+from ..analysis.passk import EvalSummary, summarize_eval
+from ..core.trajectory import Trajectory
 from .rollout import GroupResults
 from .session import (
     ProxySettings,
@@ -35,10 +36,9 @@ from .session import (
     load_launcher,
     select_tasks,
 )
-from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .store import TrajectoryStore
+    from ..store import TrajectoryStore
 
 __all__ = ["ROLLOUTS_DB", "EvalRequest", "eval_backends", "finished_trials", "run_eval", "run_eval_harnesses",
            "write_eval_dir"]
@@ -124,8 +124,8 @@ def _trials(finals: Sequence[Trajectory]) -> list[Trajectory]:
 def finished_trials(store_path: str | Path, *, k: int) -> tuple[EvalSummary, list[Trajectory]]:
     """What an interrupted eval finished: the final attempts recorded in its store (``ROLLOUTS_DB``),
     without the rollouts the interruption cancelled; their summary (``k`` trials planned per task)."""
-    from .store import load_trajectories
-    from .types import RolloutStatus
+    from ..core.types import RolloutStatus
+    from ..store import load_trajectories
 
     path = Path(store_path)
     done = [t for t in load_trajectories(path) if t.status != RolloutStatus.CANCELLED] if path.is_file() else []
@@ -176,7 +176,7 @@ async def run_eval_harnesses(req: EvalRequest, names: Sequence[str], options: Ma
 async def eval_backends(req: EvalRequest, backends: Sequence[str], out: str | Path, *,
                         progress: bool = True) -> list[tuple[str, Path, EvalSummary]]:
     """Evaluate each back-end on ``req``'s tasks; ``(label, directory, summary)`` per back-end."""
-    from .analysis.eval_many import backend_label, normalize_backend
+    from ..analysis.eval_many import backend_label, normalize_backend
 
     results = []
     for i, spec in enumerate(backends):

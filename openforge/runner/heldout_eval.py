@@ -14,7 +14,7 @@ every call), so a clean point (no rollout lost to infrastructure) is kept under
 ``<cache root>/heldout/<key>/`` and copied into the next run that would measure the same thing
 (``eval.heldout.cache``; the table then says ``cached``). The key holds the settings and the content of
 what shapes the point (the code that runs and scores a rollout, the tasks and the environment's checks,
-the model's files: :mod:`openforge.content_hash`), so a changed prompt, renderer or outcome rule
+the model's files: :mod:`openforge.runner.content_hash`), so a changed prompt, renderer or outcome rule
 measures again. A cached point without per-task outcomes
 (written before points were paired) is measured again.
 """
@@ -25,22 +25,49 @@ import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .analysis.heldout import compare_points, load_point, point_numbers, shares
-from .paths import cache_key, cache_root
-from .task import Task
+from ..analysis.heldout import compare_points, load_point, point_numbers, shares
+from ..core.task import Task
+from ..util.paths import cache_key, cache_root
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .environment import Environment
-    from .forge import Forge
-    from .trajectory import Trajectory
+    from ..config import RunConfig
+    from ..core.trajectory import Trajectory
+    from ..environment import Environment
+    from ..proxy.backends.base import Backend
+    from .harness_mix import GroupHarnesses
+    from .session import Session
 
-__all__ = ["before_key", "by_run_name", "heldout_after", "heldout_before", "heldout_warmstart", "run_point", "warmstart_key"]
+__all__ = ["HeldoutHost", "before_key", "by_run_name", "heldout_after", "heldout_before", "heldout_warmstart", "run_point", "warmstart_key"]
 
 
-async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str,
+class _Log(Protocol):
+    def log(self, *objects: Any) -> None: ...
+
+
+class HeldoutHost(Protocol):
+    """What the held-out points use of the run that holds them (the typed seam:
+    :class:`~openforge.runner.forge.Forge` satisfies it; this module does not import it, so the forge →
+    held-out dependency stays one way)."""
+
+    @property
+    def cfg(self) -> RunConfig: ...
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def console(self) -> _Log: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def runtime(self) -> Session: ...
+    @property
+    def env(self) -> Environment: ...
+
+    def group_harnesses(self, names: Sequence[str]) -> GroupHarnesses: ...
+
+
+async def run_point(forge: HeldoutHost, tasks: Sequence[Task], point: str, *, label: str,
                     harnesses: Sequence[str] | None = None, trials: int | None = None,
                     path: Path | None = None) -> dict[str, Any]:
     """Roll out every task ``trials`` (default ``eval.heldout.trials``) times through every harness
@@ -64,7 +91,7 @@ async def run_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: s
     if len(names) > 1:
         out["all"] = point_numbers(trajs, trials)
     _write(path or forge.run_dir / "heldout" / point, cfg, tasks, trajs, out, names, trials)
-    from .heap import release_memory
+    from ..util.heap import release_memory
 
     release_memory()  # the point's decoding batches (KV caches) are done with
     return out
@@ -88,7 +115,7 @@ def by_run_name(trajs: Sequence[Trajectory], names: Sequence[str], n_tasks: int)
 def _write(path: Path, cfg: RunConfig, tasks: Sequence[Task], trajs: list[Trajectory], numbers: dict[str, Any],
            names: Sequence[str], trials: int) -> None:
     """A ``forge eval``-shaped directory (config.yaml, eval.json, trajectories.jsonl) plus heldout.json."""
-    from .analysis.passk import summarize_eval
+    from ..analysis.passk import summarize_eval
     from .evaluation import EvalRequest, write_eval_dir
 
     req = EvalRequest(harness=",".join(names), env=cfg.env.name, backend="policy (this run)", trials=trials,
@@ -98,7 +125,7 @@ def _write(path: Path, cfg: RunConfig, tasks: Sequence[Task], trajs: list[Trajec
     (path / "heldout.json").write_text(json.dumps(numbers, indent=1))
 
 
-async def heldout_before(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
+async def heldout_before(forge: HeldoutHost, tasks: Sequence[Task]) -> dict[str, Any]:
     """The ``before`` point: the one a resumed run wrote, else a cached one, else run now (the policy
     the run starts from; cached when no rollout was lost to infrastructure)."""
     cfg = forge.cfg
@@ -107,7 +134,7 @@ async def heldout_before(forge: Forge, tasks: Sequence[Task]) -> dict[str, Any]:
     return {"tasks": [t.id for t in tasks], "trials": cfg.eval.heldout.trials, "before": before}
 
 
-async def heldout_warmstart(forge: Forge, tasks: Sequence[Task], heldout: dict[str, Any], *,
+async def heldout_warmstart(forge: HeldoutHost, tasks: Sequence[Task], heldout: dict[str, Any], *,
                             sft_key: str | None) -> dict[str, Any]:
     """Add the ``warmstart`` point (the policy after the SFT warm-start, before any GRPO step) to
     ``heldout``. ``sft_key``: the warm-start's cache key when its weights are cached (the point is then
@@ -118,7 +145,7 @@ async def heldout_warmstart(forge: Forge, tasks: Sequence[Task], heldout: dict[s
     return heldout
 
 
-async def _cached_point(forge: Forge, tasks: Sequence[Task], point: str, *, label: str,
+async def _cached_point(forge: HeldoutHost, tasks: Sequence[Task], point: str, *, label: str,
                         key: str | None) -> dict[str, Any]:
     """``point`` as a resumed run wrote it, else from the cache under ``key``, else measured now (and
     cached when clean)."""
@@ -142,7 +169,7 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Envi
     and its model (a local directory by its files' names, sizes and times), the tasks (every field, and
     what ``env`` hides from the agent: its checks), environment, launcher, harnesses as they run, sampling,
     the per-rollout token budget (``eval.heldout.max_tokens``), trials, seed, and the code that runs and
-    scores a rollout (openforge's, the harness and environment classes': :mod:`openforge.content_hash`)."""
+    scores a rollout (openforge's, the harness and environment classes': :mod:`openforge.runner.content_hash`)."""
     from .content_hash import shaping
 
     return cache_key({
@@ -157,7 +184,7 @@ def before_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Envi
 
 def warmstart_key(cfg: RunConfig, tasks: Sequence[Task], *, backend: str, env: Environment, sft_key: str) -> str:
     """What shapes a ``warmstart`` measurement: all that shapes ``before`` plus the warm-start's own
-    cache key (teacher, SFT settings and tasks: :func:`openforge.teacher.warm_start_key`)."""
+    cache key (teacher, SFT settings and tasks: :func:`openforge.runner.teacher.warm_start_key`)."""
     return cache_key({"before": before_key(cfg, tasks, backend=backend, env=env), "sft": sft_key})
 
 
@@ -191,7 +218,7 @@ def _to_cache(src: Path, cached: Path) -> None:
     tmp.replace(cached)
 
 
-async def heldout_after(forge: Forge, tasks: Sequence[Task], heldout: dict[str, Any]) -> dict[str, Any]:
+async def heldout_after(forge: HeldoutHost, tasks: Sequence[Task], heldout: dict[str, Any]) -> dict[str, Any]:
     """Add the ``after`` point (the final policy), the per-harness comparison with ``before`` (``diff``)
     and each stage's share (``shares``: SFT's, GRPO's own, the total) to ``heldout``."""
     heldout["after"] = await run_point(forge, tasks, "after", label="end")

@@ -9,7 +9,7 @@ and :func:`model_files`.
 
 openforge's ``__version__`` stays ``0.1.0`` from change to change, so a key built on it reused a held-out
 point, or a warm-start, made under an older harness prompt, renderer or outcome rule. The cached results'
-keys (:func:`openforge.heldout_eval.before_key`, :func:`openforge.teacher.warm_start_key`) hold these
+keys (:func:`openforge.runner.heldout_eval.before_key`, :func:`openforge.runner.teacher.warm_start_key`) hold these
 digests instead. What counts:
 
 - **openforge's code** (:data:`SCOPES`): every file of the installed package (modules, chat templates,
@@ -17,7 +17,7 @@ digests instead. What counts:
   point: the harnesses, the proxy's rendering, parsing and sampling, the launchers, outcome rules,
   environments, the point's numbers) leaves out ``cli/``, ``devtools/``, ``store/``, ``recipes/``
   (their values are in the key as config), ``train/`` and the GRPO step's own modules;
-  ``warmstart`` (an SFT warm-start) also counts ``train/`` and ``teacher.py``.
+  ``warmstart`` (an SFT warm-start) also counts ``train/`` and ``runner/teacher.py``.
 - **plug-in classes** from outside openforge (a harness or environment registered by entry point,
   ``module:Class`` or ``register``): the folder of the class's package (every file, recursively), or for
   a top-level module the Python files beside it (what a harness binds as its agent files), and the same for
@@ -47,14 +47,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .environment import Environment
-    from .task import Task
+    from ..config import RunConfig
+    from ..core.task import Task
+    from ..environment import Environment
 
 __all__ = ["CONTENT_BUDGET", "CONTENT_LIMIT", "OPENFORGE_ROOT", "SCOPES", "classes_digest", "code_digest", "library_versions",
            "local_spec_digest", "model_files", "path_digest", "shaping", "tasks_digest"]
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # openforge/, above runner/
 #: The openforge package whose code :func:`code_digest` hashes (the tests point it at a copy).
 OPENFORGE_ROOT = _PACKAGE
 #: Files up to this size count by content, bigger ones by size and modification time.
@@ -63,10 +63,11 @@ CONTENT_LIMIT = 1 << 20
 CONTENT_BUDGET = 64 << 20
 
 Scope = Literal["rollout", "warmstart"]
-_NEVER = ("cli", "devtools", "store", "recipes", "task_cursor.py", "step_sampling.py", "run_health.py")
-#: Per scope, the paths (relative to the package) whose content cannot change such a result.
+_NEVER = ("cli", "devtools", "store", "recipes", "runner/task_cursor.py", "runner/step_sampling.py",
+          "runner/run_health.py")
+#: Per scope, the paths (relative to the package: a folder or a file) whose content cannot change such a result.
 SCOPES: dict[str, tuple[str, ...]] = {
-    "rollout": (*_NEVER, "train", "teacher.py"),
+    "rollout": (*_NEVER, "train", "runner/teacher.py"),
     "warmstart": _NEVER,
 }
 _COMPILED = (".pyc", ".pyo")
@@ -77,9 +78,9 @@ def shaping(cfg: RunConfig, tasks: Sequence[Task], env: Environment, scope: Scop
     """The content part of a cache key for a ``scope`` result of run ``cfg`` on ``tasks`` of ``env``:
     openforge's code, the run's harness and environment classes, the tasks and what ``env`` hides for
     them, a local model folder's files, the libraries' versions (the caller adds the config values)."""
-    from .environment import Environment
-    from .harness import Harness
-    from .plugins import environment_class, harness_class
+    from ..environment import Environment
+    from ..harness import Harness
+    from ..plugins import environment_class, harness_class
 
     harnesses = [harness_class(n) for n in cfg.harness.names()]
     return {"code": code_digest(scope), "harness_code": classes_digest(harnesses, Harness),
@@ -97,7 +98,7 @@ def code_digest(scope: Scope) -> str:
 def _tree_digest(root: Path, excluded: tuple[str, ...]) -> str:
     h = hashlib.sha256()
     for rel, token in _tree(root):
-        if rel.split("/", 1)[0] not in excluded:
+        if not any(rel == e or rel.startswith(f"{e}/") for e in excluded):
             h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + token + b"\0")
     return h.hexdigest()
 

@@ -1,7 +1,7 @@
 """What a training run would refuse, checked before it creates a run directory or loads weights.
 
 Owns: :func:`preflight` (every check, all problems reported at once as one
-:class:`~openforge.errors.ConfigError`; returns one line per passed check) and :class:`Check`.
+:class:`~openforge.core.errors.ConfigError`; returns one line per passed check) and :class:`Check`.
 ``forge recipe NAME --dry-run`` and ``openforge.run(..., dry_run=True)`` stop after it; a real run
 calls it first too, so a bad ``env.subset`` or model path fails in seconds instead of after the
 model load. The checks:
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import RunConfig
-from .errors import ConfigError, ForgeError
+from ..config import RunConfig
+from ..core.errors import ConfigError, ForgeError
 
 if TYPE_CHECKING:
-    from .environment import Environment
+    from ..environment import Environment
 
 __all__ = ["Check", "preflight"]
 
@@ -100,7 +100,7 @@ def _tasks(cfg: RunConfig, env: Environment) -> str:
     how = ", ".join(f"{k} {v}" for k, v in (("split", cfg.env.split), ("subset", cfg.env.subset)) if v)
     out = f"{len(tasks)} task(s) ({how or 'every task'})"
     if cfg.trainer.backend == "cpu" and cfg.eval.heldout.enabled:
-        from .analysis.heldout import check_heldout
+        from ..analysis.heldout import check_heldout
 
         out += f"; {len(check_heldout(cfg, env, tasks))} held-out task(s) in split {cfg.eval.heldout.split!r}"
     if cfg.sft.enabled and cfg.sft.teacher == "reference" and not cfg.sft.data:
@@ -113,9 +113,9 @@ def _tasks(cfg: RunConfig, env: Environment) -> str:
 
 
 def _model(cfg: RunConfig) -> str:
-    from .modeldir import check_model_dir, resolve_model_name
-    from .proxy.backends.hf_loading import SMOLLM2_ALIASES, smollm2_gguf_path
-    from .proxy.light_tokenizer import load_light_tokenizer
+    from ..proxy.backends.hf_loading import SMOLLM2_ALIASES, smollm2_gguf_path
+    from ..proxy.light_tokenizer import load_light_tokenizer
+    from ..util.modeldir import check_model_dir, resolve_model_name
 
     name = cfg.model.name
     resolved = resolve_model_name(name)
@@ -142,7 +142,7 @@ def _peft_if_needed(cfg: RunConfig, resolved: str) -> None:
     """LoRA (``trainer.cpu.lora`` on the CPU trainer, or an adapter checkpoint as the model) needs peft."""
     import importlib.util
 
-    from .modeldir import is_adapter_dir
+    from ..util.modeldir import is_adapter_dir
 
     adapter = is_adapter_dir(Path(resolved).expanduser())
     if adapter and cfg.trainer.backend == "verl":
@@ -150,14 +150,14 @@ def _peft_if_needed(cfg: RunConfig, resolved: str) -> None:
                           f"merge it first (forge export model {resolved} --out DIR) and set model.name=DIR")
     wanted = adapter or (cfg.trainer.backend == "cpu" and cfg.trainer.cpu.lora is not None)
     if wanted and importlib.util.find_spec("peft") is None:
-        from .extras import pip_install
+        from ..util.extras import pip_install
 
         why = "model.name is a LoRA adapter checkpoint" if adapter else "trainer.cpu.lora is set"
         raise ConfigError(f"{why}: LoRA needs peft ({pip_install('cpu')})")
 
 
 def _harnesses(cfg: RunConfig, env: list[Environment]) -> str:
-    from .plugins import make_harness
+    from ..plugins import make_harness
 
     code = env[0].source_paths() if env else []
     for name in cfg.harness.names():
@@ -168,7 +168,7 @@ def _harnesses(cfg: RunConfig, env: list[Environment]) -> str:
 
 
 def _prompt(cfg: RunConfig) -> str:
-    from .harnesses.prompt_fit import check_prompt_fits
+    from ..harnesses.prompt_fit import check_prompt_fits
 
     size = check_prompt_fits(cfg)
     return f"~{size.tokens} tokens + rollout.max_tokens {cfg.rollout.max_tokens} fit" if size else \
@@ -188,7 +188,7 @@ def _sandbox(cfg: RunConfig) -> str:
 def preflight(cfg: RunConfig) -> list[Check]:
     """Every check a real run of ``cfg`` would otherwise fail later; raises one :class:`ConfigError`
     listing every problem. Loads no weights and creates no run directory. Call it from a thread
-    without a running event loop (``asyncio.to_thread``), as :func:`openforge.forge.arun` does."""
+    without a running event loop (``asyncio.to_thread``), as :func:`openforge.runner.forge.arun` does."""
     box = _Problems()
     env: list[Environment] = []
     if box.run("environment", lambda: _environment(cfg, env)):

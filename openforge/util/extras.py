@@ -36,7 +36,7 @@ def _pyproject_extras(dist: str) -> list[tuple[str, str]]:
     """``(requirement, extra)`` pairs of the source checkout ``openforge`` is imported from."""
     if _norm(dist) != DISTRIBUTION:
         return []
-    path = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    path = Path(__file__).resolve().parents[2] / "pyproject.toml"  # openforge/util/extras.py → the checkout
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10

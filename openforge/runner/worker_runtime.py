@@ -1,7 +1,7 @@
 """The rollout runtime of a veRL agent-loop worker process: one session per process, one rollout per
 veRL episode.
 
-Owns: :func:`episode_runner` (starts the worker's :class:`~openforge.session.Session` from names and
+Owns: :func:`episode_runner` (starts the worker's :class:`~openforge.runner.session.Session` from names and
 ``OPENFORGE_PROXY_*`` / ``OPENFORGE_ADMIN_TOKEN`` environment variables) and the episode callable it
 returns. Used by :mod:`openforge.train.verl.agent_loop`.
 """
@@ -12,13 +12,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..core.task import Task
+from ..core.trajectory import Trajectory
 from .session import ProxySettings, RolloutSettings, Session
-from .task import Task
-from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .proxy.backends.base import Backend
-    from .proxy.server import ProxyServer
+    from ..proxy.backends.base import Backend
+    from ..proxy.server import ProxyServer
 
 __all__ = ["episode_runner"]
 
@@ -32,7 +32,7 @@ async def episode_runner(*, backend: Backend, max_tokens: int, harness: str, har
     (one real rollout: sandbox, harness, verifier; the proxy's rollout is named ``rollout_id``). Used
     by the veRL agent loop, once per worker process; it lives as long as the worker. ``rollout_timeout_s``:
     each rollout's wall-clock budget (``rollout.timeout_s``; None: the task's ``timeout_s``). ``train_calls``:
-    ``rollout.train_calls`` (:mod:`openforge.call_origin`)."""
+    ``rollout.train_calls`` (:mod:`openforge.core.call_origin`)."""
     session = Session.from_names(
         backend, environment=environment, environment_options=environment_options, harness=harness,
         harness_options=harness_options, launcher=launcher, launcher_options=launcher_options,

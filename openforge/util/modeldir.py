@@ -3,7 +3,7 @@
 Owns: :data:`META_FILE` (``openforge.json``), :class:`ModelMeta` (run, step, recipe, harnesses, the
 tool-call parser to serve it with, base model, the SHA-256 of the chat template that rendered its
 training prompts), :func:`read_meta`, :func:`missing_parts` and :func:`check_model_dir` (a clear
-:class:`~openforge.errors.ConfigError` naming what is missing, before transformers raises a traceback),
+:class:`~openforge.core.errors.ConfigError` naming what is missing, before transformers raises a traceback),
 :data:`BASE_MODEL_IDS` (the Hugging Face id of a built-in alias, for model cards), :func:`resolve_checkpoint` /
 :func:`resolve_model_name` (``RUN@last`` / ``@best`` / ``@N`` / ``@base``: a run's checkpoint as a model, for
 every ``transformers:`` spec and ``model.name``).
@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
 
 __all__ = [
     "ADAPTER_CONFIG",

@@ -4,7 +4,7 @@ canonical HF-chat form: what the proxy renders for a Gemini call, and what the r
 
 Owns: :func:`gemini_messages`, :func:`gemini_fields` (the body's fields camelCased, ``generationConfig``'s
 as ``generationConfig.<field>``), :func:`camel` and :func:`obj` (a structural object read with camelCase
-keys). Pure; a body it cannot read raises :class:`~openforge.errors.ProxyError` (400) naming the field.
+keys). Pure; a body it cannot read raises :class:`~openforge.core.errors.ProxyError` (400) naming the field.
 
 The API's JSON takes field names in camelCase or snake_case (proto JSON; the ``google-genai`` SDK itself
 sends ``parameters_json_schema``): the structural objects are read in either, user data (function
@@ -199,6 +199,6 @@ def _messages(contents: Any, system: str | None) -> list[dict[str, Any]]:
 
 def gemini_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     """The canonical conversation (system instruction and contents) of a Gemini request body, exactly as
-    the proxy rendered it; raises :class:`~openforge.errors.ProxyError` for a body it would refuse."""
+    the proxy rendered it; raises :class:`~openforge.core.errors.ProxyError` for a body it would refuse."""
     flat = gemini_fields(body)
     return _messages(flat.get("contents"), _system(flat.get("systemInstruction")))

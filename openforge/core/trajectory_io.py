@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..util.extras import pip_install
 from .errors import StoreError
-from .extras import pip_install
 from .finite import nonfinite_in_trajectory
 from .trajectory import Trajectory
 

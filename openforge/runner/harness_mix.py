@@ -2,12 +2,12 @@
 
 Owns: :class:`HarnessMix` (``harness.name`` as a single name, a list or a weighted mix → the harness
 of each group slot, deterministically), :class:`PerGroupHarness` (the seam
-:func:`openforge.rollout.run_groups` uses to build a group's harness), :class:`GroupHarnesses` (one
+:func:`openforge.runner.rollout.run_groups` uses to build a group's harness), :class:`GroupHarnesses` (one
 factory per group) and :func:`harness_breakdown` (a ``metrics.jsonl`` line's ``per_harness`` block).
 
 A group runs one harness, so its siblings differ only by the policy's samples and GRPO's advantages
 compare like with like. The harness of slot ``s`` (the run's ``s``-th group: the task cursor's count
-of tasks handed out before it, :mod:`openforge.step_sampling`) is a pure function of ``s`` and the
+of tasks handed out before it, :mod:`openforge.runner.step_sampling`) is a pure function of ``s`` and the
 run's seed: the slots are cut into blocks of ``sum(weights)``; each block holds every harness exactly
 ``weight`` times (a smooth weighted round-robin pattern) in an order shuffled by
 ``Random(f"{seed}:{block}")``. So the mix holds exactly over every block, a rerun or a resumed run
@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .config import HarnessConfig
-    from .harness import Harness
-    from .trajectory import Trajectory
+    from ..config import HarnessConfig
+    from ..core.trajectory import Trajectory
+    from ..harness import Harness
 
 __all__ = ["GroupHarnesses", "HarnessMix", "PerGroupHarness", "harness_breakdown"]
 
@@ -87,7 +87,7 @@ class HarnessMix:
 
 
 class GroupHarnesses:
-    """Group ``i`` runs ``factories[names[i]]()``: what :func:`~openforge.rollout.run_groups` gets for
+    """Group ``i`` runs ``factories[names[i]]()``: what :func:`~openforge.runner.rollout.run_groups` gets for
     a multi-harness step."""
 
     def __init__(self, factories: Mapping[str, Callable[[], Harness]], names: Sequence[str]):

@@ -149,7 +149,7 @@ class ModelCall(BaseModel):
     # adapter ``policy-vN``). None: not versioned (a back-end that does not say, a record written before the
     # field existed). A trainer refuses a call whose version is not the one it trains (stale).
     policy_version: int | None = None
-    # Who made the call (:mod:`openforge.call_origin`): ``harness``, or ``foreign`` (another process in
+    # Who made the call (:mod:`openforge.core.call_origin`): ``harness``, or ``foreign`` (another process in
     # the sandbox, e.g. a tool script calling the proxy URL). Set when segments are built; ``None`` in a
     # record written before the label existed (read as ``harness``).
     origin: Literal["harness", "foreign"] | None = None

@@ -1,10 +1,11 @@
 """``Forge`` and ``run()``: one training run, from a validated config to a run directory.
 
 Owns: :class:`Forge` (async context manager owning one run's policy model, trainer and run
-directory, with its :class:`~openforge.session.Session` — back-end, proxy, store, launcher,
+directory, with its :class:`~openforge.runner.session.Session` — back-end, proxy, store, launcher,
 environment, harness factory — for the rollouts), :func:`run` / :func:`arun` (the Python entry point
 over the same :class:`~openforge.config.RunConfig` as ``forge recipe``) and :func:`load_tasks`
-(the run's tasks, by :func:`~openforge.session.select_tasks`).
+(the run's tasks, by :func:`~openforge.runner.session.select_tasks`). Its metrics lines and end-of-run
+table are :mod:`openforge.runner.run_report`'s.
 
 A CPU GRPO run (``trainer.backend=cpu``)::
 
@@ -13,10 +14,10 @@ A CPU GRPO run (``trainer.backend=cpu``)::
     [SFT warm-start: teacher rollouts (reference solutions replayed through the real harness + proxy)
      → supervised steps; cached under the cache dir by a key of everything that shapes it]
     for each step: the next tasks_per_step tasks of the run's task cursor (every task once per
-        epoch, reshuffled each epoch; :mod:`openforge.task_cursor`) → group_size rollouts each through
+        epoch, reshuffled each epoch; :mod:`openforge.runner.task_cursor`) → group_size rollouts each through
         the real proxy → [dynamic sampling: while fewer than target_mixed_groups groups have differing
         rewards, the cursor's next tasks_per_step tasks, at most max_resample_rounds times;
-        :mod:`openforge.step_sampling`] → GRPO samples → proxy paused → one optimizer step on the
+        :mod:`openforge.runner.step_sampling`] → GRPO samples → proxy paused → one optimizer step on the
         served module → proxy resumed → metrics line (reward mean/std, pass rate, statuses, mixed
         groups reached and the target, whether a gradient step was taken, trained tokens, times) →
         checkpoint (the manifest entry carries the cursor, so a resumed run draws the same tasks)
@@ -25,11 +26,11 @@ A step left with fewer than min_mixed_groups (at least one) mixed groups trains 
 say ``gradient_step: false`` and the summary table says "no gradient step" rather than showing a
 reward change as if it were learning.
 
-Before anything starts, :func:`~openforge.preflight.preflight` refuses what the run would fail on
+Before anything starts, :func:`~openforge.runner.preflight.preflight` refuses what the run would fail on
 later (``dry_run=True`` stops there). After every step the run's error budget
-(:mod:`openforge.run_health`) is judged: no trainable rollout at all, or a share of env / harness /
+(:mod:`openforge.runner.run_health`) is judged: no trainable rollout at all, or a share of env / harness /
 infra errors above ``rollout.max_error_share``, stops the run with
-:class:`~openforge.run_health.TooManyRolloutErrors` naming the dominant cause and its first error
+:class:`~openforge.runner.run_health.TooManyRolloutErrors` naming the dominant cause and its first error
 (``summary.json`` keeps the steps so far and the reason under ``stopped``).
 
 ``trainer.backend=verl`` writes the veRL dataset, agent-loop YAML and command into the run
@@ -40,30 +41,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .analysis.diagnose import diagnose, step_diagnostics
-from .config import RunConfig, dump_config, load_config
-from .harness_mix import GroupHarnesses, HarnessMix, harness_breakdown
-from .heap import release_memory
+from ..analysis.diagnose import step_diagnostics
+from ..config import RunConfig, dump_config, load_config
+from ..core.task import Task
+from ..train.grpo import count_stale
+from ..train.policy_sync import PolicySync, open_engine, start_policy
+from ..util.heap import release_memory
+from .harness_mix import GroupHarnesses, HarnessMix
 from .rollout import GroupResults
 from .run_health import ErrorBudget, TooManyRolloutErrors, step_outcomes
+from .run_report import mixed_summary, no_step_reason, step_metrics
 from .session import Session, group_harnesses, load_environment, select_tasks
 from .step_sampling import SampledStep, SamplingPlan, sample_step
-from .task import Task
 from .task_cursor import CursorState, TaskCursor
-from .train.grpo import count_mixed_groups, count_stale
-from .train.policy_sync import PolicySync, open_engine, start_policy
-from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .environment import Environment
-    from .train.checkpoint import Checkpoints
+    from ..environment import Environment
+    from ..train.checkpoint import Checkpoints
 
 __all__ = ["Forge", "arun", "load_tasks", "run"]
 
@@ -78,38 +78,6 @@ def load_tasks(cfg: RunConfig, env: Environment | None = None) -> list[Task]:
                         max_tasks=cfg.env.max_tasks)
 
 
-# ------------------------------------------------------------------------------------ metrics
-
-
-def step_metrics(groups: GroupResults, *, step: int, elapsed: dict[str, float]) -> dict[str, Any]:
-    """One ``metrics.jsonl`` line from ``run_groups``' result."""
-    trajs: list[Trajectory] = [t for g in groups for t in g.trajectories]
-    rewards = [t.reward for t in trajs]
-    n = len(rewards)
-    mean = sum(rewards) / n if n else 0.0
-    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / n) if n else 0.0
-    statuses = groups.counts()
-    calls = [c for t in trajs for c in t.calls]
-    return {
-        "step": step,
-        "reward_mean": round(mean, 4),
-        "reward_std": round(std, 4),
-        "pass_rate": round(sum(1 for t in trajs if t.status.value == "success") / n, 4) if n else 0.0,
-        "rollouts": n,
-        "groups": len(groups),
-        "groups_dropped": len(groups.dropped),
-        "mixed_groups": count_mixed_groups(groups),
-        "statuses": statuses,
-        "calls": len(calls),
-        "prompt_tokens": sum(len(c.prompt_ids) for c in calls),
-        "generated_tokens": sum(len(c.output_ids) for c in calls),
-        "tool_calls": sum(len((c.response or {}).get("tool_calls") or []) for c in calls),
-        "harness_drift": sum(1 for t in trajs if t.harness_drift),
-        **{k: round(v, 3) for k, v in elapsed.items()},
-        **harness_breakdown(trajs),
-    }
-
-
 # ------------------------------------------------------------------------------------ Forge
 
 
@@ -120,7 +88,7 @@ class Forge:
         self.cfg = config
         self.progress = progress
         if console is None:
-            from .console import new_console
+            from ..util.console import new_console
 
             console = new_console(stderr=True, quiet=not progress)
         self.console = console
@@ -146,8 +114,8 @@ class Forge:
         return self
 
     async def _start(self) -> None:
-        from .proxy.backends.transformers import TransformersBackend, load_model
-        from .train.cpu import CPUTrainer
+        from ..proxy.backends.transformers import TransformersBackend, load_model
+        from ..train.cpu import CPUTrainer
 
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -163,7 +131,7 @@ class Forge:
         self.console.log(choice.note)
         # no fixed sampling seed: a seeded back-end would sample every member of a group alike
         if choice.engine == "vllm":
-            from .proxy.backends.vllm import VLLMBackend
+            from ..proxy.backends.vllm import VLLMBackend
 
             self.backend = VLLMBackend(cfg.rollout.vllm_url, tokenizer=self.tokenizer)
         else:
@@ -222,7 +190,7 @@ class Forge:
 
     def checkpoints(self) -> Checkpoints:
         """The run's :class:`~openforge.train.checkpoint.Checkpoints` (complete model dirs, retention)."""
-        from .train.checkpoint import Checkpoints
+        from ..train.checkpoint import Checkpoints
 
         return Checkpoints(self.run_dir, self.cfg, trainer=self.trainer, tokenizer=self.tokenizer,
                            template=self.runtime.proxy.renderer.template,
@@ -233,7 +201,7 @@ class Forge:
         """SFT warm-start (if enabled) then ``trainer.steps`` GRPO steps; returns the summary. With
         ``eval.heldout.enabled`` the policy is evaluated on held-out tasks at three points: untrained,
         after the warm-start, and at the end (:mod:`openforge.analysis.heldout`)."""
-        from .analysis.heldout import check_heldout
+        from ..analysis.heldout import check_heldout
         from .heldout_eval import heldout_before
 
         cfg = self.cfg
@@ -309,8 +277,8 @@ class Forge:
             return TaskCursor(tasks, seed=self.cfg.seed)
 
     def _stop_on_errors(self, summary: dict[str, Any], step: int) -> None:
-        """Raise :class:`~openforge.run_health.TooManyRolloutErrors` (after writing the summary with the
-        reason) when the run's rollouts so far cross the error budget (:mod:`openforge.run_health`)."""
+        """Raise :class:`~openforge.runner.run_health.TooManyRolloutErrors` (after writing the summary with the
+        reason) when the run's rollouts so far cross the error budget (:mod:`openforge.runner.run_health`)."""
         try:
             self.errors.check(where=f"after step {step + 1} of {self.cfg.trainer.steps}")
         except TooManyRolloutErrors as e:
@@ -344,9 +312,9 @@ class Forge:
 
     async def _grpo_step(self, step: int, cursor: TaskCursor[Task]) -> dict[str, Any]:
         """Roll out (with dynamic sampling), train when there is a gradient, log the metrics line."""
-        from .train.grpo import build_samples
-        from .train.reward_shuffle import shuffle_rewards
-        from .train.stop import run_stoppable
+        from ..train.grpo import build_samples
+        from ..train.reward_shuffle import shuffle_rewards
+        from ..train.stop import run_stoppable
 
         cfg = self.cfg
         tcfg = cfg.trainer.cpu
@@ -388,7 +356,7 @@ class Forge:
         self._log_metrics(line)
         what = (f"trained {int(tm.get('trained_tokens', 0))} tok on {mixed} mixed group(s) (target "
                 f"{sampled.target}), loss {tm.get('loss', 0):.4f}" if line["gradient_step"] else
-                _no_step_reason(line, mixed=mixed, rounds=rounds, needs=sampled.min_mixed))
+                no_step_reason(line, mixed=mixed, rounds=rounds, needs=sampled.min_mixed))
         self.console.log(
             f"step {step + 1}/{cfg.trainer.steps}: reward {line['reward_mean']:.3f}±{line['reward_std']:.3f} "
             f"pass {line['pass_rate']:.2f} rollouts {line['rollouts']}; {what} ({line['step_time_s']:.0f}s)")
@@ -400,101 +368,6 @@ class Forge:
 
 
 # ------------------------------------------------------------------------------------ entry points
-
-
-def mixed_summary(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The run's mixed groups against the per-step target: how many steps reached it, which did not."""
-    below = [s["step"] for s in steps if s.get("mixed_groups", 0) < s.get("mixed_target", 0)]
-    return {"reached": sum(s.get("mixed_groups", 0) for s in steps),
-            "target": sum(s.get("mixed_target", 0) for s in steps),
-            "steps_at_target": len(steps) - len(below), "steps_below_target": below}
-
-
-def _statuses(counts: dict[str, int]) -> str:
-    short = {"success": "ok", "policy_failure": "fail", "timeout": "timeout"}
-    return " ".join(f"{short.get(k, k)}={v}" for k, v in sorted(counts.items(), key=lambda kv: kv[0] not in short))
-
-
-def _grad_step(s: dict[str, Any]) -> str:
-    """``yes`` / ``yes (+N)`` (N resample rounds) / ``no`` (every group tied: no policy gradient)."""
-    rounds = s.get("resample_rounds", 0)
-    if s.get("gradient_step", True):
-        return f"yes (+{rounds})" if rounds else "yes"
-    return "no"
-
-
-def _no_step_reason(line: dict[str, Any], *, mixed: int, rounds: int, needs: int) -> str:
-    """Why a step took no gradient step: no valid rollout at all (name the statuses), or tied rewards."""
-    if not line.get("groups"):
-        return f"no gradient step: no trainable rollout ({_statuses(line.get('statuses') or {})})"
-    return (f"no gradient step: {mixed} of {line['groups']} groups mixed after {rounds} resample round(s) "
-            f"(needs {needs})")
-
-
-def idle_step_lines(steps: Sequence[dict[str, Any]]) -> list[str]:
-    """The summary's lines about steps without a gradient step: those with no valid group (their rollouts
-    were env/harness/infra errors: nothing to compare) apart from those whose groups tied."""
-    idle = [s for s in steps if not s.get("gradient_step", True)]
-    empty = [s["step"] for s in idle if not s.get("groups")]
-    tied = [s["step"] for s in idle if s.get("groups")]
-    out = []
-    if empty:
-        out.append(f"no gradient step at step(s) {', '.join(map(str, empty))}: no valid rollout group (the rollouts "
-                   "were env/harness/infra errors, discarded and never scored; see the statuses column)")
-    if tied:
-        out.append(f"no gradient step at step(s) {', '.join(map(str, tied))}: too few groups had differing rewards "
-                   "(trainer.cpu.min_mixed_groups) even after resampling, so no policy gradient; those steps' rewards "
-                   "are samples of an unchanged policy")
-    return out
-
-
-def print_summary(summary: dict[str, Any], console: Any = None) -> None:
-    """The end-of-run table (the SFT warm-start, then one row per GRPO step)."""
-    from rich.table import Table
-
-    from .console import new_console
-
-    console = console or new_console()
-    table = Table(title=f"{summary.get('recipe')} → {summary.get('run_dir')}")
-    for col in ("step", "reward", "±", "pass", "rollouts", "statuses", "mixed", "target", "grad", "gen tok",
-                "train tok", "s"):
-        table.add_column(col, justify="left" if col == "statuses" else "right", no_wrap=col == "statuses")
-    sft = summary.get("sft")
-    if sft:
-        table.add_row("sft", "", "", f"{sft.get('teacher_pass_rate') or 0:.2f}", str(sft.get("trajectories", "")),
-                      "cached" if sft.get("cached") else f"{sft.get('steps', 0)} SFT steps", "", "", "sft", "",
-                      str(int(sft.get("trained_tokens", 0))), "0" if sft.get("cached") else f"{sft.get('time_s', 0):.0f}")
-    for s in summary.get("steps", []):
-        table.add_row(str(s["step"]), f"{s['reward_mean']:.3f}", f"{s['reward_std']:.3f}", f"{s['pass_rate']:.2f}",
-                      str(s["rollouts"]), _statuses(s["statuses"]), f"{s.get('mixed_groups', '?')}/{s['groups']}",
-                      str(s.get("mixed_target", "")), _grad_step(s), str(s["generated_tokens"]), str(int(s.get("train/trained_tokens", 0))),
-                      f"{s['step_time_s']:.0f}")
-    console.print(table)
-    from .analysis.heldout import heldout_table
-    from .harness_mix import per_harness_table
-
-    for extra in (per_harness_table(summary.get("steps", [])), heldout_table(summary.get("heldout"))):
-        if extra is not None:
-            console.print(extra)
-    mixed = summary.get("mixed_groups")
-    if mixed and mixed.get("steps_below_target"):
-        console.print(f"mixed groups: {mixed['reached']} reached of a target of {mixed['target']} over the run; below "
-                      f"the step's target after its resample rounds at step(s) "
-                      f"{', '.join(map(str, mixed['steps_below_target']))} (trainer.cpu.max_resample_rounds bounds them)")
-    for line in idle_step_lines(summary.get("steps", [])):
-        console.print(line)
-    if summary.get("harness_drift"):  # see openforge.harnesses.notes
-        console.print(f"[yellow]harness drift[/]: {summary['harness_drift']} rollout(s) whose harness sent another "
-                      "system prompt or tools than its notes (trajectory field harness_drift)")
-    if summary.get("stopped"):
-        from rich.markup import escape
-
-        console.print(f"[red]{escape(str(summary['stopped']).splitlines()[0])}[/]")
-    console.print(f"total {summary.get('elapsed_s', 0):.0f}s · run directory {summary.get('run_dir')}")
-    if summary.get("steps"):  # one line: the likeliest reason GRPO is not learning, or that it has a signal
-        from rich.markup import escape
-
-        console.print(f"verdict: {escape(diagnose(summary['steps']))}")
 
 
 async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *, preset: str | None = None,
@@ -511,7 +384,7 @@ async def arun(config: RunConfig | dict[str, Any] | str | Path | None = None, *,
         return {"dry_run": True, "recipe": cfg.recipe, "checks": [str(c) for c in checks],
                 "config": cfg.model_dump(mode="json")}
     if cfg.trainer.backend == "verl":
-        from .train.verl.launch import launch
+        from ..train.verl.launch import launch
 
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         run_dir = Path(cfg.run_dir or f"runs/{cfg.recipe}-{stamp}")
@@ -534,14 +407,14 @@ def run(config: RunConfig | dict[str, Any] | str | Path | None = None, *, recipe
 
     ``config`` is a :class:`RunConfig`, a dict, or a YAML path; ``recipe`` starts from a shipped
     recipe instead (``claw-grpo``, ``claw-sft``, ``gui-grpo``) with its ``preset``. ``dry_run``: only
-    check what the run would refuse (:mod:`openforge.preflight`: environment options, tasks, model
+    check what the run would refuse (:mod:`openforge.runner.preflight`: environment options, tasks, model
     and tokenizer, harness, prompt size, sandbox) and return ``{"dry_run": True, "checks": [...],
     "config": {...}}``; nothing is created, no weight is loaded. A real run makes the same checks first.
-    Raises :class:`~openforge.run_health.TooManyRolloutErrors` (:class:`~openforge.run_health.NothingTrainable`
+    Raises :class:`~openforge.runner.run_health.TooManyRolloutErrors` (:class:`~openforge.runner.run_health.NothingTrainable`
     when no rollout was trainable) when the run stops for its rollouts' errors (``rollout.max_error_share``).
     """
     if recipe is not None:
-        from .recipes import for_overrides, recipe_config
+        from ..recipes import for_overrides, recipe_config
 
         base, _ = for_overrides(recipe_config(recipe), overrides, preset=preset)  # env.name=ANOTHER: drop what it lacks
         config = base if config is None else {**base, **(config if isinstance(config, dict) else {})}

@@ -13,7 +13,7 @@ lineage. A call that extends no lineage starts a segment whose ``break_reason`` 
 
 A lineage that diverges inside a generated span whose reasoning (``<think>``) the new prompt lacks is
 ``thinking_stripped`` when the harness sent that turn back without its reasoning, and ``template_drift``
-when the harness did send it (in its wire API's form, :func:`~openforge.reasoning.replayed_reasoning`)
+when the harness did send it (in its wire API's form, :func:`~openforge.core.reasoning.replayed_reasoning`)
 and the chat template dropped it (Qwen3-style templates render no past reasoning).
 
 A call whose reply may not have reached the client (``delivery_uncertain``) trains no token, as an
@@ -182,7 +182,7 @@ def build_segments(
     lets the classifier tell template drift (same text, other tokens) from a rewritten history.
     ``train_calls``: ``all`` (default here) trains every call; ``harness`` (the default of
     :meth:`Trajectory.build` and of ``rollout.train_calls``) skips the calls
-    :func:`~openforge.call_origin.label_origins` labels ``foreign`` (reason ``foreign``: another process in
+    :func:`~openforge.core.call_origin.label_origins` labels ``foreign`` (reason ``foreign``: another process in
     the sandbox made them).
     """
     if train_calls not in TRAIN_CALLS:
@@ -385,7 +385,7 @@ class Trajectory(BaseModel):
     def build(self, *, detokenize: Detokenize | None = None, train_calls: TrainCalls | None = None) -> Trajectory:
         """Return a copy with segments rebuilt from the calls and validated. ``train_calls`` (what the
         proxy's recorder passes: ``rollout.train_calls``) also labels each call with its ``origin``
-        (:func:`~openforge.call_origin.label_origins`) and, with ``harness``, leaves ``foreign`` calls out
+        (:func:`~openforge.core.call_origin.label_origins`) and, with ``harness``, leaves ``foreign`` calls out
         of the segments (see :func:`build_segments`); ``None`` (a trajectory assembled by hand, or read
         back) labels nothing: calls labelled when recorded keep their labels, unlabelled ones are trained.
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ForgeError
-from .trajectory import Trajectory
+from ..core.errors import ForgeError
+from ..core.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from .rollout import GroupResults

@@ -1,7 +1,7 @@
 """Which tasks a run or an evaluation gets: the one task-selection rule.
 
 Owns: :func:`select_tasks` (split → subset → explicit ids → the first ``max_tasks``; an empty
-selection is a :class:`~openforge.errors.ConfigError` naming what selected nothing).
+selection is a :class:`~openforge.core.errors.ConfigError` naming what selected nothing).
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .errors import ConfigError
-from .task import Task
+from ..core.errors import ConfigError
+from ..core.task import Task
 
 if TYPE_CHECKING:
-    from .environment import Environment
+    from ..environment import Environment
 
 __all__ = ["select_tasks"]
 

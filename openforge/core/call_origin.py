@@ -53,7 +53,7 @@ TRAIN_CALLS: tuple[TrainCalls, ...] = ("harness", "all")
 
 
 def check_train_calls(value: object) -> TrainCalls:
-    """``value`` as a :data:`TrainCalls`, or a :class:`~openforge.errors.ConfigError` naming the choices."""
+    """``value`` as a :data:`TrainCalls`, or a :class:`~openforge.core.errors.ConfigError` naming the choices."""
     from .errors import ConfigError
 
     if value not in TRAIN_CALLS:

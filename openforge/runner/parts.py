@@ -3,7 +3,7 @@
 Owns: :func:`load_environment`, :func:`load_launcher`, :func:`harness_factory` (a bad option refused
 before any model loads), :func:`group_harnesses` / :func:`each_harness` (multi-harness runs),
 :func:`backend_for` (a back-end spec, or ``reference``: the tasks' reference solutions replayed as a
-scripted policy) and :func:`reference_script`. :class:`~openforge.session.Session` assembles what
+scripted policy) and :func:`reference_script`. :class:`~openforge.runner.session.Session` assembles what
 these build; everything heavy is imported when a part is made.
 """
 
@@ -13,16 +13,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
-from .task import Task
+from ..core.errors import ConfigError
+from ..core.task import Task
 
 if TYPE_CHECKING:
-    from .config import HarnessConfig
-    from .environment import Environment
-    from .harness import Harness
+    from ..config import HarnessConfig
+    from ..environment import Environment
+    from ..harness import Harness
+    from ..launchers.base import Launcher
+    from ..proxy.backends.base import Backend
     from .harness_mix import GroupHarnesses
-    from .launchers.base import Launcher
-    from .proxy.backends.base import Backend
 
 __all__ = ["backend_for", "each_harness", "group_harnesses", "harness_factory", "load_environment",
            "load_launcher", "reference_script"]
@@ -30,21 +30,21 @@ __all__ = ["backend_for", "each_harness", "group_harnesses", "harness_factory", 
 
 def load_environment(name: str | Path | Environment, options: Mapping[str, Any] | None = None) -> Environment:
     """An environment instance: a registered name or a folder of task directories (or one given)."""
-    from .environment import Environment
-    from .plugins import make_environment
+    from ..environment import Environment
+    from ..plugins import make_environment
 
     return name if isinstance(name, Environment) else make_environment(name, **dict(options or {}))
 
 
 def load_launcher(name: str, options: Mapping[str, Any] | None = None) -> Launcher:
-    from .plugins import make_launcher
+    from ..plugins import make_launcher
 
     return make_launcher(name, **dict(options or {}))
 
 
 def harness_factory(name: str, options: Mapping[str, Any] | None = None) -> Callable[[], Harness]:
     """A factory of fresh harnesses; a bad option is refused now, before any model loads."""
-    from .plugins import harness_class
+    from ..plugins import harness_class
 
     cls = harness_class(name)
     opts = dict(options or {})
@@ -85,15 +85,15 @@ def backend_for(spec: str, *, environment: Environment | None = None, tasks: Seq
     """``reference`` → the tasks' reference solutions replayed as a scripted policy; anything else →
     a back-end spec (``scripted:FILE``, ``transformers:MODEL``, ``vllm:URL``, ``openai:URL``)."""
     if spec == "reference":
-        from .proxy.backends.scripted import ScriptedBackend
+        from ..proxy.backends.scripted import ScriptedBackend
 
         if environment is None:
             raise ConfigError("back-end 'reference' needs the environment whose reference solutions it replays")
         if isinstance(tokenizer, str):
-            from .proxy.backends.transformers import load_tokenizer
+            from ..proxy.backends.transformers import load_tokenizer
 
             tokenizer = load_tokenizer(tokenizer)
         return ScriptedBackend(reference_script(environment, tasks), tokenizer=tokenizer)
-    from .plugins import make_backend
+    from ..plugins import make_backend
 
     return make_backend(spec, tokenizer=tokenizer, model=model)

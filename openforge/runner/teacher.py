@@ -2,11 +2,11 @@
 SFT warm-start a CPU GRPO run begins with.
 
 Owns: :func:`teacher_tasks`, :func:`collect_teacher` (k teacher rollouts per task through the run's
-harness and a proxy of the teacher's own, in the run's :class:`~openforge.session.Session`),
+harness and a proxy of the teacher's own, in the run's :class:`~openforge.runner.session.Session`),
 :func:`export_teacher_rollouts` (``forge export sft`` without a run: a session whose back-end *is*
 the teacher, no policy model), :func:`warm_start_key` and :func:`warm_start` (teacher rollouts →
 SFT on the served model, cached under ``<cache root>/sft/<key>``; the key holds the content of what
-shapes it, :mod:`openforge.content_hash`, not openforge's fixed version number).
+shapes it, :mod:`openforge.runner.content_hash`, not openforge's fixed version number).
 
 The data → samples → steps part is pure and lives in :mod:`openforge.train.sft`; this module only
 decides which rollouts to run and where their results go.
@@ -21,22 +21,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .atomicdir import atomic_files
-from .config import RunConfig, dump_config
-from .errors import ConfigError
-from .paths import cache_key, cache_root
+from ..config import RunConfig, dump_config
+from ..core.errors import ConfigError
+from ..core.task import Task
+from ..core.trajectory import Trajectory
+from ..core.types import RolloutStatus
+from ..train.cpu import use_bf16_autocast
+from ..train.sft import _no_samples, export_sft, load_token_samples, policy_renderer, sft_samples, sft_train
+from ..train.stop import run_stoppable
+from ..util.atomicdir import atomic_files
+from ..util.paths import cache_key, cache_root
 from .rollout import GroupResults
 from .session import Session, backend_for, each_harness, load_environment, select_tasks
-from .task import Task
-from .train.cpu import use_bf16_autocast
-from .train.sft import _no_samples, export_sft, load_token_samples, policy_renderer, sft_samples, sft_train
-from .train.stop import run_stoppable
-from .trajectory import Trajectory
-from .types import RolloutStatus
 
 if TYPE_CHECKING:
-    from .config import HarnessConfig
-    from .environment import Environment
+    from ..config import HarnessConfig
+    from ..environment import Environment
     from .harness_mix import PerGroupHarness
 
 __all__ = ["collect_teacher", "export_teacher_rollouts", "teacher_tasks", "warm_start", "warm_start_key"]
@@ -60,7 +60,7 @@ async def collect_teacher(session: Session, tasks: Sequence[Task], *, teacher: s
     if env is None:
         raise ConfigError("teacher rollouts need a session with an environment")
     backend = backend_for(teacher, environment=env, tasks=tasks, tokenizer=tokenizer)
-    from .faults.env import without_faults  # demonstrations are recorded on clean episodes
+    from ..faults.env import without_faults  # demonstrations are recorded on clean episodes
 
     async with session.side_proxy(backend, "teacher", sampling={"max_tokens": max_tokens}) as proxy:
         todo, per_group = _through_each(harnesses, teacher_tasks(env, tasks, teacher))
@@ -88,7 +88,7 @@ async def export_teacher_rollouts(cfg: RunConfig, *, teacher: str, k: int, progr
     backend = backend_for(teacher, environment=env, tasks=tasks)
     session = Session.from_config(cfg, backend, environment=env, store=run_dir / "trajectories.db",
                                   progress=progress, close_backend=True)
-    from .faults.env import without_faults  # demonstrations are recorded on clean episodes
+    from ..faults.env import without_faults  # demonstrations are recorded on clean episodes
 
     async with session:
         todo, per_group = _through_each(cfg.harness, teacher_tasks(env, tasks, teacher))
@@ -103,7 +103,7 @@ def warm_start_key(cfg: RunConfig, env: Environment, tasks: Sequence[Task]) -> s
     """Everything that shapes the warm-start: model (a local folder by its files), tasks + solutions
     (every field, and what ``env`` hides from the agent), harness, SFT settings, the teacher's or the
     SFT data's local files, and the code that runs, scores and trains on the teacher's rollouts
-    (openforge's, the harness and environment classes': :mod:`openforge.content_hash`)."""
+    (openforge's, the harness and environment classes': :mod:`openforge.runner.content_hash`)."""
     from .content_hash import local_spec_digest, path_digest, shaping
 
     scfg = cfg.sft
@@ -174,7 +174,7 @@ async def warm_start(session: Session, cfg: RunConfig, tasks: Sequence[Task], *,
 def _save_cache(cache: Path, model: Any, info: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
-    from .train.lora import adapter_state, has_adapter
+    from ..train.lora import adapter_state, has_adapter
 
     if has_adapter(model):  # trainer.cpu.lora: the base is untouched, the adapter is the warm-start
         state = adapter_state(model)

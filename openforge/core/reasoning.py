@@ -3,7 +3,7 @@
 Owns: :func:`replayed_reasoning`. Pure, no I/O; reads the raw request bodies the proxy records
 (``ModelCall.request``) and the canonical answer it recorded (``ModelCall.response``).
 
-:func:`~openforge.trajectory.build_segments` uses it to tell who dropped a ``<think>`` block from the
+:func:`~openforge.core.trajectory.build_segments` uses it to tell who dropped a ``<think>`` block from the
 history: the harness (it sent the turn back without its reasoning: ``thinking_stripped``) or the chat
 template (the harness sent the reasoning, the template does not render past reasoning:
 ``template_drift``). The assistant turn that carried the answer is found by its text and its tool calls
@@ -15,7 +15,7 @@ turn carries, non-empty:
   assistant items (``reasoning`` / assistant ``message`` / ``function_call``) holding the answer;
 - messages: a ``thinking`` (or ``redacted_thinking``) block in the assistant message;
 - gemini: a ``thought`` text part in the model turn (consecutive model contents are one turn, as the
-  proxy renders them: :func:`~openforge.gemini_contents.gemini_messages`).
+  proxy renders them: :func:`~openforge.core.gemini_contents.gemini_messages`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ __all__ = ["CursorState", "HasId", "TaskCursor", "tasks_fingerprint"]
 
 
 class HasId(Protocol):
-    """What the cursor hands out: anything with a unique ``id`` (a :class:`~openforge.task.Task`)."""
+    """What the cursor hands out: anything with a unique ``id`` (a :class:`~openforge.core.task.Task`)."""
 
     @property
     def id(self) -> str: ...

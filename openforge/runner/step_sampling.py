@@ -4,7 +4,7 @@ Owns: :class:`SamplingPlan` (tasks per round, the target and the floor of mixed 
 resample rounds, resolved from a :class:`~openforge.config.RunConfig`), :func:`sample_step` (dynamic
 sampling) and :class:`SampledStep` (its result, with what it reached against the target).
 
-A round rolls out the next ``tasks_per_step`` tasks of the :class:`~openforge.task_cursor.TaskCursor`
+A round rolls out the next ``tasks_per_step`` tasks of the :class:`~openforge.runner.task_cursor.TaskCursor`
 (so the run walks its tasks epoch by epoch, consuming exactly the tasks rolled out). While fewer than
 ``target`` groups have differing rewards, another round is drawn, at most ``max_rounds`` times; every
 group rolled out stays in the step. A step that ends with fewer than ``min_mixed`` (at least 1) mixed
@@ -19,12 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from .train.grpo import count_mixed_groups
+from ..train.grpo import count_mixed_groups
 
 if TYPE_CHECKING:
-    from .config import RunConfig
+    from ..config import RunConfig
+    from ..core.task import Task
     from .rollout import GroupResults
-    from .task import Task
     from .task_cursor import TaskCursor
 
 __all__ = ["RollsOutRound", "SampledStep", "SamplingPlan", "sample_step"]

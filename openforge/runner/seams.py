@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from .outcome import OutcomeFacts
-from .proxy.recorder import RolloutHandle
-from .trajectory import Trajectory
+from ..core.outcome import OutcomeFacts
+from ..core.trajectory import Trajectory
+from ..proxy.recorder import RolloutHandle
 
 __all__ = ["RolloutProxy", "TrajectorySink"]
 
 
 @runtime_checkable
 class RolloutProxy(Protocol):
-    """What :func:`~openforge.rollout.run_rollout` needs from a proxy: open a rollout, say where a
+    """What :func:`~openforge.runner.rollout.run_rollout` needs from a proxy: open a rollout, say where a
     sandbox reaches the proxy, and finish the rollout (waiting for calls in flight) into a trajectory."""
 
     @property

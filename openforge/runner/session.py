@@ -3,14 +3,14 @@
 Owns: :class:`Session` (an async context manager owning a run's back-end, proxy, store, launcher,
 environment and harness factory, with the group runner, pause/resume and a teardown that cannot
 leak on a partial start), :class:`ProxySettings` and :class:`RolloutSettings`. The parts it assembles are
-built by name in :mod:`openforge.parts` (``backend_for``, ``load_environment``, ...), the tasks are
-chosen by :mod:`openforge.task_selection`, and a veRL worker runs its rollouts through
-:mod:`openforge.worker_runtime`; the names of the first two are re-exported here.
+built by name in :mod:`openforge.runner.parts` (``backend_for``, ``load_environment``, ...), the tasks are
+chosen by :mod:`openforge.runner.task_selection`, and a veRL worker runs its rollouts through
+:mod:`openforge.runner.worker_runtime`; the names of the first two are re-exported here.
 
 This is the only module that constructs a :class:`~openforge.proxy.server.ProxyServer` outside
 tests (``tests/core/test_layers.py`` checks it). Callers: the CPU trainer loop
-(:mod:`openforge.forge`), the SFT teacher (:mod:`openforge.teacher`), ``forge eval``
-(:mod:`openforge.evaluation`), ``forge rollout``, ``forge proxy serve``, ``forge export sft`` and the
+(:mod:`openforge.runner.forge`), the SFT teacher (:mod:`openforge.runner.teacher`), ``forge eval``
+(:mod:`openforge.runner.evaluation`), ``forge rollout``, ``forge proxy serve``, ``forge export sft`` and the
 veRL agent-loop worker::
 
     async with Session(backend, environment=env, launcher=launcher, harness=factory,
@@ -35,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError
+from ..core.errors import ConfigError
+from ..core.task import Task
+from ..core.trajectory import Trajectory
 from .harness_mix import PerGroupHarness
 from .parts import (  # re-exported: callers import the run's parts from the session module
     backend_for,
@@ -48,18 +50,16 @@ from .parts import (  # re-exported: callers import the run's parts from the ses
 )
 from .rollout import GroupRequest, GroupResults, RolloutRequest, run_groups, run_rollout
 from .seams import RolloutProxy
-from .task import Task
 from .task_selection import select_tasks
-from .trajectory import Trajectory
 
 if TYPE_CHECKING:
-    from .config import RunConfig
-    from .environment import Environment
-    from .harness import Harness
-    from .launchers.base import Launcher
-    from .proxy.backends.base import Backend, SamplingParams
-    from .proxy.server import ProxyServer
-    from .store import TrajectoryStore
+    from ..config import RunConfig
+    from ..environment import Environment
+    from ..harness import Harness
+    from ..launchers.base import Launcher
+    from ..proxy.backends.base import Backend, SamplingParams
+    from ..proxy.server import ProxyServer
+    from ..store import TrajectoryStore
 
 __all__ = ["ProxySettings", "RolloutSettings", "Session", "backend_for", "each_harness", "group_harnesses",
            "harness_factory", "load_environment", "load_launcher", "reference_script", "select_tasks"]
@@ -81,7 +81,7 @@ class ProxySettings:
     sampling: SamplingParams | Mapping[str, Any] | None = None
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
-    train_calls: str = "harness"  # rollout.train_calls: harness | all (openforge.call_origin)
+    train_calls: str = "harness"  # rollout.train_calls: harness | all (openforge.core.call_origin)
 
 
 @dataclass(frozen=True)
@@ -153,8 +153,8 @@ class Session:
 
     def _project_paths(self) -> list[str]:
         """The run directory and stores, every task's hidden paths and the task root, the cache
-        (:func:`~openforge.project_paths.project_paths`): hidden from every sandbox."""
-        from .paths import cache_root
+        (:func:`~openforge.runner.project_paths.project_paths`): hidden from every sandbox."""
+        from ..util.paths import cache_root
         from .project_paths import project_paths
 
         store = self.store.path if self.store is not None else None
@@ -164,7 +164,7 @@ class Session:
         spec = self._store_spec
         if spec is None or not isinstance(spec, (str, os.PathLike)):
             return spec  # none, or borrowed: its owner closes it
-        from .store import TrajectoryStore
+        from ..store import TrajectoryStore
 
         store = TrajectoryStore(spec)
         stack.callback(store.close)
@@ -174,8 +174,8 @@ class Session:
                            settings: ProxySettings, *, keep: bool = True) -> ProxyServer:
         """The one construction site of :class:`ProxyServer` outside tests (``keep``: log to the
         session's store)."""
-        from .proxy.bounds import ProxyTimeouts
-        from .proxy.server import ProxyServer
+        from ..proxy.bounds import ProxyTimeouts
+        from ..proxy.server import ProxyServer
 
         assert self._sockdir is not None
         proxy = ProxyServer(backend, store=self.store if keep else None, host=settings.host, port=settings.port, uds=settings.uds,
@@ -247,7 +247,7 @@ class Session:
                      proxy: RolloutProxy | None = None, environment: Environment | None = None,
                      harness: PerGroupHarness | None = None, seed: int | None = None,
                      keep: bool = True) -> GroupResults:
-        """``group_size`` rollouts of each task (see :func:`~openforge.rollout.run_groups`), through
+        """``group_size`` rollouts of each task (see :func:`~openforge.runner.rollout.run_groups`), through
         ``proxy`` (default: the session's) and ``environment`` (default: the session's; e.g. a teacher's
         fault-free view of it); ``harness`` picks each group's harness (a multi-harness step; default:
         the session's for every group); ``seed`` seeds each group's ``group_seed``; ``keep=False``:
@@ -287,7 +287,7 @@ class Session:
                     environment: Environment | None = None, progress: bool = True,
                     close_backend: bool = False) -> Session:
         """The session of a training run's config (its sampling, concurrency and budget)."""
-        from .paths import cache_root
+        from ..util.paths import cache_root
 
         env = environment or load_environment(cfg.env.name, cfg.env.options)
         first = cfg.harness.names()[0]  # a multi-harness run picks each group's through groups(harness=...)

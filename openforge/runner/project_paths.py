@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .environment import Environment
+    from ..environment import Environment
 
 __all__ = ["project_paths"]
 
