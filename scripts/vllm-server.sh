@@ -21,7 +21,7 @@
 # calls carry the logprobs of the distribution sampled from. The server holds ~5 GB: run it, and what
 # uses it, under the heavy lock (flock /tmp/openforge-heavy.lock ...).
 #
-# Policy updates (a CPU training run with rollout.engine=vllm, openforge.train.vllm_policy): the server starts
+# Policy updates (a CPU training run with rollout.engine=vllm, openforge.train.policy_sync): the server starts
 # with LoRA enabled (OPENFORGE_VLLM_MAX_LORA_RANK, default 16; 0 turns it off) and runtime adapter loading
 # (VLLM_ALLOW_RUNTIME_LORA_UPDATING), so each optimizer step's adapter is loaded by POST /v1/load_lora_adapter
 # (~0.05 s). OPENFORGE_VLLM_DEV_MODE=1 adds VLLM_SERVER_DEV_MODE=1 (POST /collective_rpc), which a full
