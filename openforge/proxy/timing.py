@@ -7,9 +7,9 @@ Owns: :class:`CallTiming`. The engine starts one per call when it hands the prom
 
 - ``queued_s``: start → admitted (the back-end's own queue), when the back-end says;
 - ``first_token_s``: start → first token (queue + prefill: the server's time). A back-end that hands
-  its whole answer over at the end either estimates its decode (:meth:`CallTiming.whole`: veRL, from
-  token counts at a measured rate) or reports its first token at the end: all its time then counts
-  as waiting;
+  its whole answer over at the end either estimates its decode and queue (:meth:`CallTiming.whole`:
+  veRL, from token counts at rates measured per step) or reports its first token at the end: all its
+  time then counts as waiting;
 - ``max_token_gap_s``: the longest stretch after the first token with no new token, up to the end
   (a model that stalled mid-generation).
 
@@ -67,15 +67,19 @@ class CallTiming:
             else:
                 self.logprobs = None
 
-    def whole(self, ids: Sequence[int], logprobs: Sequence[float] | None, decode_s: float) -> None:
+    def whole(self, ids: Sequence[int], logprobs: Sequence[float] | None, decode_s: float,
+              queued_s: float | None = None) -> None:
         """A back-end that hands its answer over whole (no token stream to mark) gives the ``ids`` now with
         its own estimate of how long their decode took: the first token is put ``decode_s`` before now
-        (never before the call started), so only the time before it counts as waiting."""
+        (never before the call started), so only the time before it counts as waiting; ``queued_s``: its
+        estimate of the part of that wait spent in its queue (the rest was prefill)."""
         now = time.perf_counter()
         with self._lock:
             if not ids or self.first is not None:  # nothing, or tokens already marked as they came
                 return
             self.first = min(now, max(self.start, now - max(0.0, decode_s)))
+            if queued_s is not None and self.admitted is None:
+                self.admitted = self.start + min(max(0.0, queued_s), self.first - self.start)
             self.last = now
             self.ids.extend(ids)
             if self.logprobs is not None and logprobs is not None and len(logprobs) == len(ids):

@@ -18,7 +18,7 @@ from openforge.core.types import CallStatus
 from openforge.core.types import RolloutStatus as S
 from openforge.proxy.server import ProxyServer
 from openforge.train.verl.backend import VerlServerBackend
-from openforge.train.verl.latency import DecodeRate
+from openforge.train.verl.latency import DecodeRate, PrefillRate
 
 # -- the split -----------------------------------------------------------------------------------------
 
@@ -64,27 +64,57 @@ def test_a_call_cut_mid_answer_is_decoding_after_the_usual_wait_unless_it_overra
     assert r.decoding_since(60.0, 100) is None  # 100 tokens take ~1 s: a call still out at 60 s stalled
 
 
+def _lat(prompt: int, n: int, queue: float = 0.0) -> float:
+    return queue + prompt / 4000 + n / 200  # an engine that prefills 4,000 tokens/s and decodes 200
+
+
+def test_the_prefill_rate_is_fitted_over_the_least_queued_calls_of_a_step():
+    r = PrefillRate()
+    assert r.measure(1, 2000, 40, _lat(2000, 40)) is None  # no rate yet: no queue split out by a guess
+    calls = [(30, 40, 0.0), (500, 10, 0.0), (2000, 100, 1.0), (1000, 40, 0.0), (2000, 10, 0.0), (500, 100, 2.0),
+             (30, 10, 0.0), (1000, 100, 0.0)]  # two of them queued (1 s, 2 s): they do not lower the rate
+    for prompt, n, queue in calls:
+        r.measure(1, prompt, n, _lat(prompt, n, queue))
+    assert r.rate == pytest.approx(4000.0, rel=0.02)
+    for _ in range(7):
+        r.measure(2, 500, 40, _lat(500, 40))  # one shape of call: p and d cannot be told apart
+    assert r.rate == pytest.approx(4000.0, rel=0.02)  # step 2 still measured with step 1's fit
+
+
+def test_a_known_prefill_is_not_read_as_slow_decode():
+    r = DecodeRate()
+    for _ in range(3):
+        r.split(1, 40, _lat(2000, 40), prefill_s=0.5)  # 0.7 s: 0.5 s of prefill, 0.2 s of decode
+    assert r.rate == pytest.approx(200.0)
+    wait, decode = r.split(1, 40, _lat(2000, 40, 1.0), prefill_s=0.5)  # queued 1 s as well
+    assert decode == pytest.approx(0.2) and wait == pytest.approx(1.5)
+
+
 # -- through the proxy -----------------------------------------------------------------------------------
 
 
 class FakeEngine:
-    """veRL's server_manager: answers whole after ``wait_s`` and ``n / rate`` of decode."""
+    """veRL's server_manager: answers whole after ``wait_s`` (its queue), the prefill of the prompt's
+    uncached tokens at ``prefill_rate`` and ``n / rate`` of decode."""
 
-    def __init__(self, word: int, rate: float = 200.0, wait_s: float = 0.02):
-        self.word, self.rate, self.wait_s = word, rate, wait_s
+    def __init__(self, word: int, rate: float = 200.0, wait_s: float = 0.02, prefill_rate: float = 4000.0):
+        self.word, self.rate, self.wait_s, self.prefill_rate = word, rate, wait_s, prefill_rate
         self.say = 40  # tokens the next answer has (bounded by max_tokens)
+        self.cached = 0  # prompt tokens the next call finds in the engine's prefix cache
 
     async def generate(self, *, request_id, prompt_ids, sampling_params):
         n = min(self.say, sampling_params["max_tokens"])
-        await asyncio.sleep(self.wait_s + n / self.rate)
+        cached = min(self.cached, len(prompt_ids))
+        await asyncio.sleep(self.wait_s + (len(prompt_ids) - cached) / self.prefill_rate + n / self.rate)
         return SimpleNamespace(token_ids=[self.word] * n, log_probs=[-0.5] * n, stop_reason="completed",
-                               extra_fields={"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3})
+                               extra_fields={"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3,
+                                             "num_cached_tokens": cached})
 
 
-async def _ask(h, timeout: float = 60.0) -> httpx.Response:
+async def _ask(h, timeout: float = 60.0, content: str = "go on") -> httpx.Response:
     async with httpx.AsyncClient(timeout=timeout) as c:
         return await c.post(f"{h.openai_base_url}/chat/completions", headers={"x-api-key": h.api_key},
-                            json={"model": "x", "messages": [{"role": "user", "content": "go on"}]})
+                            json={"model": "x", "messages": [{"role": "user", "content": content}]})
 
 
 @pytest.fixture
@@ -142,3 +172,23 @@ async def test_a_verl_call_that_overran_its_decode_is_still_the_back_ends(verl_p
                                                 "messages": [{"role": "user", "content": "go on"}]}), 1.5)
     traj = await proxy.afinish_rollout(h.rollout_id, facts=OutcomeFacts(harness_status=S.TIMEOUT, budget_s=1.6))
     assert traj.status == S.INFRA_ERROR and "never answered" in traj.error, (traj.status, traj.error)
+
+
+async def test_a_verl_calls_wait_is_split_into_queue_and_prefill(verl_proxy):
+    """A 2,000-token prompt prefills in 0.5 s at the engine's rate; the call also queued 0.6 s: the call
+    records that queue (``queued_s``) apart from its prefill, and a cached prompt prefills almost nothing."""
+    proxy, backend, engine = verl_proxy
+    long = " ".join(["word"] * 2000)
+    calib = _session(proxy, backend)
+    for _ in range(4):  # unqueued calls of the step: the engine's prefill rate
+        assert (await _ask(calib, content=long)).status_code == 200
+    assert backend.prefill_rate.rate == pytest.approx(4000.0, rel=0.35)
+    h = _session(proxy, backend)
+    engine.wait_s = 0.6
+    assert (await _ask(h, content=long)).status_code == 200
+    engine.cached = 10_000
+    assert (await _ask(h, content=long)).status_code == 200
+    queued, cached = proxy.recorder.get(h.rollout_id).calls
+    assert queued.queued_s == pytest.approx(0.6, abs=0.2), queued
+    assert queued.first_token_s - queued.queued_s == pytest.approx(0.5, abs=0.2), queued  # the prefill
+    assert cached.queued_s == pytest.approx(0.6, abs=0.2) and cached.first_token_s - cached.queued_s < 0.15, cached

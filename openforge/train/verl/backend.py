@@ -28,7 +28,7 @@ from typing import Any
 
 from ...core.errors import BackendContextOverflow, BackendError
 from ...proxy.backends.base import GenContext, Generation, SamplingParams, TokenBackend
-from .latency import DecodeRate
+from .latency import DecodeRate, PrefillRate
 
 __all__ = ["VerlServerBackend"]
 
@@ -47,6 +47,7 @@ class VerlServerBackend(TokenBackend):
         self.max_model_len = max_model_len
         self._sampling: dict[str, dict[str, Any]] = {}
         self.steps: dict[str, tuple[int, int]] = {}
+        self.prefill_rate = PrefillRate()  # this engine's, per training step: splits that wait into queue and prefill
         self.decode_rate = DecodeRate()  # this engine's, per training step: splits a whole answer's latency
 
     @property
@@ -106,8 +107,14 @@ class VerlServerBackend(TokenBackend):
         if lo is not None and hi is not None:
             old = self.steps.get(rid)
             self.steps[rid] = (int(lo), int(hi)) if old is None else (min(old[0], int(lo)), max(old[1], int(hi)))
-        # the whole answer came at once: its decode (the policy's time) is estimated at the step's rate
-        _wait, decode = self.decode_rate.split(extra.get("global_steps", hi), len(ids), latency)
+        # the whole answer came at once: its decode (the policy's time) is estimated at the step's rate,
+        # and its wait split into the engine's queue and the prefill of its uncached prompt tokens
+        step = extra.get("global_steps", hi)
+        uncached = max(0, len(prompt_ids) - int(extra.get("num_cached_tokens") or 0))
+        per_token = self.prefill_rate.measure(step, uncached, len(ids), latency)
+        prefill = uncached * per_token if per_token is not None else 0.0
+        wait, decode = self.decode_rate.split(step, len(ids), latency, prefill)
+        queued = None if per_token is None else wait - min(wait, prefill)
         if ctx is not None:
-            ctx.timing.whole(ids, lps, decode)
+            ctx.timing.whole(ids, lps, decode, queued_s=queued)
         return Generation(output_ids=ids, logprobs=lps, finish_reason=_FINISH.get(str(out.stop_reason), "stop"))

@@ -1,6 +1,6 @@
-"""Where a veRL call's time went: the wait for the engine (queue + prefill) versus the policy's decode.
+"""Where a veRL call's time went: the engine's queue, its prefill, and the policy's decode.
 
-Owns: :class:`DecodeRate`. veRL's ``server_manager.generate`` hands the whole answer over at the end and
+Owns: :class:`DecodeRate`, :class:`PrefillRate`. veRL's ``server_manager.generate`` hands the whole answer over at the end and
 reports no per-request timing (veRL 0.9.1's vLLM server returns a ``TokenOutput`` whose
 ``extra_fields`` carry ``global_steps``, ``num_cached_tokens`` and ``num_preempted``, nothing of the
 engine's own per-request metrics), so neither the first token nor the admission is observable. The
@@ -20,6 +20,15 @@ decode is therefore *estimated* from token counts at a rate measured per trainin
   ``max_tokens`` (:meth:`DecodeRate.decoding_since`); otherwise it was waiting for the back-end (the
   engine queued it, or stalled: the outcome rule's "the model never answered").
 
+The wait is split into queue and prefill (:class:`PrefillRate`): each call is a sample of
+``latency ≈ prefilled tokens × p + decoded tokens × d`` (its prompt less veRL's ``num_cached_tokens``;
+queueing only adds to it), fitted per step by least squares over the least queued half of its calls.
+A call's prefill is its uncached prompt tokens × ``p``; it is left out of the call's throughput sample
+above (a long prompt is not read as a slow decode), and the rest of its wait is its queue (recorded as
+its ``queued_s``; unset until a step has :data:`MIN_FIT_SAMPLES` calls whose prompts and answers vary).
+Queue and prefill are both the engine's time, so the split moves no blame between them; the queue
+stays in the throughput samples, so under load the decode still errs towards the policy's blame.
+
 The outcome rule (:mod:`openforge.core.outcome`, rule 5) then blames a timeout on the back-end only by that
 wait, as it does for back-ends that stream: a verbose policy that talks past its budget is a trained
 ``timeout``, not an ``infra_error`` that fails and refills its whole group. The median is robust to a
@@ -34,10 +43,14 @@ import statistics
 import threading
 from collections.abc import Hashable
 
-__all__ = ["MIN_SAMPLES", "MIN_TOKENS", "DecodeRate"]
+__all__ = ["MIN_FIT_SAMPLES", "MIN_SAMPLES", "MIN_TOKENS", "DecodeRate", "PrefillRate"]
 
 #: Answers shorter than this say more about prefill and queue than about decode: not samples of the rate.
 MIN_TOKENS = 16
+#: A step's own prefill fit is used once it has this many calls; the previous step's until then.
+MIN_FIT_SAMPLES = 6
+#: Calls kept per step for the prefill fit (the most recent).
+MAX_FIT_SAMPLES = 1024
 #: A step's own rate is used once it has this many samples; the previous step's until then.
 MIN_SAMPLES = 3
 #: Samples kept per step (the most recent): bounds memory on a long step.
@@ -55,13 +68,14 @@ class DecodeRate:
         self._last: float | None = None  # the previous step's rate
         self._last_wait: float | None = None  # the previous step's longest usual wait
 
-    def split(self, step: Hashable, n_tokens: int, latency_s: float) -> tuple[float, float]:
+    def split(self, step: Hashable, n_tokens: int, latency_s: float, prefill_s: float = 0.0) -> tuple[float, float]:
         """Record a call of training ``step`` that produced ``n_tokens`` in ``latency_s`` seconds and
-        return its ``(wait_s, decode_s)``: the engine's queue + prefill, and the policy's decode."""
+        return its ``(wait_s, decode_s)``: the engine's queue + prefill, and the policy's decode.
+        ``prefill_s``: its prefill where known (:class:`PrefillRate`), left out of its throughput sample."""
         latency_s = max(0.0, latency_s)
         if n_tokens <= 0 or latency_s == 0.0:
             return latency_s, 0.0  # nothing generated: all of it was the back-end's
-        own = n_tokens / latency_s
+        own = n_tokens / max(latency_s - max(0.0, prefill_s), 1e-3 * latency_s)
         with self._lock:
             if step != self._step:
                 if len(self._samples) >= MIN_SAMPLES:
@@ -105,8 +119,90 @@ class DecodeRate:
             return self._measured()
 
 
+class PrefillRate:
+    """The engine's prefill time per prompt token, measured per training step from its own calls
+    (thread-safe): what splits a call's wait into queue and prefill. Each call is a sample ``(prompt tokens prefilled, tokens decoded, latency)``; an unqueued
+    call takes ``prefill tokens × p + decoded × d``, a queued one longer, so ``(p, d)`` come from a least
+    squares fit of the step's samples that is refitted to the half with the smallest residuals (the
+    least queued) twice: queueing only adds time, so it only ever pushes a sample out of that half."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._step: Hashable = None
+        self._samples: list[tuple[int, int, float]] = []
+        self._last: float | None = None  # the previous step's seconds per prefilled token
+
+    def measure(self, step: Hashable, prefill_tokens: int, n_tokens: int, latency_s: float) -> float | None:
+        """Record a call of ``step`` that prefilled ``prefill_tokens`` (uncached) and decoded ``n_tokens`` in
+        ``latency_s``; return the seconds per prefilled token it is measured against (``None`` until a
+        step has :data:`MIN_FIT_SAMPLES` calls whose prompts and answers vary)."""
+        with self._lock:
+            if step != self._step:
+                self._last = self._measured()
+                self._step, self._samples = step, []
+            if latency_s > 0.0 and (prefill_tokens > 0 or n_tokens > 0):
+                self._samples.append((max(0, prefill_tokens), max(0, n_tokens), latency_s))
+                del self._samples[:-MAX_FIT_SAMPLES]
+            return self._measured()
+
+    def _measured(self) -> float | None:
+        """This step's seconds per prefilled token once it has enough samples, else the last step's."""
+        fitted = _lower_fit(self._samples) if len(self._samples) >= MIN_FIT_SAMPLES else None
+        return fitted if fitted is not None else self._last
+
+    @property
+    def rate(self) -> float | None:
+        """The prefill rate a call would be measured against now (tokens/s), or None before any is known."""
+        with self._lock:
+            per_token = self._measured()
+        return 1.0 / per_token if per_token else None
+
+
+def _lower_fit(samples: list[tuple[int, int, float]]) -> float | None:
+    """Seconds per prefilled token from ``latency ≈ prefill × p + decoded × d`` over the least queued
+    half of ``samples`` (see :class:`PrefillRate`); None where the samples cannot tell ``p`` apart."""
+    kept = samples
+    fit = _solve(_sums(kept)[-1])
+    for _ in range(2):
+        if fit is None:
+            return None
+        p, d = fit
+        ranked = sorted(kept, key=lambda s: s[2] - s[0] * p - s[1] * d)
+        prefix = _sums(ranked)  # the sums of each leading run: one pass, not one per candidate length
+        for n in range(max(MIN_FIT_SAMPLES // 2, len(ranked) // 2), len(ranked) + 1):  # the least queued half,
+            refit = _solve(prefix[n])  # or as few more as it takes to tell p and d apart
+            if refit is not None:
+                kept, fit = ranked[:n], refit
+                break
+    return fit[0] if fit is not None else None
+
+
+_Sums = tuple[float, float, float, float, float]  # Σp², Σn², Σpn, Σp·latency, Σn·latency
+
+
+def _sums(samples: list[tuple[int, int, float]]) -> list[_Sums]:
+    """The least-squares sums of ``samples[:k]`` for every ``k`` (``[0]``: none of them)."""
+    out: list[_Sums] = [(0.0, 0.0, 0.0, 0.0, 0.0)]
+    for pt, n, lat in samples:
+        spp, snn, spn, spl, snl = out[-1]
+        out.append((spp + pt * pt, snn + n * n, spn + pt * n, spl + pt * lat, snl + n * lat))
+    return out
+
+
+def _solve(sums: _Sums) -> tuple[float, float] | None:
+    """``(p, d)`` minimising the squared error of ``latency - prefill × p - decoded × d`` (no intercept),
+    from :func:`_sums`; None when the prompts and answers do not vary independently, or either comes out
+    negative."""
+    spp, snn, spn, spl, snl = sums
+    det = spp * snn - spn * spn
+    if det <= 1e-9 * max(1.0, spp * snn):
+        return None
+    p, d = (spl * snn - snl * spn) / det, (snl * spp - spl * spn) / det
+    return (p, d) if p > 0.0 and d >= 0.0 else None
+
+
 def _high(waits: list[float]) -> float | None:
-    """The 90th percentile of ``waits`` (None when there are none)."""
+    """The 90th percentile of ``waits`` (or of any samples; None when there are none)."""
     if not waits:
         return None
     ordered = sorted(waits)
