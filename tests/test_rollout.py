@@ -117,6 +117,29 @@ async def test_raising_verifier_and_setup_are_env_errors(rig):
     assert traj.status == S.ENV_ERROR and "fixture data missing" in traj.error and traj.calls == []
 
 
+class PodLostInSetup(ClawEnvironment):
+    """Setup on a pod that went past its storage limit, or its deadline: statuses that blame the policy
+    once it has run (``classify_pod``), but the policy had not run yet."""
+
+    def __init__(self, status):
+        super().__init__()
+        self.status = status
+
+    async def setup(self, task, sandbox):
+        from openforge.launchers.base import SandboxFailure
+
+        raise SandboxFailure("pod of-x lost: the rollout's files went past its disk_mb", self.status)
+
+
+@pytest.mark.parametrize("status", [S.POLICY_FAILURE, S.TIMEOUT])
+async def test_a_policy_status_in_setup_is_the_environments(rig, status):
+    proxy, launcher, _store = await rig({"turns": solve("files-create-hello")})
+    traj = await run_rollout(harness=react(), environment=PodLostInSetup(status), task=ENV.task("files-create-hello"),
+                             launcher=launcher, proxy=proxy)
+    assert traj.status == S.ENV_ERROR and not traj.trainable and "disk_mb" in traj.error, (traj.status, traj.error)
+    assert traj.calls == []
+
+
 class NonFiniteVerifier(ClawEnvironment):
     """The real claw verifier, then a NaN / ±Infinity slipped into its verdict (as a buggy verifier would)."""
 

@@ -29,10 +29,11 @@ each tool directory the rollout runs read-only and nothing above it (the virtual
 install, ``PATH`` entries, the openforge package directory, harness installs: :func:`tool_dirs`),
 fresh ``/dev``, ``/proc`` of its own pid namespace, an empty ``/var`` with empty ``/tmp``, ``/run``
 and ``/var/tmp``, and its own rollout directory read-write. The scratch mounts (``/tmp``,
-``/var/tmp``, ``/run``, ``/dev/shm``: fresh for each command) are memory-backed, so each is sized to a
-quarter of the rollout's ``disk_mb`` (:func:`scratch_bytes`): together they hold at most ``disk_mb``,
-beside the rollout directory's own ``disk_mb``, and cannot fill the host's memory where no memory
-cgroup bounds them. Home directories, ``/root``, ``/tmp``,
+``/var/tmp``, ``/run``, ``/dev/shm``: fresh for each command) are memory-backed. Where the rollout's
+directory is a tmpfs of its own they are directories in it (``_disk.open_scratch``, bound by
+descriptor), so workdir, home and scratch together hold at most ``disk_mb``; elsewhere each is a tmpfs
+of a quarter of ``disk_mb`` (:func:`scratch_bytes`). Either way they cannot fill the host's memory
+where no memory cgroup bounds them. Home directories, ``/root``, ``/tmp``,
 the checkout around a ``.venv``, run directories, stores, task directories, caches and other
 rollouts are simply not there; hidden paths mask what a bound directory must not show (an
 environment's checks, a run directory under a bound path). An editable install that holds a hidden
@@ -51,7 +52,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -398,9 +399,11 @@ def _var_skeleton() -> list[str]:
 
 
 def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scratch: bool = True,
-          scratch_size: int | None = None, mounts: Sequence[tuple[str, str, bool]] = ()) -> list[str]:
+          scratch_size: int | None = None, scratch_fds: Mapping[str, int] | None = None,
+          mounts: Sequence[tuple[str | int, str, bool]] = ()) -> list[str]:
     """The file-system part of the command: allow-listed system dirs, tools, hidden paths masked,
-    scratch (each tmpfs of ``scratch_size`` bytes when given), rw paths.
+    scratch (each tmpfs of ``scratch_size`` bytes when given; the directory of that descriptor where
+    ``scratch_fds`` names one), rw paths, then ``mounts`` (a source given as a descriptor is bound by it).
 
     A hidden path is masked only where the view would otherwise show it (inside a system dir or a
     bound tool dir): a mask is a mount, and every mount point shows in ``/proc/self/mountinfo``,
@@ -417,7 +420,8 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
         cmd += _var_skeleton()
     size = ["--size", str(scratch_size)] if scratch_size else []
     for d in SCRATCH_DIRS if scratch else ("/tmp",):
-        cmd += ["--perms", "1777", *size, "--tmpfs", d]
+        fd = (scratch_fds or {}).get(d)
+        cmd += ["--bind-fd", str(fd), d] if fd is not None else ["--perms", "1777", *size, "--tmpfs", d]
     made: set[str] = {"/", "/var", *SYSTEM_DIRS, *SCRATCH_DIRS}
 
     def parents(path: str) -> None:  # bwrap would make missing mount-point parents 0700 (root's only)
@@ -452,26 +456,31 @@ def _view(binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], *, scr
         cmd += ["--bind", w, w]
     for host, inside, writable in mounts:  # last: a mount over a path of the rollout dir wins (read-only stays so)
         parents(inside)
-        cmd += ["--bind" if writable else "--ro-bind", host, inside]
+        how = ("--bind" if writable else "--ro-bind") + ("-fd" if isinstance(host, int) else "")
+        cmd += [how, str(host), inside]
     return cmd
 
 
 def bwrap_argv(
     mode: BwrapMode, *, binds: Sequence[str], hidden: Sequence[str], rw: Sequence[str], cwd: Path,
     maps: Sequence[str], network: bool, argv: Sequence[str], disk_mb: int | None = None,
-    mounts: Sequence[tuple[str, str, bool]] = (),
+    mounts: Sequence[tuple[str | int, str, bool]] = (), scratch_fds: Mapping[str, int] | None = None,
 ) -> list[str]:
     """The full command: bwrap, the rollout's view, its namespaces, then the init and ``argv``.
     ``maps`` are ``--map 127.0.0.1:PORT=SOCK`` pairs for the init's forwarders (the sockets must be
     among ``rw``). ``disk_mb``: the rollout's disk budget, which sizes the scratch mounts
-    (:func:`scratch_bytes`) where bwrap can (``mode.sized``). ``mounts``: ``(host dir, path inside,
-    writable)`` binds at another path than their own (``LocalSandbox.place``), bound after everything else."""
+    (:func:`scratch_bytes`) where bwrap can (``mode.sized``). ``scratch_fds``: descriptors of directories
+    in the rollout's own tmpfs to bind as the scratch mounts instead (``_disk.open_scratch``), so they
+    count in that one budget. ``mounts``: ``(host dir or its descriptor, path inside, writable)`` binds at
+    another path than their own (``LocalSandbox.place``), bound after everything else. bwrap closes
+    each descriptor it binds before the command starts; the caller passes them (``pass_fds``)."""
     assert mode.binary is not None
     ns = _namespaces(mode.privileged)
     if network:
         ns = [a for a in ns if a != "--unshare-net"]
     size = scratch_bytes(disk_mb) if disk_mb and mode.sized else None
-    cmd = [mode.binary, *_view(binds, hidden, rw, scratch_size=size, mounts=mounts), *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
+    view = _view(binds, hidden, rw, scratch_size=size, scratch_fds=scratch_fds, mounts=mounts)
+    cmd = [mode.binary, *view, *ns, "--new-session", "--die-with-parent", "--hostname", "sandbox"]
     if mode.privileged:  # root without CAP_DAC_OVERRIDE cannot enter the agent's dirs: the init does, as the agent
         return [*cmd, "--", *_init(True), "--chdir", str(cwd), *(maps if not network else []), "--", *argv]
     cmd += ["--chdir", str(cwd), "--"]

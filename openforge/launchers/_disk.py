@@ -1,6 +1,6 @@
 """How the local launcher bounds a rollout's disk (``Resources.disk_mb``), by the driver's user.
 
-Owns: :class:`PrivateArea`, :func:`start_private_area`, :func:`disk_kind`.
+Owns: :class:`PrivateArea`, :func:`start_private_area`, :func:`disk_kind`, :func:`open_scratch`.
 
 * **driver is root**: the rollout's directory is a tmpfs of ``disk_mb`` mounted on the host
   (``_reaper.mount_quota``): ``disk == "tmpfs"``.
@@ -15,6 +15,12 @@ Owns: :class:`PrivateArea`, :func:`start_private_area`, :func:`disk_kind`.
   host reads is a copy made as data (``LocalSandbox.pull_workdir``). The keeper dies with the driver
   (``--die-with-parent``), and the area with it.
 * otherwise: ``RLIMIT_FSIZE`` only, no single file beyond ``disk_mb`` (``disk == "file-size"``).
+
+Scratch (``/tmp``, ``/var/tmp``, ``/run``, ``/dev/shm``) counts in the same budget wherever the rollout's
+directory is a tmpfs of its own: each command gets fresh directories in it (:func:`open_scratch`),
+bound at those paths by descriptor and removed when the command ends, so everything the agent keeps,
+its workdir, home and scratch together, is at most ``disk_mb``. Elsewhere (``file-size``, a verifier's
+sandbox) the scratch mounts are tmpfs of their own, each ``disk_mb``/4 (``_bwrap.scratch_bytes``).
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["PrivateArea", "disk_kind", "start_private_area"]
+from ._below import open_dir_below
+
+__all__ = ["PrivateArea", "disk_kind", "open_scratch", "start_private_area"]
 
 DiskKind = str  # "tmpfs" | "private-tmpfs" | "file-size"
 
@@ -37,6 +46,25 @@ DiskKind = str  # "tmpfs" | "private-tmpfs" | "file-size"
 def disk_kind(*, mounted: bool, area: PrivateArea | None) -> DiskKind:
     """What bounds the rollout's disk, in the words ``LocalSandbox.disk`` uses."""
     return "tmpfs" if mounted else ("private-tmpfs" if area is not None else "file-size")
+
+
+def open_scratch(top: Path, name: str, mounts: Sequence[str], owner: int | None) -> dict[str, int]:
+    """One command's scratch directories in the rollout's own tmpfs, whose root the driver reaches at
+    ``top``: ``top/name/<mount point, dashed>`` for each of ``mounts`` (``/var/tmp`` -> ``var-tmp``),
+    fresh, world-writable and sticky, ``owner``'s (a uid; ``None``: the driver's own, which is then the
+    agent's). ``name`` itself is the driver's, mode 0700. Returns an ``O_PATH`` descriptor of each by
+    mount point, for ``bwrap --bind-fd``: no link is followed making or opening them, so a link the
+    agent plants or swaps in cannot turn the bind into one of a host directory."""
+    fds: dict[str, int] = {}
+    try:
+        os.close(open_dir_below(top, name, make=0o700))
+        for mount in mounts:
+            fds[mount] = open_dir_below(top, f"{name}/{mount.strip('/').replace('/', '-')}", make=0o1777, owner=owner)
+    except BaseException:
+        for fd in fds.values():
+            os.close(fd)
+        raise
+    return fds
 
 
 class PrivateArea:

@@ -187,9 +187,9 @@ def canonical_cpu(cpu: float) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
-def canonical_memory(memory_mb: int) -> str:
-    """Mebibytes as the server stores them: ``2048`` → ``2Gi``, ``512`` → ``512Mi``."""
+def canonical_memory(memory_mb: int, name: str = "memory_mb") -> str:
+    """Mebibytes (of ``name``, for the error) as the server stores them: ``2048`` → ``2Gi``, ``512`` → ``512Mi``."""
     mb = int(memory_mb)
     if mb <= 0:
-        raise ConfigError(f"memory_mb must be positive, got {memory_mb!r}")
+        raise ConfigError(f"{name} must be positive, got {memory_mb!r}")
     return f"{mb // 1024}Gi" if mb % 1024 == 0 else f"{mb}Mi"

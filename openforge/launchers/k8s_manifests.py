@@ -14,6 +14,7 @@ only the proxy (and DNS when the proxy is addressed by name) and their ingress o
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -59,12 +60,14 @@ def _k8s_name(s: str) -> str:
 
 @dataclass(frozen=True)
 class PodResources:
-    """What a rollout's pod may use: ``cpu`` cores and ``memory_mb`` (requests = limits), and
-    ``deadline_s`` (``activeDeadlineSeconds``: a pod whose driver died is stopped by then)."""
+    """What a rollout's pod may use: ``cpu`` cores, ``memory_mb`` and ``disk_mb`` (requests = limits;
+    ``disk_mb`` is the pod's ``ephemeral-storage``: its workdir, home, ``/tmp`` and writable layer
+    together), and ``deadline_s`` (``activeDeadlineSeconds``: a pod whose driver died is stopped by then)."""
 
     cpu: float = 2.0
     memory_mb: int = 2048
     deadline_s: int = 3600
+    disk_mb: int = 4096
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class PodLayout:
 
 
 #: the flat keywords build_pod_manifest took before the value objects → (object, field)
-_POD_FLAT = {"cpu": "resources", "memory_mb": "resources", "deadline_s": "resources", "workdir": "layout",
+_POD_FLAT = {"cpu": "resources", "memory_mb": "resources", "deadline_s": "resources", "disk_mb": "resources",
+             "workdir": "layout",
              "home": "layout", "run_as_user": "layout", "agent_port": "layout"}
 
 
@@ -119,7 +123,8 @@ def build_pod_manifest(
     check_mount_paths({"workdir": workdir, "home": home, "the pod's /tmp volume": "/tmp"})
     if service_account:
         check_dns_subdomain(service_account, "service_account")
-    quantity = {"cpu": canonical_cpu(cpu), "memory": canonical_memory(memory_mb), "ephemeral-storage": "4Gi"}
+    quantity = {"cpu": canonical_cpu(cpu), "memory": canonical_memory(memory_mb),
+                "ephemeral-storage": canonical_memory(resources.disk_mb, "disk_mb")}
     env_list: list[dict[str, Any]] = [
         {"name": "HOME", "value": home},
         {"name": "OPENFORGE_PROXY_URL", "value": proxy_url},
@@ -231,10 +236,18 @@ def egress_ports(policy: dict[str, Any]) -> set[int]:
     return out
 
 
+#: The kubelet's words for a pod evicted for its own storage limit (not for the node's)
+_OWN_STORAGE = re.compile(r"ephemeral local storage usage exceeds|exceeded its local ephemeral storage limit|"
+                          r"Usage of EmptyDir volume .* exceeds the limit", re.IGNORECASE)
+_NODE_PRESSURE = re.compile(r"The node (was|had been) low on resource", re.IGNORECASE)
+
+
 def classify_pod(pod: dict[str, Any]) -> tuple[str, RolloutStatus | None, str]:
     """``(state, status, reason)`` of a pod dict: state ``pending`` / ``ready`` / ``running`` /
     ``done`` / ``failed``; for ``failed`` the rollout status it implies. ImagePullBackOff →
-    env_error; Evicted / OOMKilled / node lost / preempted → infra_error; deadline → timeout."""
+    env_error; evicted for going past its own ``ephemeral-storage`` (the rollout's ``disk_mb``: what
+    the agent wrote) → policy_failure; other evictions / OOMKilled / node lost / preempted →
+    infra_error; deadline → timeout."""
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
@@ -250,6 +263,8 @@ def classify_pod(pod: dict[str, Any]) -> tuple[str, RolloutStatus | None, str]:
             return "failed", RolloutStatus.INFRA_ERROR, "the rollout pod was OOMKilled (memory limit)"
     if reason == "DeadlineExceeded":
         return "failed", RolloutStatus.TIMEOUT, f"the pod's activeDeadlineSeconds ran out: {message}".strip()
+    if reason == "Evicted" and _OWN_STORAGE.search(message) and not _NODE_PRESSURE.search(message):
+        return "failed", RolloutStatus.POLICY_FAILURE, f"the rollout's files went past its disk_mb: {message}".strip()
     if reason in ("Evicted", "Preempting", "NodeLost", "Shutdown", "NodeShutdown", "Terminated", "UnexpectedAdmissionError"):
         return "failed", RolloutStatus.INFRA_ERROR, f"the rollout pod was lost: {reason}: {message}".strip()
     for cond in status.get("conditions") or []:

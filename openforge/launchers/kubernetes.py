@@ -283,7 +283,8 @@ class KubernetesLauncher(Launcher):
             manifest = build_pod_manifest(
                 name=pod, namespace=self.namespace, image=task.image or self.image, rollout_id=spec.rollout_id,
                 run_id=self.run_id, task_id=task.id, secret_name=pod, proxy_url=proxy_url, env=spec.env,
-                resources=PodResources(cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline),
+                resources=PodResources(cpu=task.resources.cpu, memory_mb=task.resources.memory_mb, deadline_s=deadline,
+                                       disk_mb=task.resources.disk_mb),
                 layout=PodLayout(workdir=workdir, home=home), service_account=self.service_account)
         except ConfigError as e:  # the server would answer 422: not worth a pod, nor a retry
             raise SandboxFailure(f"pod {pod} for task {task.id}: {e}", RolloutStatus.ENV_ERROR) from None

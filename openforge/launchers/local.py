@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -44,8 +44,6 @@ from ..core.errors import SandboxError
 from ._bwrap import (
     UNSIZED_SCRATCH,
     BwrapMode,
-    bad_place,
-    bwrap_argv,
     probe_bwrap,
     ro_bind_list,
     scratch_bytes,
@@ -61,7 +59,8 @@ from ._isolation import (
     rlimit_memory_gaps,
     scrub_env,
 )
-from ._local_files import SandboxFiles, lexically_under, read_owner
+from ._local_files import SandboxFiles, read_owner
+from ._local_view import SandboxView
 from ._output import DEFAULT_HEAD, BoundedOutput, communicate
 from ._reaper import kill_tree, mount_quota, remove_tree, unmount_quota
 from ._verifier import VERIFIER_WEAK_MODE_RISKS
@@ -71,7 +70,6 @@ __all__ = ["WEAK_MODE_RISKS", "LocalLauncher", "LocalSandbox"]
 
 log = logging.getLogger(__name__)
 _HERE = Path(__file__).resolve().parent
-_FWD = str(_HERE / "_fwd.py")
 _REAPER = str(_HERE / "_reaper.py")
 FIRST_PORT = 18000
 
@@ -190,6 +188,7 @@ class LocalLauncher(Launcher):
         sbx = LocalSandbox(self, spec, root)
         sbx._area, sbx._owns_area = area, area is not None and share is None
         sbx.disk = disk_kind(mounted=bool(quota), area=area)
+        sbx._scratch_in_root = bw is not None and (bool(quota) or sbx._owns_area)
         self._warn_rlimit_memory(sbx)
         self._sandboxes.add(sbx)
         try:
@@ -205,7 +204,8 @@ class LocalLauncher(Launcher):
             return
         self._warned_rlimit_memory = True
         res = sbx.spec.task.resources
-        scratch = (f"{scratch_bytes(res.disk_mb) >> 20} MB each" if self.bwrap is not None and self.bwrap.sized
+        scratch = ("in the rollout directory's tmpfs" if sbx._scratch_in_root
+                   else f"{scratch_bytes(res.disk_mb) >> 20} MB each" if self.bwrap is not None and self.bwrap.sized
                    else "unbounded" if self.bwrap is not None else "in the rollout directory")
         log.warning("local launcher: %s", rlimit_memory_gaps(res.memory_mb, res.max_processes, scratch,
                                                              res.disk_mb if sbx.disk != "file-size" else None))
@@ -223,7 +223,7 @@ class LocalLauncher(Launcher):
                 self._reaper = None
 
 
-class LocalSandbox(SandboxFiles, Sandbox):
+class LocalSandbox(SandboxView, SandboxFiles, Sandbox):
     """One rollout's sandbox on this machine; see the module docstring."""
 
     def __init__(self, launcher: LocalLauncher, spec: SandboxSpec, root: Path):
@@ -245,6 +245,10 @@ class LocalSandbox(SandboxFiles, Sandbox):
         self.disk = "file-size"
         self._area: PrivateArea | None = None  # the private area the sandbox runs in (normal-user driver)
         self._owns_area = False
+        #: Each command's /tmp, /var/tmp, /run, /dev/shm are fresh directories in the rollout's own tmpfs
+        #: (``_disk.open_scratch``), in its one disk budget; else tmpfs mounts of their own
+        self._scratch_in_root = False
+        self._commands = itertools.count()
         self.proxy_url = spec.proxy_url.rstrip("/")
         res = spec.task.resources
         self.cgroups: CgroupSet | None = None
@@ -315,90 +319,6 @@ class LocalSandbox(SandboxFiles, Sandbox):
         vs._own(verdict)
         return VerifierView(vs, verdict_dir=str(verdict), verdict_on_host=True)
 
-    def place(self, inside: str, host: str | Path | None = None, *, writable: bool = True) -> Path:
-        """See :meth:`Sandbox.place`: a bind mount at ``inside`` (bubblewrap only). A fresh directory
-        lives in the sandbox's own directory (``places/``), owned by the agent's uid."""
-        if self.isolation != "bwrap":
-            raise NotImplementedError(f"isolation {self.isolation!r} shows the host's own file system: it cannot "
-                                      f"show a directory at {inside} (use isolation 'bwrap')")
-        why = None if lexically_under(Path(inside), self.root) else bad_place(inside)
-        if why:
-            raise SandboxError(f"cannot show a directory at {inside!r}: {why}")
-        if host is None:
-            old = self._places.get(inside)
-            if old is not None:
-                host = old[0]
-            else:
-                d = self.root / "places" / str(len(self._places))
-                self._h(d).mkdir(parents=True)
-                self._own(d.parent)
-                self._own(d)
-                host = d
-        host_p = Path(host).absolute()
-        if not self._h(host_p).is_dir():
-            raise SandboxError(f"cannot show {host} at {inside}: not a directory")
-        self._places[inside] = (str(host_p), writable)
-        return host_p
-
-    def _inside_cwd(self, cwd: Path) -> Path:
-        """Where a command run in ``cwd`` (a host path) runs inside: below the workdir, at the path the
-        workdir is placed at (:meth:`place`), if any."""
-        for inside, (host, _) in self._places.items():
-            if host == str(self.workdir) and lexically_under(cwd, self.workdir):
-                return Path(inside) / os.path.relpath(cwd, self.workdir)
-        return cwd
-
-    def share_path(self, host_path: str | Path) -> str | None:
-        path = str(host_path)
-        if stat.S_ISSOCK(os.stat(path, follow_symlinks=False).st_mode):
-            self._grant_connect(path)
-        self._shared.append(path)  # bwrap: a read-only bind at the same path; weaker modes see the host
-        return path
-
-    def _grant_connect(self, uds_path: str) -> None:
-        """Let the agent (and, of other users, only it) connect to a socket the driver made: under a
-        root driver the agent is another uid, so the socket's group becomes the agent's and gets
-        ``rw``; the driver stays its owner, so the agent cannot change its mode. A non-root driver's
-        agent is the driver's own uid: nothing to grant."""
-        bw = self.launcher.bwrap
-        if bw is not None and bw.privileged:
-            with contextlib.suppress(OSError):
-                os.chown(uds_path, -1, bw.agent_uid, follow_symlinks=False)
-                os.chmod(uds_path, os.stat(uds_path, follow_symlinks=False).st_mode & 0o777 | 0o060)
-
-    def _command(self, argv: Sequence[str], cwd: Path) -> list[str]:
-        maps: list[str] = []
-        for port, sock in self._maps:
-            maps += ["--map", f"127.0.0.1:{port}={sock}"]
-        if self.isolation == "unshare":
-            return ["unshare", "--net", "--map-root-user", "--", sys.executable, "-I", "-S", _FWD, "--lo-up",
-                    *maps, "--", *argv] if not self.spec.network else list(argv)
-        if self.isolation != "bwrap" or self.launcher.bwrap is None:
-            return list(argv)
-        binds = [*self.launcher.ro_binds, *self.spec.ro_paths, *self._shared]
-        area = self._area
-        # a path in the private area is not on the host, where bwrap_argv looks for what to bind: a mount
-        in_area = [b for b in binds if area is not None and lexically_under(Path(b), area.root)]
-        mounts = [*((b, b, False) for b in in_area), *((h, i, w) for i, (h, w) in self._places.items())]
-        return [*(area.enter() if area is not None else []), *bwrap_argv(
-            self.launcher.bwrap, binds=[b for b in binds if b not in in_area],
-            hidden=[*_ALWAYS_HIDDEN, *self._run_hidden(), *self.spec.hidden_paths],
-            rw=[str(self.root), *(s for _, s in self._maps)], cwd=self._inside_cwd(cwd), maps=maps,
-            network=self.spec.network, argv=argv, disk_mb=self.spec.task.resources.disk_mb, mounts=mounts,
-        )]
-
-    def _run_hidden(self) -> list[str]:
-        """What the run hides from every sandbox, less what this sandbox's spec binds by name (a
-        verifier's sandbox binds its own task directory, which every rollout of the run hides)."""
-        named = set(self.spec.ro_paths)
-        return [h for h in self.launcher.hidden_paths if h not in named]
-
-    def _own(self, path: Path) -> None:
-        """Hand a path the driver created to the agent's uid (a root driver's agent is ``nobody``)."""
-        bw = self.launcher.bwrap
-        if bw is not None and bw.privileged:
-            os.chown(path, bw.agent_uid, bw.agent_uid, follow_symlinks=False)
-
     async def exec(
         self,
         argv: Sequence[str],
@@ -426,16 +346,35 @@ class LocalSandbox(SandboxFiles, Sandbox):
             memory_mb=res.memory_mb, cpu_s=budget * max(res.cpu, 1.0) + 5, max_open_files=res.max_open_files,
             max_procs=res.max_processes, cgroups=self.cgroups, max_file_mb=res.disk_mb,
         )
+        scratch = self.root / f".scratch-{next(self._commands)}" if self._scratch_in_root else None
+        try:
+            return await self._run(argv, cwd_p, full_env, prefix, budget, stdin, scratch)
+        finally:
+            if scratch is not None:
+                await asyncio.to_thread(remove_tree, str(self._h(scratch)))
+
+    async def _run(self, argv: Sequence[str], cwd: Path, env: dict[str, str], prefix: list[str], budget: float,
+                   stdin: bytes | None, scratch: Path | None) -> ExecResult:
+        """:meth:`exec`, once its environment, limits and scratch directory are settled."""
         ooms = OomWatch(self.cgroups)
         t0 = time.monotonic()
+        fds: list[int] = []
         try:
+            try:
+                cmd = self._command(argv, cwd, fds, scratch)
+            except (SandboxError, OSError) as e:  # a link where a bound directory was, a full disk: the agent's doing
+                return ExecResult(126, "", f"openforge: cannot prepare the sandbox for {argv[0]!r}: {e}",
+                                  time.monotonic() - t0)
             proc = await asyncio.create_subprocess_exec(
-                *prefix, *self._command(argv, cwd_p), cwd=str(self.root if self._area else cwd_p), env=full_env,
+                *prefix, *cmd, cwd=str(self.root if self._area else cwd), env=env, pass_fds=fds,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             )
         except OSError as e:
             return ExecResult(127, "", f"cannot run {argv[0]!r}: {e.strerror or e}", time.monotonic() - t0)
+        finally:
+            for fd in fds:
+                os.close(fd)
         self._procs.add(proc.pid)
         self.launcher._watch(f"+pid {proc.pid}")
         ooms.start(proc)
@@ -498,7 +437,3 @@ class LocalSandbox(SandboxFiles, Sandbox):
             log.warning("local launcher: could not remove the sandbox dir %s entirely", self.root)
         self.launcher._watch(f"-dir {self.root}")
         self.launcher._sandboxes.discard(self)
-
-
-#: Always masked inside the sandbox: the built-in environments' checks and reference solutions.
-_ALWAYS_HIDDEN = (str(Path(__file__).resolve().parent.parent / "envs"),)

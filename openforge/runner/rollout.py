@@ -124,6 +124,8 @@ class _Rollout:
                     failure, error = S.ENV_ERROR, f"{environment.name} setup of {task.id} ran over {task.setup_timeout_s:.0f}s"
                 except Exception as e:  # a full disk before the agent ran is the machine's, not the task's
                     status = S.INFRA_ERROR if _no_space(e) else _launch_status(e, S.ENV_ERROR)
+                    if status.trainable:  # a pod evicted for its storage, or out of time, before the agent ran
+                        status = S.ENV_ERROR
                     failure, error = status, f"{environment.name} setup of {task.id} failed: {_err(e)}"
                 timings["setup_s"] = time.monotonic() - t
             if failure is None and sandbox is not None:

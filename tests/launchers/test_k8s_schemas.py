@@ -52,6 +52,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "pod-default": _pod(),
     "pod-resources-fractional": _pod(cpu=0.5, memory_mb=1536, deadline_s=60),
     "pod-resources-whole": _pod(cpu=4, memory_mb=8192),
+    "pod-disk": _pod(disk_mb=300),
     "pod-env-service-account-selector-labels": _pod(
         env={"A": "1", "task.var": "x", "_UNDER": "y", "with-dash": "z"}, service_account="runner",
         node_selector={"kubernetes.io/arch": "amd64"}, extra_labels={"team": "rl", "example.com/tier": "ci"}),

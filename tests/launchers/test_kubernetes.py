@@ -78,6 +78,18 @@ def test_network_policy_default_deny_except_proxy():
     assert s["stringData"] == {"api-key": "k", "agent-token": "t"}
 
 
+def test_the_pods_ephemeral_storage_is_the_rollouts_disk_mb():
+    """One disk budget on Kubernetes too: workdir, home, /tmp (emptyDirs) and the writable layer count
+    in the pod's ephemeral-storage, which is the task's ``disk_mb``."""
+    from openforge.launchers.k8s_manifests import PodResources
+
+    kw = dict(name="of-x", namespace="default", image="img", rollout_id="r", run_id="k", task_id="t", secret_name="s",
+              proxy_url="http://127.0.0.1:9")
+    for disk_mb, quantity in ((64, "64Mi"), (8192, "8Gi")):
+        c = build_pod_manifest(**kw, resources=PodResources(disk_mb=disk_mb))["spec"]["containers"][0]
+        assert c["resources"]["limits"]["ephemeral-storage"] == c["resources"]["requests"]["ephemeral-storage"] == quantity
+
+
 @pytest.mark.parametrize(("status", "expected"), [
     ({"phase": "Pending"}, ("pending", None)),
     ({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}, ("ready", None)),
@@ -85,6 +97,17 @@ def test_network_policy_default_deny_except_proxy():
      ("failed", S.ENV_ERROR)),
     ({"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ErrImagePull"}}}]}, ("failed", S.ENV_ERROR)),
     ({"phase": "Failed", "reason": "Evicted"}, ("failed", S.INFRA_ERROR)),
+    # past its own ephemeral-storage (the rollout's disk_mb): what the agent wrote, the policy's failure
+    ({"phase": "Failed", "reason": "Evicted", "message": "Pod ephemeral local storage usage exceeds the total limit "
+      "of containers 64Mi. "}, ("failed", S.POLICY_FAILURE)),
+    ({"phase": "Failed", "reason": "Evicted", "message": 'Usage of EmptyDir volume "work" exceeds the limit "64Mi". '},
+     ("failed", S.POLICY_FAILURE)),
+    ({"phase": "Failed", "reason": "Evicted", "message": 'Container rollout exceeded its local ephemeral storage '
+      'limit "64Mi". '}, ("failed", S.POLICY_FAILURE)),
+    # the node's disk, not the pod's limit: infrastructure
+    ({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: ephemeral-storage. Threshold "
+      "quantity: 1Gi, available: 512Mi. Container rollout was using 10Gi, request is 4Gi, has larger consumption of "
+      "ephemeral-storage. "}, ("failed", S.INFRA_ERROR)),
     ({"phase": "Running", "containerStatuses": [{"state": {"terminated": {"reason": "OOMKilled"}}}]}, ("failed", S.INFRA_ERROR)),
     ({"phase": "Unknown"}, ("failed", S.INFRA_ERROR)),
     ({"phase": "Running", "conditions": [{"type": "DisruptionTarget", "status": "True"}]}, ("failed", S.INFRA_ERROR)),
