@@ -7,7 +7,8 @@ docs/task-format.md)::
 
     my-task/
       task.toml        id, split, category, timeout_s, setup_timeout_s, verify_timeout_s, subgoals,
-                       required_tools, image, exit_code_reward, [resources], [[services]], [metadata]
+                       required_tools, image, exit_code_reward, verify_on_host, verify_oom,
+                       [resources], [[services]], [metadata]
       instruction.md   what the agent is told
       setup/           optional: copied into the rollout's workdir before the agent starts
       setup.sh         optional: run as a file inside the sandbox (cwd = workdir, stdin empty)
@@ -32,12 +33,14 @@ verifier exits 0, and a stdout line only with no Python traceback on stderr. Wit
 ``exit_code_reward = true`` and no verdict: exit 0 → 1.0, exit 1 → 0.0 (whatever it printed; a
 traceback on stderr still means it crashed). Exit
 :data:`AGENT_FAULT_EXIT` (3) says the agent's output is unusable: reward 0, ``policy_failure``. Any
-other exit status, a traceback, or no verdict means the verifier failed (``env_error``).
+other exit status, a traceback, or no verdict means the verifier failed (``env_error``), and so does
+an out-of-memory death unless the task says ``verify_oom = "agent"`` (:func:`blame_oom`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import uuid
 from pathlib import Path
@@ -51,14 +54,15 @@ from ..environment import Environment, VerifyResult
 from ..launchers.base import Sandbox
 from .services import ServiceGroup, ServiceWrapper
 from .taskdir_format import load_task_dir, taskdir_extras
-from .verifier_sandbox import run_verifier
+from .verifier_sandbox import VerifierRun, run_verifier
 
-__all__ = ["AGENT_FAULT_EXIT", "TaskDirEnvironment", "load_task_dir", "parse_result"]
+__all__ = ["AGENT_FAULT_EXIT", "TaskDirEnvironment", "blame_oom", "load_task_dir", "parse_result"]
 
 _RESULT_KEYS = ("reward", "rewards", "subscores", "detail")
 #: A verifier's exit status meaning "the agent's output is unusable" (→ reward 0, ``policy_failure``).
 AGENT_FAULT_EXIT = 3
 _TRACEBACK = "Traceback (most recent call last)"
+_MEMORY_ERROR = re.compile(r"MemoryError(:|$)")
 
 
 def parse_result(task_id: str, out: str, err: str, returncode: int | None, *, exit_code_reward: bool = False,
@@ -88,6 +92,23 @@ def parse_result(task_id: str, out: str, err: str, returncode: int | None, *, ex
     if not exit_code_reward:
         raise _no_verdict(task_id, returncode, text, "")
     return VerifyResult(reward=1.0, detail=(text or err)[-500:])
+
+
+def blame_oom(task_id: str, run: VerifierRun) -> None:
+    """``verify_oom = "agent"`` (the task's author says the verifier's memory grows only with what the agent
+    left): a verifier that ran out of memory is the agent's failure, :class:`AgentOutputError`. Out of
+    memory means killed by the memory cgroup's OOM killer, as its own counter confirms
+    (:attr:`VerifierRun.oom_killed`), or, where memory is an rlimit, a Python verifier that died of
+    ``MemoryError``; a SIGKILL nothing counted stays the verifier's failure."""
+    lines = run.stderr.strip().splitlines()
+    if run.oom_killed:
+        how = "was killed by its memory limit's OOM killer"
+    elif run.returncode == 1 and _TRACEBACK in run.stderr and lines and _MEMORY_ERROR.match(lines[-1]):
+        how = "died of MemoryError"
+    else:
+        return
+    raise AgentOutputError(f"the verifier of {task_id} {how} on the agent's output (verify_oom = \"agent\" in its "
+                           "task.toml)")
 
 
 def _no_verdict(task_id: str, returncode: int, text: str, note: str) -> EnvironmentError_:
@@ -230,6 +251,8 @@ class TaskDirEnvironment(Environment):
         run = await run_verifier(task, sandbox, group=group, on_host=on_host)
         if group is not None:
             group.check_alive()
+        if (task.metadata.get("taskdir") or {}).get("verify_oom") == "agent":
+            blame_oom(task.id, run)
         res = parse_result(task.id, run.stdout, run.stderr, run.returncode, exit_code_reward=exit_code_reward,
                            verdict=run.verdict)
         return _link_subgoals(res, links)

@@ -43,11 +43,14 @@ TASK_TOML_KEYS = {
     "services": "[[services]] name, command, ready, ready_timeout_s",
     "exit_code_reward": "score by the verifier's exit status when it prints no result line",
     "verify_on_host": "run the verifier on the host (as the driver) on a copy of the workdir, not in a sandbox",
+    "verify_oom": 'whose failure an out-of-memory kill of the verifier is: "env" (default) or "agent"',
     "environment": "environment name recorded on trajectories (default: the folder's name)",
     "faults": "[[faults]] kind, ...: faults injected on every episode (openforge.faults, docs/guides/faults.md)",
     "metadata": "[metadata]: anything else, free-form",
 }
 _SUBGOAL_KEYS = {"text", "score"}
+#: ``verify_oom``: who an out-of-memory death of the verifier blames (``taskdir.blame_oom``)
+VERIFY_OOM = ("env", "agent")
 
 
 def _problems_of_keys(meta: dict[str, Any], toml: Path) -> list[str]:
@@ -122,6 +125,9 @@ def load_task_dir(path: Path, environment: str = "taskdir") -> Task:
     verify_on_host = meta.pop("verify_on_host", False)
     if not isinstance(verify_on_host, bool):
         problems.append(f"{toml}: verify_on_host must be true or false")
+    verify_oom = meta.pop("verify_oom", "env")
+    if verify_oom not in VERIFY_OOM:
+        problems.append(f"{toml}: verify_oom must be one of {', '.join(map(repr, VERIFY_OOM))}, got {verify_oom!r}")
     subgoals, links = _subgoals(meta.pop("subgoals", None), toml, problems)
     if problems:
         raise ConfigError(problems)
@@ -130,7 +136,7 @@ def load_task_dir(path: Path, environment: str = "taskdir") -> Task:
     metadata = dict(meta.pop("metadata", {}))
     metadata["task_dir"] = str(path.resolve())
     metadata["taskdir"] = {"services": [s.__dict__ for s in services], "exit_code_reward": exit_code_reward,
-                           "subgoal_scores": links, "verify_on_host": verify_on_host}
+                           "subgoal_scores": links, "verify_on_host": verify_on_host, "verify_oom": verify_oom}
     if "faults" in meta:  # [[faults]]: checked here, injected by openforge.faults
         from ..faults.spec import parse_faults
 

@@ -70,6 +70,9 @@ class VerifierRun:
     returncode: int | None
     verdict: str | None = None
     timed_out: bool = False
+    #: The memory cgroup's OOM killer killed it (a SIGKILL the cgroup's own counter confirms, locally or in
+    #: the pod); a kill nothing counted is not taken for one
+    oom_killed: bool = False
 
 
 def verifier_env(python: str, extra: Mapping[str, str]) -> dict[str, str]:
@@ -191,7 +194,8 @@ def _check_readable(task: Task, tdir: Path, vs: Sandbox) -> None:
 
 
 def _run(res: ExecResult, verdict: str | None) -> VerifierRun:
-    return VerifierRun(res.stdout, res.stderr, res.returncode, verdict, res.timed_out)
+    oom = not res.timed_out and res.returncode in (137, -9) and res.oom_kills > 0
+    return VerifierRun(res.stdout, res.stderr, res.returncode, verdict, res.timed_out, oom)
 
 
 def _verdict_text(task: Task, data: bytes) -> str:
