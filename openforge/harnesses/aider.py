@@ -6,8 +6,8 @@ venv; wire ``chat``; argv ``aider --message TASK --model openai/<model> --openai
 --edit-format diff --no-git --no-pretty --no-fancy-input --no-stream --analytics-disable
 --no-check-update …``; files below the private HOME: ``.aider.model.metadata.json`` (the model's
 context window, zero cost) and an empty fresh ``.aider/caches/model_prices_and_context_window.json``
-(aider would otherwise download LiteLLM's price list); env ``OPENAI_API_KEY`` and
-``LITELLM_LOCAL_MODEL_COST_MAP``.
+(aider would otherwise download LiteLLM's price list); env ``OPENAI_API_KEY``,
+``LITELLM_LOCAL_MODEL_COST_MAP`` and ``LITELLM_TELEMETRY=False`` (``pypi_cli.litellm_env``).
 
 Aider is not a tool-calling loop: the model edits files with SEARCH/REPLACE blocks and proposes
 shell commands in ```` ```bash ```` blocks. ``--yes-always`` deliberately declines shell commands,

@@ -56,7 +56,7 @@ class MiniSweAgentHarness(PypiCliHarness):
     def environment(self, ctx: RolloutContext) -> dict[str, str]:
         return {"MSWEA_CONFIGURED": "true", "MSWEA_COST_TRACKING": "ignore_errors",
                 "MSWEA_GLOBAL_CONFIG_DIR": str(ctx.home / ".config" / "mini-swe-agent"),
-                "LITELLM_TELEMETRY": "False", **litellm_env(ctx)}
+                **litellm_env(ctx)}
 
     def command(self, ctx: RolloutContext, exe: str) -> list[str]:
         return [exe, "-y", "--exit-immediately", "-c", "mini.yaml", "-c", str(ctx.home / CONFIG_FILE),

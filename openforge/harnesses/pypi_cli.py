@@ -28,9 +28,10 @@ def pypi_install_hint(name: str) -> str:
 
 def litellm_env(ctx: RolloutContext) -> dict[str, str]:
     """The environment of a CLI that calls the proxy through LiteLLM's ``openai/`` provider: the
-    rollout key, LiteLLM's price list from the package (no download of it) and a plain terminal."""
-    return {"OPENAI_API_KEY": ctx.api_key, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_COLOR": "1",
-            "TERM": "dumb"}
+    rollout key, LiteLLM's price list from the package (no download of it), its telemetry off and a plain
+    terminal."""
+    return {"OPENAI_API_KEY": ctx.api_key, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+            "NO_COLOR": "1", "TERM": "dumb"}
 
 
 def venv_base_prefix(venv: Path) -> str | None:
