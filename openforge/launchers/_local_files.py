@@ -8,13 +8,13 @@ Owns: :class:`SandboxFiles` (a mixin of ``LocalSandbox``), :func:`lexically_unde
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 import stat
 from pathlib import Path
 
 from ..core.errors import SandboxError, SandboxFileNotFound, SandboxFileRefused
+from ._below import open_dir_below
 from ._disk import PrivateArea
 from ._hostile_read import DEFAULT_MAX_BYTES, FileRefused, read_hostile
 from ._reaper import remove_tree
@@ -140,22 +140,16 @@ def _write_below(top: Path, rel: str, data: bytes, mode: int) -> None:
     parts = Path(rel).parts
     if not parts or parts[0] == "..":
         raise SandboxError(f"cannot write {rel}: not inside the sandbox")
-    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    parent = open_dir_below(top, str(Path(*parts[:-1])) if len(parts) > 1 else ".", make=0o755)
     try:
-        for part in parts[:-1]:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, 0o755, dir_fd=fd)
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            os.close(fd)
-            fd = nxt
         out = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=fd)
+                      dir_fd=parent)
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
             raise SandboxError(f"cannot write {rel} in the sandbox: a link or a file is on its path") from None
         raise
     finally:
-        os.close(fd)
+        os.close(parent)
     with os.fdopen(out, "wb") as f:
         f.write(data)
         os.fchmod(f.fileno(), mode)
