@@ -87,8 +87,15 @@ def _open_dir(name: str, dir_fd: int | None) -> int:
     try:
         return os.open(name, _DIR, dir_fd=dir_fd)
     except PermissionError:  # an agent's 000 directory (a non-root driver is its owner): make it ours
-        os.chmod(name, 0o700, dir_fd=dir_fd)
-        return os.open(name, _DIR, dir_fd=dir_fd)
+        # through a descriptor of that very directory: a chmod by name would follow a link swapped in meanwhile
+        ref = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        try:
+            if not stat.S_ISDIR(os.fstat(ref).st_mode):
+                raise NotADirectoryError(name) from None
+            os.chmod(f"/proc/self/fd/{ref}", 0o700)
+            return os.open(".", _DIR, dir_fd=ref)
+        finally:
+            os.close(ref)
 
 
 def _clear(fd: int, stuck: set[tuple[int, int]]) -> str | None:
